@@ -1,0 +1,39 @@
+// The loom-bench registry: each benchmark returns figures, each with the baseline measured in
+// the same run, because this machine is shared and noisy. `loom-bench --list`,
+// `loom-bench NAME [--json]`, `loom-bench all`.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace loom::bench {
+
+struct Figure {
+  std::string name;   // "ns_per_op"
+  double value;
+  std::string unit;   // "ns"
+  std::string note;   // what it means / the goal
+};
+
+struct Benchmark {
+  std::string name, description;
+  std::function<std::vector<Figure>()> run;
+};
+
+std::vector<Benchmark>& registry();
+struct Register {
+  Register(std::string name, std::string description, std::function<std::vector<Figure>()> run) {
+    registry().push_back({std::move(name), std::move(description), std::move(run)});
+  }
+};
+
+inline double seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Median of `reps` timings of f() in seconds.
+double median_seconds(int reps, const std::function<void()>& f);
+
+}  // namespace loom::bench

@@ -1,0 +1,80 @@
+// loom-bench: one CLI for every benchmark of the project.
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "bench.h"
+
+namespace loom::bench {
+
+std::vector<Benchmark>& registry() {
+  static std::vector<Benchmark> r;
+  return r;
+}
+
+double median_seconds(int reps, const std::function<void()>& f) {
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) {
+    double t0 = seconds();
+    f();
+    t.push_back(seconds() - t0);
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+}  // namespace loom::bench
+
+namespace {
+
+void print_json(const loom::bench::Benchmark& b, const std::vector<loom::bench::Figure>& figs) {
+  std::printf("{\"benchmark\": \"%s\", \"figures\": [", b.name.c_str());
+  for (size_t i = 0; i < figs.size(); ++i) {
+    std::printf("%s{\"name\": \"%s\", \"value\": %.6g, \"unit\": \"%s\", \"note\": \"%s\"}",
+                i ? ", " : "", figs[i].name.c_str(), figs[i].value, figs[i].unit.c_str(),
+                figs[i].note.c_str());
+  }
+  std::printf("]}\n");
+}
+
+void print_table(const loom::bench::Benchmark& b, const std::vector<loom::bench::Figure>& figs) {
+  std::printf("%s: %s\n", b.name.c_str(), b.description.c_str());
+  for (const auto& f : figs)
+    std::printf("  %-34s %12.4g %-6s %s\n", f.name.c_str(), f.value, f.unit.c_str(), f.note.c_str());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool json = false, list = false;
+  std::vector<std::string> names;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--json")) json = true;
+    else if (!std::strcmp(argv[i], "--list")) list = true;
+    else if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h")) {
+      std::printf("usage: loom-bench [--list] [--json] NAME... | all\n");
+      return 0;
+    } else names.push_back(argv[i]);
+  }
+  auto& reg = loom::bench::registry();
+  if (list || names.empty()) {
+    for (const auto& b : reg) std::printf("%-20s %s\n", b.name.c_str(), b.description.c_str());
+    return list ? 0 : 1;
+  }
+  for (const std::string& n : names) {
+    bool found = false;
+    for (const auto& b : reg) {
+      if (n != "all" && b.name != n) continue;
+      found = true;
+      auto figs = b.run();
+      if (json) print_json(b, figs);
+      else print_table(b, figs);
+    }
+    if (!found) {
+      std::fprintf(stderr, "loom-bench: unknown benchmark '%s' (see --list)\n", n.c_str());
+      return 1;
+    }
+  }
+  return 0;
+}

@@ -1,0 +1,21 @@
+// The reference backend: interprets a graph one op at a time with plain loops. Slow on
+// purpose; it is the executable specification every other backend is tested against.
+// Floating-point ops compute in double and round once to the result dtype; integer ops
+// compute in int64 with two's-complement wrap to the result dtype.
+//
+// Edge cases, chosen so that no input is undefined behaviour: float -> int truncates toward
+// zero, maps NaN to 0 and saturates at the integer range; anything -> bool is `!= 0` (NaN is
+// true); integer x / 0 is 0 and INT_MIN / -1 wraps; integer pow with a negative exponent is 0
+// except for bases 1 and -1. An integral constant takes its value rounded to nearest (halves
+// away from zero) and saturated. bf16/f16 results round once from double (no double rounding).
+#pragma once
+
+#include <memory>
+
+#include "loom/backend/backend.h"
+
+namespace loom::backend {
+
+std::unique_ptr<Backend> make_ref_backend();
+
+}  // namespace loom::backend

@@ -1,0 +1,25 @@
+// Config: environment knobs, read once per process on first use.
+//   LOOM_DEBUG=1     log each compile (fingerprint, size, time) to stderr
+//   LOOM_DUMP_IR=dir write the IR before and after each pass into dir
+//   LOOM_BACKEND=ref select the backend ("ref"; later backends add names)
+//   LOOM_CACHE_SIZE  entries of the in-memory compile cache (default 1024)
+//   LOOM_CACHE_DIR   directory of the on-disk cache (used by later backends)
+// Thread-safe: initialized once, then read-only.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace loom {
+
+struct Config {
+  int debug = 0;
+  std::string dump_ir_dir;
+  std::string backend;
+  int64_t cache_size = 1024;
+  std::string cache_dir;
+};
+
+const Config& config();
+
+}  // namespace loom

@@ -1,0 +1,80 @@
+// Error types and checking macros.
+//
+// Every user-facing mistake throws a loom::Error (or a child) whose message says where, what,
+// what was expected and what was got: "[add] shapes do not broadcast: f32[3] and f32[4]".
+// LOOM_CHECK(cond, parts...) throws for bad user input; LOOM_ASSERT(cond) aborts on a broken
+// internal invariant. Thread-safe: everything here is stateless.
+#pragma once
+
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+namespace loom {
+
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+class ShapeError : public Error {
+ public:
+  using Error::Error;
+};
+class DTypeError : public Error {
+ public:
+  using Error::Error;
+};
+class TraceError : public Error {
+ public:
+  using Error::Error;
+};
+class AutodiffError : public Error {
+ public:
+  using Error::Error;
+};
+class CompileError : public Error {
+ public:
+  using Error::Error;
+};
+class ExecError : public Error {
+ public:
+  using Error::Error;
+};
+// Malformed IR text; the message starts with "line:column:".
+class ParseError : public Error {
+ public:
+  ParseError(int line, int column, const std::string& what)
+      : Error(std::to_string(line) + ":" + std::to_string(column) + ": " + what),
+        line_(line),
+        column_(column) {}
+  int line() const { return line_; }
+  int column() const { return column_; }
+
+ private:
+  int line_, column_;
+};
+
+namespace detail {
+template <class... Parts>
+std::string str_cat(const Parts&... parts) {
+  std::ostringstream os;
+  (os << ... << parts);
+  return os.str();
+}
+[[noreturn]] void assert_fail(const char* cond, const char* file, int line);
+}  // namespace detail
+
+}  // namespace loom
+
+// Throws ErrorType with the streamed parts when cond is false.
+#define LOOM_CHECK_T(ErrorType, cond, ...) \
+  do {                                     \
+    if (!(cond)) [[unlikely]]              \
+      throw ErrorType(::loom::detail::str_cat(__VA_ARGS__)); \
+  } while (0)
+#define LOOM_CHECK(cond, ...) LOOM_CHECK_T(::loom::Error, cond, __VA_ARGS__)
+#define LOOM_ASSERT(cond)                                              \
+  do {                                                                 \
+    if (!(cond)) [[unlikely]]                                          \
+      ::loom::detail::assert_fail(#cond, __FILE__, __LINE__);          \
+  } while (0)

@@ -1,0 +1,75 @@
+// Builder: creates checked nodes in a Graph.
+//
+// Each call infers the result type from the operands and attributes, checks it (throwing a
+// ShapeError, DTypeError or Error that names the op, the operand types and what was
+// expected), and, when hash-consing is on, returns an existing identical node instead of
+// adding a new one, so that tracing gets common-subexpression elimination for free.
+// Binary ops require operands of one dtype (callers promote); shapes broadcast like numpy.
+// Not thread-safe; one Builder per Graph at a time.
+#pragma once
+
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "loom/ir/graph.h"
+
+namespace loom::ir {
+
+// Infers the result type of `op` on `operands` with `attrs`; `given` supplies the result type
+// of kTypeGiven ops (for Convert, only its dtype is used). Throws on ill-typed input.
+TensorType infer_type(const Graph& g, OpKind op, std::span<const Value> operands,
+                      const Attrs& attrs, const TensorType* given);
+// Throws ShapeError naming `op` unless every extent is >= 0, the rank is at most 16 and the
+// element count is at most 2^48.
+void check_shape(const char* op, const Shape& s);
+// Broadcast shape of a and b (numpy rules); throws ShapeError naming `op`.
+Shape broadcast_shapes(const char* op, const Shape& a, const Shape& b);
+
+class Builder {
+ public:
+  explicit Builder(Graph& g, bool hash_cons = true);
+
+  Graph& graph() { return *g_; }
+  const TensorType& type(Value v) const { return g_->type(v); }
+
+  // The generic entry point: infer, check, hash-cons, append.
+  Value make(OpKind op, std::span<const Value> operands, Attrs attrs = {},
+             const TensorType* given = nullptr);
+
+  Value parameter(const TensorType& t);       // next parameter index
+  Value parameter(const TensorType& t, int64_t index);
+  Value constant(double v, DType dt);         // 0-d
+  Value iota(const TensorType& t, int64_t axis);
+  Value unary(OpKind op, Value x);
+  Value binary(OpKind op, Value a, Value b);
+  Value where(Value cond, Value a, Value b);
+  Value convert(Value x, DType dt);           // no node when the dtype already matches
+  Value reduce(OpKind op, Value x, std::vector<int64_t> axes, bool keepdim);
+  Value argmax(Value x, int64_t axis, bool keepdim);
+  Value matmul(Value a, Value b);
+  Value reshape(Value x, const Shape& shape);  // no node when the shape already matches
+  Value permute(Value x, std::vector<int64_t> perm);
+  Value expand(Value x, const Shape& shape);   // no node when the shape already matches
+  Value slice(Value x, int64_t axis, int64_t start, int64_t end, int64_t step = 1);
+  Value concat(std::span<const Value> xs, int64_t axis);
+  Value gather(Value x, int64_t axis, Value index);
+  Value index_select(Value x, int64_t axis, Value index);
+  Value random(OpKind op, Value key, const TensorType& t);
+
+  // Forgets the hash-consing table (after the graph was rebuilt elsewhere) and re-indexes g.
+  void reindex();
+
+ private:
+  struct KeyHash {
+    size_t operator()(uint64_t h) const { return h; }
+  };
+  uint64_t node_hash(const Node& n) const;
+  bool same_node(const Node& a, const Node& b) const;
+
+  Graph* g_;
+  bool hash_cons_;
+  std::unordered_multimap<uint64_t, NodeId, KeyHash> table_;
+};
+
+}  // namespace loom::ir

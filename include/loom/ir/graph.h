@@ -1,0 +1,110 @@
+// The IR graph: nodes owned by an arena (a vector), referred to by index.
+//
+// A Node has an op, operands (Values: a node index and a result index), result types,
+// attributes, and optional regions (immutable sub-graphs with their own parameters, used by
+// control-flow ops). Operands always refer to earlier nodes, so index order is a topological
+// order. Parameters are Parameter nodes whose `attrs.i` is their position in params().
+// Outputs are the graph's results. Not thread-safe for mutation; a const Graph may be read
+// from many threads.
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "loom/core/hash.h"
+#include "loom/core/shape.h"
+#include "loom/ir/op_kind.h"
+
+namespace loom::ir {
+
+using NodeId = uint32_t;
+
+struct Value {
+  NodeId node = 0;
+  uint32_t index = 0;  // which result of the node
+  friend bool operator==(const Value& a, const Value& b) {
+    return a.node == b.node && a.index == b.index;
+  }
+};
+
+// Attributes of a node; which fields an op uses, and their printed names, come from ops.def.
+struct Attrs {
+  SmallVector<int64_t, 6> ints;
+  int64_t i = 0;
+  double f = 0;
+  bool flag = false;
+  friend bool operator==(const Attrs& a, const Attrs& b);
+};
+
+class Graph;
+
+struct Node {
+  OpKind op = OpKind::Constant;
+  SmallVector<Value, 3> operands;
+  TensorType type;                     // result 0
+  std::vector<TensorType> more_types;  // results 1.. (only ops with regions have them)
+  Attrs attrs;
+  std::vector<std::shared_ptr<const Graph>> regions;
+
+  size_t num_results() const { return 1 + more_types.size(); }
+  const TensorType& result_type(uint32_t i) const { return i == 0 ? type : more_types[i - 1]; }
+};
+
+class Graph {
+ public:
+  Graph() = default;
+  Graph(const Graph&) = default;
+  Graph(Graph&&) noexcept = default;
+  Graph& operator=(const Graph&) = default;
+  Graph& operator=(Graph&&) noexcept = default;
+
+  // Appends a node as is (no checks; use Builder to create checked nodes).
+  NodeId add(Node n);
+  const Node& node(NodeId id) const { return nodes_[id]; }
+  Node& mutable_node(NodeId id) { return nodes_[id]; }
+  size_t size() const { return nodes_.size(); }
+  const std::vector<Node>& nodes() const { return nodes_; }
+  const TensorType& type(Value v) const { return nodes_[v.node].result_type(v.index); }
+
+  // Parameter nodes in parameter order.
+  const std::vector<NodeId>& params() const { return params_; }
+  std::vector<Value>& outputs() { return outputs_; }
+  const std::vector<Value>& outputs() const { return outputs_; }
+  void clear();
+  void reserve(size_t n) { nodes_.reserve(n); }
+
+ private:
+  std::vector<Node> nodes_;
+  std::vector<NodeId> params_;
+  std::vector<Value> outputs_;
+};
+
+// A new graph with only the nodes that `roots` need, in the same relative order. Parameters
+// keep their index unless `renumber_params` (then they are numbered in order of first
+// appearance). remap, when given, receives old node id -> new node id (UINT32_MAX if dropped).
+Graph prune(const Graph& g, std::span<const Value> roots, bool renumber_params = false,
+            std::vector<NodeId>* remap = nullptr);
+
+// The 128-bit structural fingerprint: ops, attributes, types, operand wiring, parameter
+// indices, outputs and regions. Independent of node ids, names, pointers and map order.
+Hash128 fingerprint(const Graph& g);
+// Structural equality, the contract the fingerprint approximates (same result as comparing
+// fingerprints, barring collisions).
+bool structurally_equal(const Graph& a, const Graph& b);
+
+// Checks every node's operands, arity and types against the type rules; throws Error naming
+// the node on the first violation.
+void verify(const Graph& g);
+
+// IR text: "graph(%0: f32[4]) {\n  %1 = exp(%0) : f32[4]\n  return %1\n}".
+std::string to_text(const Graph& g);
+std::ostream& operator<<(std::ostream& os, const Graph& g);
+// Parses IR text; throws ParseError with line and column on malformed input and
+// ShapeError/DTypeError/Error when a node is ill-typed.
+Graph parse(std::string_view text);
+
+}  // namespace loom::ir

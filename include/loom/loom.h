@@ -1,0 +1,9 @@
+// The umbrella header of loom's public API: tensors, ops, sync and metrics.
+#pragma once
+
+#include "loom/core/dtype.h"
+#include "loom/core/error.h"
+#include "loom/core/shape.h"
+#include "loom/runtime/metrics.h"
+#include "loom/trace/ops.h"
+#include "loom/trace/tensor.h"

@@ -1,0 +1,41 @@
+// Metrics: counters and timers of the runtime, after PyTorch/XLA's metrics report.
+//
+//   loom::reset_metrics();  ...  std::cout << loom::metrics_report();
+// `compiles` counts graphs compiled (cache misses), `cache_hits` graphs found compiled,
+// `executions` executable runs; `trace_seconds` covers recording ops, `compile_seconds`
+// passes, code generation and linking, `execute_seconds` running executables. Counters are
+// process-wide and thread-safe (atomics).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace loom {
+
+struct Metrics {
+  int64_t compiles = 0, cache_hits = 0, executions = 0;
+  double trace_seconds = 0, compile_seconds = 0, execute_seconds = 0;
+  int64_t ops_traced = 0;        // nodes requested from the tracer (hash-consed ones included)
+  int64_t syncs = 0;             // graph cuts that ran something
+  int64_t sync_nodes = 0;        // nodes of all graphs cut so far
+  int64_t cache_evictions = 0;   // LRU evictions from the compile cache
+  int64_t cache_entries = 0;     // entries in the compile cache now
+  int64_t pending_compactions = 0;  // garbage collections of the pending graph
+  int64_t host_scalars = 0;      // host scalars passed as graph inputs (not constants)
+  double sync_seconds = 0;       // cutting, fingerprinting and cache lookup (no compile/run)
+};
+
+Metrics metrics();
+void reset_metrics();
+// A readable multi-line report of every counter and timer.
+std::string metrics_report();
+
+namespace detail {
+// The live counters; runtime and trace add to them.
+struct MetricCounters;
+MetricCounters& counters();
+// Monotonic seconds, cheap enough to call per sync (not per op).
+double now_seconds();
+}  // namespace detail
+
+}  // namespace loom

@@ -1,0 +1,124 @@
+// The ops of the public API, as free functions and operators. Broadcasting, type promotion
+// (an int tensor plus a C++ int stays int; a 0-d tensor does not raise a dimensioned one's
+// dtype within a category) and defaults follow PyTorch. Every op throws a loom::Error subclass
+// naming the op, the shapes and dtypes, and what was expected, when given bad input.
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include "loom/trace/tensor.h"
+
+namespace loom {
+
+// A host number in an op: C++ integers stay integers, floating values are "weak" floats.
+// Its value becomes a graph input, not a constant, so it may change every step.
+struct Scalar {
+  Scalar(double v) : value(v), is_int(false) {}  // NOLINT
+  Scalar(float v) : value(v), is_int(false) {}   // NOLINT
+  Scalar(int v) : value(v), ivalue(v), is_int(true) {}  // NOLINT
+  Scalar(int64_t v) : value(static_cast<double>(v)), ivalue(v), is_int(true) {}  // NOLINT
+  Scalar(bool v) : value(v), ivalue(v), is_int(true), is_bool(true) {}  // NOLINT
+  double value;
+  int64_t ivalue = 0;
+  bool is_int;
+  bool is_bool = false;
+};
+
+// elementwise
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor sub(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Tensor& b);  // true division: integers give float32
+Tensor pow(const Tensor& a, const Tensor& b);
+Tensor pow(const Tensor& a, Scalar b);
+Tensor maximum(const Tensor& a, const Tensor& b);
+Tensor minimum(const Tensor& a, const Tensor& b);
+Tensor neg(const Tensor& x);
+Tensor abs(const Tensor& x);
+Tensor exp(const Tensor& x);
+Tensor log(const Tensor& x);
+Tensor sqrt(const Tensor& x);
+Tensor rsqrt(const Tensor& x);
+Tensor tanh(const Tensor& x);
+Tensor sigmoid(const Tensor& x);
+Tensor relu(const Tensor& x);
+Tensor gelu(const Tensor& x);  // exact erf form
+Tensor sin(const Tensor& x);
+Tensor cos(const Tensor& x);
+Tensor erf(const Tensor& x);
+Tensor logical_not(const Tensor& x);
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> max);
+Tensor to(const Tensor& x, DType dtype);
+
+Tensor operator+(const Tensor& a, const Tensor& b);
+Tensor operator-(const Tensor& a, const Tensor& b);
+Tensor operator*(const Tensor& a, const Tensor& b);
+Tensor operator/(const Tensor& a, const Tensor& b);
+Tensor operator+(const Tensor& a, Scalar b);
+Tensor operator-(const Tensor& a, Scalar b);
+Tensor operator*(const Tensor& a, Scalar b);
+Tensor operator/(const Tensor& a, Scalar b);
+Tensor operator+(Scalar a, const Tensor& b);
+Tensor operator-(Scalar a, const Tensor& b);
+Tensor operator*(Scalar a, const Tensor& b);
+Tensor operator/(Scalar a, const Tensor& b);
+Tensor operator-(const Tensor& x);
+Tensor operator<(const Tensor& a, const Tensor& b);
+Tensor operator<=(const Tensor& a, const Tensor& b);
+Tensor operator>(const Tensor& a, const Tensor& b);
+Tensor operator>=(const Tensor& a, const Tensor& b);
+Tensor operator==(const Tensor& a, const Tensor& b);
+Tensor operator!=(const Tensor& a, const Tensor& b);
+Tensor operator<(const Tensor& a, Scalar b);
+Tensor operator<=(const Tensor& a, Scalar b);
+Tensor operator>(const Tensor& a, Scalar b);
+Tensor operator>=(const Tensor& a, Scalar b);
+Tensor operator==(const Tensor& a, Scalar b);
+Tensor operator!=(const Tensor& a, Scalar b);
+
+// reductions: no dims reduces every element; dims may be negative
+Tensor sum(const Tensor& x);
+Tensor sum(const Tensor& x, std::vector<int64_t> dims, bool keepdim = false);
+Tensor mean(const Tensor& x);
+Tensor mean(const Tensor& x, std::vector<int64_t> dims, bool keepdim = false);
+Tensor max(const Tensor& x);
+Tensor max(const Tensor& x, std::vector<int64_t> dims, bool keepdim = false);
+Tensor min(const Tensor& x);
+Tensor min(const Tensor& x, std::vector<int64_t> dims, bool keepdim = false);
+Tensor argmax(const Tensor& x);  // index into the flattened tensor
+Tensor argmax(const Tensor& x, int64_t dim, bool keepdim = false);
+Tensor softmax(const Tensor& x, int64_t dim);
+Tensor log_softmax(const Tensor& x, int64_t dim);
+
+// linear algebra: torch.matmul semantics (1-d operands, batching, broadcasting)
+Tensor matmul(const Tensor& a, const Tensor& b);
+
+// layout; -1 in reshape/view infers one extent
+Tensor reshape(const Tensor& x, std::vector<int64_t> shape);
+Tensor view(const Tensor& x, std::vector<int64_t> shape);
+Tensor permute(const Tensor& x, std::vector<int64_t> dims);
+Tensor transpose(const Tensor& x, int64_t dim0, int64_t dim1);
+Tensor unsqueeze(const Tensor& x, int64_t dim);
+Tensor squeeze(const Tensor& x);
+Tensor squeeze(const Tensor& x, int64_t dim);
+Tensor flatten(const Tensor& x, int64_t start_dim = 0, int64_t end_dim = -1);
+Tensor expand(const Tensor& x, std::vector<int64_t> shape);  // -1 keeps an extent
+Tensor cat(const std::vector<Tensor>& xs, int64_t dim = 0);
+Tensor stack(const std::vector<Tensor>& xs, int64_t dim = 0);
+// Python-style slice of dim: negative start/end count from the end and are clamped.
+Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t step = 1);
+Tensor select(const Tensor& x, int64_t dim, int64_t index);
+Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);
+Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);
+
+// neural-network functions
+Tensor layer_norm(const Tensor& x, std::vector<int64_t> normalized_shape,
+                  const Tensor& weight = {}, const Tensor& bias = {}, double eps = 1e-5);
+Tensor embedding(const Tensor& indices, const Tensor& weight);
+Tensor dropout(const Tensor& x, double p, bool training = true);
+Tensor cross_entropy(const Tensor& logits, const Tensor& target);  // mean over the batch
+Tensor mse_loss(const Tensor& input, const Tensor& target);        // mean
+
+}  // namespace loom

@@ -1,0 +1,172 @@
+// IR text printer (docs/ir.md). Values are named by their position in the printed text,
+// parameters first, not by node id, so that printing a parsed graph reproduces the text.
+#include <cinttypes>
+#include <cmath>
+#include <cstdio>
+#include <ostream>
+
+#include "loom/ir/graph.h"
+
+namespace loom::ir {
+
+namespace {
+
+void append_double(std::string& out, double f) {
+  if (std::isnan(f)) {
+    out += std::signbit(f) ? "-nan" : "nan";
+    return;
+  }
+  if (std::isinf(f)) {
+    out += f < 0 ? "-inf" : "inf";
+    return;
+  }
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.17g", f);
+  out += buf;
+}
+
+void append_int(std::string& out, int64_t v) { out += std::to_string(v); }
+
+void append_ints(std::string& out, const SmallVector<int64_t, 6>& ints) {
+  out += '[';
+  for (size_t k = 0; k < ints.size(); ++k) {
+    if (k) out += ',';
+    append_int(out, ints[k]);
+  }
+  out += ']';
+}
+
+void append_type(std::string& out, const TensorType& t) {
+  out += short_name(t.dtype);
+  out += '[';
+  for (size_t k = 0; k < t.shape.size(); ++k) {
+    if (k) out += ',';
+    append_int(out, t.shape[k]);
+  }
+  out += ']';
+}
+
+// Integer-dtype constants hold their value in f but print it as an integer.
+void append_value(std::string& out, const Node& n) {
+  double f = n.attrs.f;
+  if (n.op == OpKind::Constant && !is_floating(n.type.dtype) && std::isfinite(f) &&
+      f == std::trunc(f) && std::fabs(f) < 9.2e18 && !(f == 0 && std::signbit(f))) {
+    append_int(out, static_cast<int64_t>(f));
+    return;
+  }
+  append_double(out, f);
+}
+
+void append_attrs(std::string& out, const Node& n) {
+  const OpInfo& in = info(n.op);
+  const Attrs& a = n.attrs;
+  if (a.ints.empty() && a.i == 0 && !a.flag && a.f == 0 && !std::signbit(a.f)) return;
+  out += " {";
+  bool first = true;
+  auto sep = [&](std::string_view name) {
+    if (!first) out += ", ";
+    first = false;
+    out += name;
+    out += '=';
+  };
+  if (!in.ints_name.empty()) sep(in.ints_name), append_ints(out, a.ints);
+  if (!in.i_name.empty()) sep(in.i_name), append_int(out, a.i);
+  if (!in.flag_name.empty()) sep(in.flag_name), out += a.flag ? "true" : "false";
+  if (!in.f_name.empty()) sep(in.f_name), append_value(out, n);
+  out += '}';
+}
+
+class Printer {
+ public:
+  explicit Printer(std::string& out) : out_(out) {}
+
+  void graph(const Graph& g, int indent) {
+    // names_[id]: the printed number of node id.
+    std::vector<uint32_t> names(g.size(), 0);
+    uint32_t next = 0;
+    out_ += "graph(";
+    for (size_t k = 0; k < g.params().size(); ++k) {
+      NodeId p = g.params()[k];
+      names[p] = next++;
+      if (k) out_ += ", ";
+      name(names[p]);
+      out_ += ": ";
+      append_type(out_, g.node(p).type);
+    }
+    out_ += ") {\n";
+    for (NodeId id = 0; id < g.size(); ++id) {
+      const Node& n = g.node(id);
+      if (n.op == OpKind::Parameter) continue;
+      names[id] = next++;
+      node(g, n, names, indent + 2);
+    }
+    out_.append(indent + 2, ' ');
+    out_ += "return";
+    for (size_t k = 0; k < g.outputs().size(); ++k) {
+      out_ += k ? ", " : " ";
+      value(g, g.outputs()[k], names);
+    }
+    out_ += '\n';
+    out_.append(indent, ' ');
+    out_ += '}';
+  }
+
+ private:
+  void name(uint32_t k) {
+    out_ += '%';
+    append_int(out_, k);
+  }
+
+  void value(const Graph& g, Value v, const std::vector<uint32_t>& names) {
+    name(names[v.node]);
+    if (g.node(v.node).num_results() > 1) {
+      out_ += '#';
+      append_int(out_, v.index);
+    }
+  }
+
+  void node(const Graph& g, const Node& n, const std::vector<uint32_t>& names, int indent) {
+    out_.append(indent, ' ');
+    name(names[&n - g.nodes().data()]);
+    if (n.num_results() > 1) {
+      out_ += ':';
+      append_int(out_, static_cast<int64_t>(n.num_results()));
+    }
+    out_ += " = ";
+    out_ += op_name(n.op);
+    out_ += '(';
+    for (size_t k = 0; k < n.operands.size(); ++k) {
+      if (k) out_ += ", ";
+      value(g, n.operands[k], names);
+    }
+    out_ += ')';
+    append_attrs(out_, n);
+    out_ += " : ";
+    append_type(out_, n.type);
+    for (const TensorType& t : n.more_types) {
+      out_ += ", ";
+      append_type(out_, t);
+    }
+    for (const auto& r : n.regions) {
+      out_ += ' ';
+      graph(*r, indent);
+    }
+    out_ += '\n';
+  }
+
+  std::string& out_;
+};
+
+}  // namespace
+
+std::string to_text(const Graph& g) {
+  std::string out;
+  out.reserve(64 + 48 * g.size());
+  Printer(out).graph(g, 0);
+  out += '\n';
+  return out;
+}
+
+std::ostream& operator<<(std::ostream& os, const Graph& g) { return os << to_text(g); }
+
+}  // namespace loom::ir

@@ -1,0 +1,76 @@
+// Pipeline: runs passes in order with verification in between, and the LOOM_DUMP_IR dump.
+#include <atomic>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "loom/core/config.h"
+#include "loom/core/error.h"
+#include "passes/passes_impl.h"
+
+namespace loom::passes {
+
+namespace {
+
+// Dump files are numbered across the whole process, so that the dumps of several compiles
+// into one directory neither overwrite each other nor lose their order.
+std::atomic<int> g_dump_counter{0};
+
+void dump(std::string_view pass, const ir::Graph& g, bool changed) {
+  const std::string& dir = config().dump_ir_dir;
+  if (dir.empty()) return;
+  char file[160];
+  std::snprintf(file, sizeof file, "%02d_%.*s.ir", g_dump_counter.fetch_add(1),
+                static_cast<int>(pass.size()), pass.data());
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  std::filesystem::path path = std::filesystem::path(dir) / file;
+  std::ofstream os(path);
+  if (pass == "input") os << "# loom IR before the first pass\n";
+  else os << "# loom IR after pass '" << pass << "'" << (changed ? "" : " (unchanged)") << "\n";
+  os << ir::to_text(g);
+  // A failed debug dump must not fail the compile; say so once per file and go on.
+  if (!os) std::fprintf(stderr, "loom: cannot write IR dump %s\n", path.string().c_str());
+}
+
+}  // namespace
+
+Pipeline& Pipeline::add(std::unique_ptr<Pass> pass) {
+  LOOM_CHECK(pass != nullptr, "[pipeline] cannot add a null pass");
+  passes_.push_back(std::move(pass));
+  return *this;
+}
+
+bool Pipeline::run(ir::Graph& g) {
+  ir::verify(g);
+  dump("input", g, false);
+  bool changed = false;
+  for (auto& pass : passes_) {
+    bool c = pass->run(g);
+    changed = changed || c;
+    try {
+      ir::verify(g);
+    } catch (const Error& e) {
+      throw Error(loom::detail::str_cat("[pipeline] the graph fails to verify after pass '",
+                                  pass->name(), "': ", e.what()));
+    }
+    dump(pass->name(), g, c);
+  }
+  return changed;
+}
+
+std::unique_ptr<Pass> make_pass(std::string_view name) {
+  if (name == "dce") return detail::make_dce();
+  if (name == "cse") return detail::make_cse();
+  if (name == "simplify") return detail::make_simplify();
+  throw Error(loom::detail::str_cat("[passes] unknown pass '", name,
+                              "'; expected one of dce, cse, simplify"));
+}
+
+Pipeline default_pipeline() {
+  Pipeline p;
+  p.add(make_pass("simplify")).add(make_pass("cse")).add(make_pass("dce"));
+  return p;
+}
+
+}  // namespace loom::passes

@@ -1,0 +1,169 @@
+// Algebraic simplification. The graph is rebuilt front to back; each node, its operands
+// already simplified, is matched against the rules below, so chains (neg(neg(neg(neg x))))
+// collapse in one pass. A rule fires only when the replacement has the node's exact type:
+// x + 0 with the 0 broadcast to a bigger shape is not x. Replaced nodes are left for DCE.
+#include <cmath>
+#include <optional>
+
+#include "loom/ir/builder.h"
+#include "passes/passes_impl.h"
+
+namespace loom::passes::detail {
+
+namespace {
+
+using ir::Graph;
+using ir::Node;
+using ir::OpKind;
+using ir::Value;
+
+class Simplifier {
+ public:
+  explicit Simplifier(Graph& out) : out_(out), b_(out, /*hash_cons=*/false) {}
+
+  // Returns the simplified value of node `n` (operands already mapped into out_), or nullopt.
+  std::optional<Value> rewrite(const Node& n) {
+    if (ir::has_trait(n.op, ir::kElementwise)) {
+      if (auto v = fold(n)) return v;
+    }
+    const Value* x = n.operands.data();
+    switch (n.op) {
+      case OpKind::Add:
+        if (is_constant(x[1], 0) && has_type(x[0], n)) return x[0];  // x + 0 -> x (-0 + 0 is +0)
+        if (is_constant(x[0], 0) && has_type(x[1], n)) return x[1];  // 0 + x -> x
+        break;
+      case OpKind::Sub:
+        if (is_constant(x[1], 0) && has_type(x[0], n)) return x[0];  // x - 0 -> x
+        break;
+      case OpKind::Mul:
+        if (is_constant(x[1], 1) && has_type(x[0], n)) return x[0];  // x * 1 -> x
+        if (is_constant(x[0], 1) && has_type(x[1], n)) return x[1];  // 1 * x -> x
+        break;
+      case OpKind::Div:
+        if (is_constant(x[1], 1) && has_type(x[0], n)) return x[0];  // x / 1 -> x
+        break;
+      case OpKind::Neg:
+        if (const Node* p = producer(x[0], OpKind::Neg)) return p->operands[0];  // -(-x) -> x
+        break;
+      case OpKind::Convert:
+      case OpKind::Expand:
+        if (has_type(x[0], n)) return x[0];  // convert(x: d) to d -> x; expand(x) to x.shape -> x
+        break;
+      case OpKind::Reshape: return reshape(n);
+      case OpKind::Permute: return permute(n);
+      default: break;
+    }
+    return std::nullopt;
+  }
+
+ private:
+  // The single-result node of op `op` that defines v, if it is one.
+  const Node* producer(Value v, OpKind op) const {
+    const Node& p = out_.node(v.node);
+    return p.op == op && p.num_results() == 1 ? &p : nullptr;
+  }
+
+  bool has_type(Value v, const Node& n) const { return out_.type(v) == n.type; }
+
+  // v is a Constant (any shape) whose every element is c.
+  bool is_constant(Value v, double c) const {
+    const Node* p = producer(v, OpKind::Constant);
+    if (!p) return false;
+    std::optional<double> x = constant_value(p->attrs.f, p->type.dtype);
+    return x && *x == c;
+  }
+
+  std::optional<Value> reshape(const Node& n) {
+    Value x = n.operands[0];
+    if (has_type(x, n)) return x;  // reshape(x) to x.shape -> x
+    const Node* inner = producer(x, OpKind::Reshape);
+    if (!inner) return std::nullopt;
+    Value y = inner->operands[0];
+    if (has_type(y, n)) return y;  // reshape(reshape(y, s1), y.shape) -> y
+    return b_.make(OpKind::Reshape, std::span<const Value>(&y, 1), n.attrs);  // reshape(reshape(y, s1), s2) -> reshape(y, s2)
+  }
+
+  std::optional<Value> permute(const Node& n) {
+    Value x = n.operands[0];
+    if (has_type(x, n) && is_identity(n.attrs.ints)) return x;  // permute(x, id) -> x
+    const Node* inner = producer(x, OpKind::Permute);
+    if (!inner) return std::nullopt;
+    // out[i] = x[p2[i]] = y[p1[p2[i]]]: permute(permute(y, p1), p2) -> permute(y, p1 o p2)
+    ir::Attrs a;
+    for (int64_t p : n.attrs.ints) a.ints.push_back(inner->attrs.ints[p]);
+    Value y = inner->operands[0];
+    if (is_identity(a.ints)) return y;
+    return b_.make(OpKind::Permute, std::span<const Value>(&y, 1), std::move(a));
+  }
+
+  static bool is_identity(const SmallVector<int64_t, 6>& perm) {
+    for (size_t i = 0; i < perm.size(); ++i) {
+      if (perm[i] != static_cast<int64_t>(i)) return false;
+    }
+    return true;
+  }
+
+  // op(c0, c1, ...) -> c for 0-d constants c_k: evaluated once here instead of per run.
+  std::optional<Value> fold(const Node& n) {
+    if (n.type.shape.rank() != 0 || n.operands.size() > 3) return std::nullopt;
+    double xs[3];
+    for (size_t k = 0; k < n.operands.size(); ++k) {
+      const Node* c = producer(n.operands[k], OpKind::Constant);
+      if (!c || c->type.shape.rank() != 0) return std::nullopt;
+      std::optional<double> v = constant_value(c->attrs.f, c->type.dtype);
+      if (!v) return std::nullopt;
+      xs[k] = *v;
+    }
+    DType in = out_.type(n.operands[n.op == OpKind::Where ? 1 : 0]).dtype;
+    std::optional<double> r =
+        fold_elementwise(n.op, std::span<const double>(xs, n.operands.size()), in, n.type.dtype);
+    if (!r) return std::nullopt;
+    return b_.constant(*r, n.type.dtype);
+  }
+
+  Graph& out_;
+  ir::Builder b_;
+};
+
+class Simplify final : public Pass {
+ public:
+  std::string_view name() const override { return "simplify"; }
+
+  bool run(Graph& g) override {
+    Graph out;
+    out.reserve(g.size());
+    Simplifier s(out);
+    std::vector<Value> map(g.size());
+    bool changed = false;
+    for (ir::NodeId id = 0; id < g.size(); ++id) {
+      Node n = g.node(id);
+      for (Value& v : n.operands) v = remap(map, v);
+      std::optional<Value> r;
+      if (n.num_results() == 1 && n.regions.empty()) r = s.rewrite(n);
+      if (r) {
+        map[id] = *r;
+        changed = true;
+      } else {
+        map[id] = {out.add(std::move(n)), 0};
+      }
+    }
+    for (Value& v : g.outputs()) v = remap(map, v);
+    out.outputs() = std::move(g.outputs());
+    g = std::move(out);
+    return changed;
+  }
+
+ private:
+  // A result of old node v.node in the new graph: a rewritten node maps to a single value,
+  // a kept one to the same result of its copy.
+  static Value remap(const std::vector<Value>& map, Value v) {
+    Value m = map[v.node];
+    return {m.node, m.index + v.index};
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Pass> make_simplify() { return std::make_unique<Simplify>(); }
+
+}  // namespace loom::passes::detail

@@ -1,0 +1,78 @@
+// Metrics snapshot, reset and report.
+#include <chrono>
+#include <cstdio>
+#include <sstream>
+
+#include "loom/runtime/engine.h"
+#include "runtime/metrics_impl.h"
+
+namespace loom {
+
+namespace detail {
+MetricCounters& counters() {
+  static MetricCounters c;
+  return c;
+}
+double now_seconds() {
+  using namespace std::chrono;
+  return duration<double>(steady_clock::now().time_since_epoch()).count();
+}
+}  // namespace detail
+
+Metrics metrics() {
+  auto& c = detail::counters();
+  Metrics m;
+  m.compiles = c.compiles;
+  m.cache_hits = c.cache_hits;
+  m.executions = c.executions;
+  m.ops_traced = c.ops_traced;
+  m.syncs = c.syncs;
+  m.sync_nodes = c.sync_nodes;
+  m.cache_evictions = c.cache_evictions;
+  m.cache_entries = runtime::compile_cache_size();
+  m.pending_compactions = c.pending_compactions;
+  m.host_scalars = c.host_scalars;
+  m.trace_seconds = c.trace_ns * 1e-9;
+  m.compile_seconds = c.compile_ns * 1e-9;
+  m.execute_seconds = c.execute_ns * 1e-9;
+  m.sync_seconds = c.sync_ns * 1e-9;
+  return m;
+}
+
+void reset_metrics() {
+  auto& c = detail::counters();
+  for (auto* a : {&c.compiles, &c.cache_hits, &c.executions, &c.ops_traced, &c.syncs,
+                  &c.sync_nodes, &c.cache_evictions, &c.pending_compactions, &c.host_scalars,
+                  &c.trace_ns, &c.compile_ns, &c.execute_ns, &c.sync_ns})
+    a->store(0);
+}
+
+std::string metrics_report() {
+  Metrics m = metrics();
+  char buf[1024];
+  std::snprintf(buf, sizeof buf,
+                "loom metrics (backend %s)\n"
+                "  compiles            %lld\n"
+                "  cache_hits          %lld\n"
+                "  executions          %lld\n"
+                "  syncs               %lld (%lld nodes cut)\n"
+                "  ops_traced          %lld\n"
+                "  host_scalars        %lld\n"
+                "  cache_entries       %lld (%lld evicted)\n"
+                "  pending_compactions %lld\n"
+                "  trace_seconds       %.6f\n"
+                "  sync_seconds        %.6f\n"
+                "  compile_seconds     %.6f\n"
+                "  execute_seconds     %.6f\n",
+                std::string(runtime::current_backend().name()).c_str(),
+                static_cast<long long>(m.compiles), static_cast<long long>(m.cache_hits),
+                static_cast<long long>(m.executions), static_cast<long long>(m.syncs),
+                static_cast<long long>(m.sync_nodes), static_cast<long long>(m.ops_traced),
+                static_cast<long long>(m.host_scalars), static_cast<long long>(m.cache_entries),
+                static_cast<long long>(m.cache_evictions),
+                static_cast<long long>(m.pending_compactions), m.trace_seconds, m.sync_seconds,
+                m.compile_seconds, m.execute_seconds);
+  return buf;
+}
+
+}  // namespace loom

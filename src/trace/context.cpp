@@ -1,0 +1,314 @@
+// The trace context: pending graph, data slots, materialization and garbage collection.
+#include "trace/context.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <unordered_set>
+
+#include "loom/core/half.h"
+#include "loom/runtime/engine.h"
+#include "runtime/metrics_impl.h"
+
+#if defined(__x86_64__)
+#include <x86intrin.h>
+#endif
+
+namespace loom::detail {
+
+uint64_t ticks() {
+#if defined(__x86_64__)
+  return __rdtsc();
+#else
+  return static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+#endif
+}
+
+double seconds_per_tick() {
+  static const double spt = [] {
+    double t0 = now_seconds();
+    uint64_t c0 = ticks();
+    while (now_seconds() - t0 < 0.002) {
+    }
+    return (now_seconds() - t0) / static_cast<double>(ticks() - c0);
+  }();
+  return spt;
+}
+
+TensorImpl::~TensorImpl() {
+  if (linked) TraceContext::get().unlink(this);
+}
+
+TraceContext& TraceContext::get() {
+  thread_local TraceContext ctx;
+  return ctx;
+}
+
+TraceContext::TraceContext() : builder_(graph_) { head_.prev = head_.next = &head_; }
+
+TraceContext::~TraceContext() {
+  // Tensors may outlive the thread's context (static tensors): detach them.
+  for (TensorImpl* p = head_.next; p != &head_;) {
+    TensorImpl* n = p->next;
+    p->linked = false;
+    p->prev = p->next = nullptr;
+    p = n;
+  }
+  head_.prev = head_.next = &head_;
+}
+
+void TraceContext::link(TensorImpl* impl) {
+  impl->prev = head_.prev;
+  impl->next = &head_;
+  head_.prev->next = impl;
+  head_.prev = impl;
+  impl->linked = true;
+}
+
+void TraceContext::unlink(TensorImpl* impl) {
+  impl->prev->next = impl->next;
+  impl->next->prev = impl->prev;
+  impl->prev = impl->next = nullptr;
+  impl->linked = false;
+}
+
+ir::Value TraceContext::data(Buffer b, const TensorType& t) {
+  uint32_t slot = static_cast<uint32_t>(slots_.size());
+  slots_.push_back(DataSlot{std::move(b), t});
+  return builder_.parameter(t, slot);
+}
+
+ir::Value TraceContext::value_of(const Tensor& t) {
+  LOOM_CHECK(t.defined(), "[trace] an operand is an undefined (default-constructed) Tensor");
+  TensorImpl& impl = *t.impl();
+  if (impl.pending()) return impl.value;
+  auto it = slot_by_buffer_.find(impl.buffer.id());
+  if (it != slot_by_buffer_.end() && slots_[it->second].type == impl.type)
+    return builder_.parameter(impl.type, it->second);  // hash-consed to the existing node
+  uint32_t slot = static_cast<uint32_t>(slots_.size());
+  slot_by_buffer_[impl.buffer.id()] = slot;
+  return data(impl.buffer, impl.type);
+}
+
+ir::Value TraceContext::scalar(const Scalar& s, DType dt) {
+  uint32_t slot = static_cast<uint32_t>(slots_.size());
+  DataSlot d;
+  d.type = TensorType{dt, {}};
+  d.f = s.value;
+  d.i = s.is_int ? s.ivalue : static_cast<int64_t>(s.value);
+  d.is_scalar = true;
+  slots_.push_back(d);
+  counters().host_scalars.fetch_add(1, std::memory_order_relaxed);
+  return builder_.parameter(d.type, slot);
+}
+
+ir::Value TraceContext::next_rng_key() {
+  Buffer b = Buffer::allocate(16);
+  b.as<int64_t>()[0] = static_cast<int64_t>(seed_);
+  b.as<int64_t>()[1] = static_cast<int64_t>(rng_offset_++);
+  return data(std::move(b), TensorType{DType::Int64, {2}});
+}
+
+Tensor TraceContext::wrap(ir::Value v) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->type = graph_.type(v);
+  impl->value = v;
+  link(impl.get());
+  maybe_compact();
+  return Tensor(std::move(impl));
+}
+
+void TraceContext::rebind(TensorImpl& impl, ir::Value v) {
+  LOOM_ASSERT(graph_.type(v) == impl.type);
+  impl.buffer = Buffer();
+  impl.value = v;
+  if (!impl.linked) link(&impl);
+  maybe_compact();
+}
+
+std::vector<ir::NodeId> TraceContext::collect(const std::vector<ir::Value>& roots) {
+  if (mark_.size() < graph_.size()) mark_.resize(graph_.size() * 2, 0);
+  if (++stamp_ == 0) {
+    std::fill(mark_.begin(), mark_.end(), 0);
+    stamp_ = 1;
+  }
+  std::vector<ir::NodeId> stack, order;
+  for (ir::Value r : roots) {
+    if (mark_[r.node] != stamp_) {
+      mark_[r.node] = stamp_;
+      stack.push_back(r.node);
+    }
+  }
+  while (!stack.empty()) {
+    ir::NodeId id = stack.back();
+    stack.pop_back();
+    order.push_back(id);
+    for (ir::Value v : graph_.node(id).operands) {
+      if (mark_[v.node] != stamp_) {
+        mark_[v.node] = stamp_;
+        stack.push_back(v.node);
+      }
+    }
+  }
+  std::sort(order.begin(), order.end());  // node ids are a topological order
+  return order;
+}
+
+ir::Graph TraceContext::cut(const std::vector<TensorImpl*>& impls, std::vector<uint32_t>* slots) {
+  std::vector<ir::Value> roots;
+  for (TensorImpl* p : impls)
+    if (p->pending()) roots.push_back(p->value);
+  std::vector<ir::NodeId> order = collect(roots);
+  std::vector<ir::NodeId> remap(graph_.size(), kNoNode);
+  std::unordered_map<uint32_t, ir::NodeId> param_of_slot;
+  ir::Graph out;
+  out.reserve(order.size());
+  for (ir::NodeId id : order) {
+    const ir::Node& n = graph_.node(id);
+    if (n.op == ir::OpKind::Parameter) {
+      uint32_t slot = static_cast<uint32_t>(n.attrs.i);
+      auto [it, fresh] = param_of_slot.try_emplace(slot, 0);
+      if (fresh) {
+        ir::Node p = n;
+        p.attrs.i = static_cast<int64_t>(slots->size());
+        slots->push_back(slot);
+        it->second = out.add(std::move(p));
+      }
+      remap[id] = it->second;
+      continue;
+    }
+    ir::Node c = n;
+    for (ir::Value& v : c.operands) v.node = remap[v.node];
+    remap[id] = out.add(std::move(c));
+  }
+  for (ir::Value r : roots) out.outputs().push_back({remap[r.node], r.index});
+  return out;
+}
+
+void TraceContext::materialize(const std::vector<TensorImpl*>& requested) {
+  double t0 = now_seconds();
+  std::vector<TensorImpl*> impls;
+  std::unordered_set<TensorImpl*> seen;
+  for (TensorImpl* p : requested)
+    if (p->pending() && seen.insert(p).second) impls.push_back(p);
+  if (impls.empty()) return;
+  std::vector<uint32_t> slot_ids;
+  ir::Graph g = cut(impls, &slot_ids);
+  std::vector<Buffer> inputs;
+  inputs.reserve(slot_ids.size());
+  for (uint32_t s : slot_ids) {
+    DataSlot& d = slots_[s];
+    if (d.is_scalar && !d.buffer.defined()) {
+      d.buffer = Buffer::allocate(8);
+      switch (d.type.dtype) {
+        case DType::Float32: *d.buffer.as<float>() = static_cast<float>(d.f); break;
+        case DType::Float64: *d.buffer.as<double>() = d.f; break;
+        case DType::Int32: *d.buffer.as<int32_t>() = static_cast<int32_t>(d.i); break;
+        case DType::Int64: *d.buffer.as<int64_t>() = d.i; break;
+        case DType::Bool: *d.buffer.as<uint8_t>() = d.f != 0; break;
+        case DType::BFloat16: *d.buffer.as<uint16_t>() = float_to_bf16(static_cast<float>(d.f)); break;
+        case DType::Float16: *d.buffer.as<uint16_t>() = float_to_f16(static_cast<float>(d.f)); break;
+      }
+    }
+    inputs.push_back(d.buffer);
+  }
+  auto& c = counters();
+  c.syncs++;
+  c.sync_nodes += static_cast<int64_t>(g.size());
+  flush_counters();
+  add_ns(c.sync_ns, now_seconds() - t0);
+  std::vector<Buffer> out = runtime::run_graph(g, inputs);
+  // Write back; the pending list must be complete before the graph can be reset.
+  size_t pending_count = 0;
+  for (TensorImpl* p = head_.next; p != &head_; p = p->next) ++pending_count;
+  bool all = pending_count == impls.size();
+  std::vector<ir::Value> done_values;
+  for (size_t k = 0; k < impls.size(); ++k) {
+    TensorImpl* p = impls[k];
+    done_values.push_back(p->value);
+    p->buffer = out[k];
+    p->value = {kNoNode, 0};
+    unlink(p);
+  }
+  if (all) {
+    reset_graph();
+    return;
+  }
+  // Partial: later cuts reuse the computed values instead of recomputing them.
+  for (size_t k = 0; k < impls.size(); ++k) {
+    ir::Value v = done_values[k];
+    ir::Node& n = graph_.mutable_node(v.node);
+    if (n.num_results() != 1 || n.op == ir::OpKind::Parameter) continue;
+    uint32_t slot = static_cast<uint32_t>(slots_.size());
+    slots_.push_back(DataSlot{impls[k]->buffer, n.type});
+    slot_by_buffer_[impls[k]->buffer.id()] = slot;
+    n.op = ir::OpKind::Parameter;
+    n.operands.clear();
+    n.attrs = ir::Attrs{};
+    n.attrs.i = slot;
+  }
+}
+
+void TraceContext::sync_all() {
+  std::vector<TensorImpl*> impls;
+  for (TensorImpl* p = head_.next; p != &head_; p = p->next) impls.push_back(p);
+  if (impls.empty()) {
+    reset_graph();
+    return;
+  }
+  materialize(impls);
+}
+
+void TraceContext::reset_graph() {
+  graph_.clear();
+  builder_.reindex();
+  slots_.clear();
+  slot_by_buffer_.clear();
+  gc_threshold_ = 1 << 14;
+}
+
+void TraceContext::maybe_compact() {
+  if (graph_.size() > gc_threshold_) compact();
+}
+
+void TraceContext::compact() {
+  std::vector<TensorImpl*> live;
+  std::vector<ir::Value> roots;
+  for (TensorImpl* p = head_.next; p != &head_; p = p->next) {
+    live.push_back(p);
+    roots.push_back(p->value);
+  }
+  std::vector<ir::NodeId> order = collect(roots);
+  std::vector<ir::NodeId> remap(graph_.size(), kNoNode);
+  ir::Graph fresh;
+  std::vector<DataSlot> fresh_slots;
+  fresh.reserve(order.size());
+  for (ir::NodeId id : order) {
+    ir::Node n = graph_.node(id);
+    if (n.op == ir::OpKind::Parameter) {
+      fresh_slots.push_back(std::move(slots_[n.attrs.i]));
+      n.attrs.i = static_cast<int64_t>(fresh_slots.size() - 1);
+    }
+    for (ir::Value& v : n.operands) v.node = remap[v.node];
+    remap[id] = fresh.add(std::move(n));
+  }
+  for (TensorImpl* p : live) p->value.node = remap[p->value.node];
+  graph_ = std::move(fresh);
+  slots_ = std::move(fresh_slots);
+  slot_by_buffer_.clear();
+  for (uint32_t s = 0; s < slots_.size(); ++s)
+    if (!slots_[s].is_scalar && slots_[s].buffer.defined()) slot_by_buffer_[slots_[s].buffer.id()] = s;
+  builder_.reindex();
+  gc_threshold_ = std::max<size_t>(1 << 14, graph_.size() * 2);
+  counters().pending_compactions++;
+}
+
+void TraceContext::flush_counters() {
+  auto& c = counters();
+  c.ops_traced += ops_traced;
+  c.trace_ns += static_cast<int64_t>(static_cast<double>(trace_ticks) * seconds_per_tick() * 1e9);
+  ops_traced = 0;
+  trace_ticks = 0;
+}
+
+}  // namespace loom::detail

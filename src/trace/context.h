@@ -1,0 +1,110 @@
+// The thread's trace context: the pending graph, its data slots, the list of live pending
+// tensors, and materialization (cut, run, write back). Private to the trace room.
+//
+// Pending values are nodes of one ir::Graph per thread, built by a hash-consing Builder.
+// Materialized tensors and host scalars enter it as Parameter nodes whose index attribute is a
+// data slot. A sync cuts the part that the requested tensors need into a compact graph whose
+// parameters are renumbered in order of appearance, runs it through the runtime, and stores
+// the results. The pending graph is garbage-collected (compacted to what live tensors need)
+// when it grows, so loops without a sync stay bounded by what is live.
+#pragma once
+
+#include <cstdint>
+#include <unordered_map>
+#include <vector>
+
+#include "loom/core/buffer.h"
+#include "loom/ir/builder.h"
+#include "loom/trace/ops.h"
+#include "loom/trace/tensor.h"
+
+namespace loom::detail {
+
+inline constexpr uint32_t kNoNode = UINT32_MAX;
+
+struct TensorImpl {
+  TensorType type;
+  Buffer buffer;               // the value, once materialized
+  ir::Value value{kNoNode, 0};  // the pending value, while pending
+  bool requires_grad = false;
+  // Intrusive list of pending tensors of the owning context.
+  TensorImpl* prev = nullptr;
+  TensorImpl* next = nullptr;
+  bool linked = false;
+
+  bool pending() const { return value.node != kNoNode; }
+  ~TensorImpl();
+};
+
+// A graph input held by the pending graph: a materialized buffer or a host scalar.
+struct DataSlot {
+  Buffer buffer;  // undefined for scalars until bound
+  TensorType type;
+  double f = 0;
+  int64_t i = 0;
+  bool is_scalar = false;
+};
+
+class TraceContext {
+ public:
+  static TraceContext& get();
+  ~TraceContext();
+
+  ir::Builder& builder() { return builder_; }
+  const ir::Graph& graph() const { return graph_; }
+
+  // The graph value of t: its pending node, or a Parameter node for its data.
+  ir::Value value_of(const Tensor& t);
+  // A host scalar as a 0-d graph input of dtype dt.
+  ir::Value scalar(const Scalar& s, DType dt);
+  // A host buffer of type t as a graph input (used for rng keys and literal data).
+  ir::Value data(Buffer b, const TensorType& t);
+  // Wraps a pending value into a new tensor.
+  Tensor wrap(ir::Value v);
+  // Makes `impl` pending on v (used by in-place ops); drops its old buffer.
+  void rebind(TensorImpl& impl, ir::Value v);
+
+  // Runs what the given tensors need and stores their buffers.
+  void materialize(const std::vector<TensorImpl*>& impls);
+  void sync_all();
+  // The compact graph (and its input slots) that materializing `impls` would run.
+  ir::Graph cut(const std::vector<TensorImpl*>& impls, std::vector<uint32_t>* slots);
+
+  void unlink(TensorImpl* impl);
+  // The next random key {seed, offset} as an i64[2] graph input.
+  ir::Value next_rng_key();
+  void manual_seed(uint64_t seed) {
+    seed_ = seed;
+    rng_offset_ = 0;
+  }
+  // Per-thread trace counters, flushed into the process metrics at each sync.
+  void flush_counters();
+  int64_t ops_traced = 0;
+  uint64_t trace_ticks = 0;
+
+ private:
+  TraceContext();
+  void link(TensorImpl* impl);
+  void maybe_compact();
+  void compact();
+  void reset_graph();
+  // Marks the nodes that `roots` need (mark_[id] == stamp_); returns them in id order.
+  std::vector<ir::NodeId> collect(const std::vector<ir::Value>& roots);
+
+  ir::Graph graph_;
+  ir::Builder builder_;
+  std::vector<DataSlot> slots_;
+  std::unordered_map<const void*, uint32_t> slot_by_buffer_;
+  TensorImpl head_;  // sentinel of the pending list
+  size_t gc_threshold_ = 1 << 14;
+  std::vector<uint32_t> mark_;
+  uint32_t stamp_ = 0;
+  uint64_t seed_ = 0x5eed;
+  uint64_t rng_offset_ = 0;
+};
+
+// Reads the cycle counter (cheap enough per recorded op).
+uint64_t ticks();
+double seconds_per_tick();
+
+}  // namespace loom::detail

@@ -1,0 +1,222 @@
+// Layout, indexing and matrix-product ops of the public API (torch semantics on top of the
+// IR's reshape, permute, expand, slice, concat, gather, index_select and matmul).
+#include <algorithm>
+
+#include "loom/trace/ops.h"
+#include "trace/ops_impl.h"
+
+namespace loom {
+
+using detail::OpRecord;
+
+namespace {
+TensorType type_of(const Tensor& x) { return {x.dtype(), x.shape()}; }
+
+Shape infer_reshape(const char* op, const Tensor& x, const std::vector<int64_t>& shape) {
+  Shape s(shape);
+  int64_t infer_at = -1, known = 1;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] == -1) {
+      LOOM_CHECK_T(ShapeError, infer_at < 0, "[", op, "] only one dim can be -1, got ",
+                   Shape(shape));
+      infer_at = static_cast<int64_t>(i);
+    } else {
+      LOOM_CHECK_T(ShapeError, shape[i] >= 0, "[", op, "] invalid extent ", shape[i], " in ",
+                   Shape(shape));
+      known *= shape[i];
+    }
+  }
+  if (infer_at >= 0) {
+    LOOM_CHECK_T(ShapeError, known != 0 && x.numel() % known == 0, "[", op, "] cannot reshape ",
+                 type_of(x), " to ", Shape(shape));
+    s[infer_at] = x.numel() / known;
+  }
+  LOOM_CHECK_T(ShapeError, s.numel() == x.numel(), "[", op, "] cannot reshape ", type_of(x), " (",
+               x.numel(), " elements) to ", s, " (", s.numel(), " elements)");
+  return s;
+}
+}  // namespace
+
+Tensor reshape(const Tensor& x, std::vector<int64_t> shape) {
+  Shape s = infer_reshape("reshape", x, shape);
+  OpRecord rec;
+  return rec.ctx.wrap(rec.b().reshape(rec.ctx.value_of(x), s));
+}
+Tensor view(const Tensor& x, std::vector<int64_t> shape) {
+  Shape s = infer_reshape("view", x, shape);
+  OpRecord rec;
+  return rec.ctx.wrap(rec.b().reshape(rec.ctx.value_of(x), s));
+}
+
+Tensor permute(const Tensor& x, std::vector<int64_t> dims) {
+  LOOM_CHECK_T(ShapeError, static_cast<int64_t>(dims.size()) == x.dim(), "[permute] expected ",
+               x.dim(), " dims for ", type_of(x), ", got ", Shape(dims));
+  for (int64_t& d : dims) d = normalize_axis("permute", d, x.dim());
+  std::vector<int64_t> sorted = dims;
+  std::sort(sorted.begin(), sorted.end());
+  LOOM_CHECK_T(ShapeError, std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end(),
+               "[permute] dims ", Shape(dims), " repeat a dim of ", type_of(x));
+  bool identity = true;
+  for (size_t i = 0; i < dims.size(); ++i) identity = identity && dims[i] == static_cast<int64_t>(i);
+  OpRecord rec;
+  ir::Value v = rec.ctx.value_of(x);
+  return rec.ctx.wrap(identity ? v : rec.b().permute(v, std::move(dims)));
+}
+
+Tensor transpose(const Tensor& x, int64_t dim0, int64_t dim1) {
+  int64_t r = x.dim();
+  if (r == 0) {
+    normalize_axis("transpose", dim0, 0);
+    normalize_axis("transpose", dim1, 0);
+    return permute(x, {});
+  }
+  int64_t a = normalize_axis("transpose", dim0, r), b = normalize_axis("transpose", dim1, r);
+  std::vector<int64_t> perm(r);
+  for (int64_t i = 0; i < r; ++i) perm[i] = i;
+  std::swap(perm[a], perm[b]);
+  return permute(x, perm);
+}
+
+Tensor unsqueeze(const Tensor& x, int64_t dim) {
+  int64_t d = normalize_axis("unsqueeze", dim, x.dim() + 1);
+  Shape s = x.shape();
+  s.insert(d, 1);
+  return reshape(x, s.vec());
+}
+Tensor squeeze(const Tensor& x) {
+  Shape s;
+  for (int64_t e : x.shape())
+    if (e != 1) s.push_back(e);
+  return reshape(x, s.vec());
+}
+Tensor squeeze(const Tensor& x, int64_t dim) {
+  if (x.dim() == 0) return x;
+  int64_t d = normalize_axis("squeeze", dim, x.dim());
+  if (x.shape()[d] != 1) return x;
+  Shape s = x.shape();
+  s.erase(d);
+  return reshape(x, s.vec());
+}
+Tensor flatten(const Tensor& x, int64_t start_dim, int64_t end_dim) {
+  if (x.dim() == 0) return reshape(x, {1});
+  int64_t a = normalize_axis("flatten", start_dim, x.dim());
+  int64_t b = normalize_axis("flatten", end_dim, x.dim());
+  LOOM_CHECK_T(ShapeError, a <= b, "[flatten] start_dim ", start_dim, " comes after end_dim ",
+               end_dim, " for ", type_of(x));
+  std::vector<int64_t> s;
+  for (int64_t i = 0; i < a; ++i) s.push_back(x.shape()[i]);
+  int64_t n = 1;
+  for (int64_t i = a; i <= b; ++i) n *= x.shape()[i];
+  s.push_back(n);
+  for (int64_t i = b + 1; i < x.dim(); ++i) s.push_back(x.shape()[i]);
+  return reshape(x, s);
+}
+
+Tensor expand(const Tensor& x, std::vector<int64_t> shape) {
+  size_t off = shape.size() >= static_cast<size_t>(x.dim()) ? shape.size() - x.dim() : 0;
+  LOOM_CHECK_T(ShapeError, shape.size() >= static_cast<size_t>(x.dim()), "[expand] target ",
+               Shape(shape), " has fewer dims than ", type_of(x));
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] == -1) {
+      LOOM_CHECK_T(ShapeError, i >= off, "[expand] -1 is not allowed for the new leading dim ", i,
+                   " of ", Shape(shape));
+      shape[i] = x.shape()[i - off];
+    }
+  }
+  OpRecord rec;
+  return rec.ctx.wrap(rec.b().expand(rec.ctx.value_of(x), Shape(shape)));
+}
+
+Tensor cat(const std::vector<Tensor>& xs, int64_t dim) {
+  LOOM_CHECK_T(ShapeError, !xs.empty(), "[cat] expected a non-empty list of tensors");
+  int64_t r = xs[0].dim();
+  LOOM_CHECK_T(ShapeError, r > 0, "[cat] zero-dimensional tensors cannot be concatenated");
+  int64_t d = normalize_axis("cat", dim, r);
+  DType dt = xs[0].dtype();
+  for (const Tensor& t : xs) dt = promote_types(dt, t.dtype());
+  OpRecord rec;
+  std::vector<ir::Value> vs;
+  for (const Tensor& t : xs) {
+    LOOM_CHECK_T(ShapeError, t.dim() == r, "[cat] expected tensors of rank ", r, ", got ",
+                 type_of(t), " beside ", type_of(xs[0]));
+    vs.push_back(rec.b().convert(rec.ctx.value_of(t), dt));
+  }
+  return rec.ctx.wrap(rec.b().concat(vs, d));
+}
+
+Tensor stack(const std::vector<Tensor>& xs, int64_t dim) {
+  LOOM_CHECK_T(ShapeError, !xs.empty(), "[stack] expected a non-empty list of tensors");
+  int64_t d = normalize_axis("stack", dim, xs[0].dim() + 1);
+  std::vector<Tensor> us;
+  for (const Tensor& t : xs) {
+    LOOM_CHECK_T(ShapeError, t.shape() == xs[0].shape(), "[stack] expected tensors of one shape, got ",
+                 type_of(t), " beside ", type_of(xs[0]));
+    us.push_back(unsqueeze(t, d));
+  }
+  return cat(us, d);
+}
+
+Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t step) {
+  int64_t d = normalize_axis("slice", dim, x.dim());
+  LOOM_CHECK_T(ShapeError, step >= 1, "[slice] step must be positive, got ", step);
+  int64_t n = x.shape()[d];
+  auto clampi = [n](int64_t i) { return std::clamp<int64_t>(i < 0 ? i + n : i, 0, n); };
+  int64_t s = clampi(start), e = std::max(s, clampi(end));
+  OpRecord rec;
+  ir::Value v = rec.ctx.value_of(x);
+  if (s == 0 && e == n && step == 1) return rec.ctx.wrap(v);
+  return rec.ctx.wrap(rec.b().slice(v, d, s, e, step));
+}
+
+Tensor select(const Tensor& x, int64_t dim, int64_t index) {
+  LOOM_CHECK_T(ShapeError, x.dim() > 0, "[select] cannot index a 0-d tensor ", type_of(x));
+  int64_t d = normalize_axis("select", dim, x.dim());
+  int64_t n = x.shape()[d];
+  LOOM_CHECK_T(ShapeError, index >= -n && index < n, "[select] index ", index,
+               " is out of bounds for dim ", d, " with size ", n, " of ", type_of(x));
+  if (index < 0) index += n;
+  return squeeze(slice(x, d, index, index + 1), d);
+}
+
+Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
+  OpRecord rec;
+  int64_t d = normalize_axis("index_select", dim, std::max<int64_t>(x.dim(), 1));
+  ir::Value v = rec.ctx.value_of(x), i = rec.ctx.value_of(index);
+  if (x.dim() == 0) v = rec.b().reshape(v, Shape{1});
+  if (index.dim() == 0) i = rec.b().reshape(i, Shape{1});
+  ir::Value r = rec.b().index_select(v, d, i);
+  if (x.dim() == 0) r = rec.b().reshape(r, Shape{});
+  return rec.ctx.wrap(r);
+}
+
+Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
+  OpRecord rec;
+  int64_t d = normalize_axis("gather", dim, std::max<int64_t>(x.dim(), 1));
+  LOOM_CHECK_T(ShapeError, x.dim() == index.dim(), "[gather] index ", type_of(index),
+               " must have the rank of the input ", type_of(x));
+  ir::Value v = rec.ctx.value_of(x), i = rec.ctx.value_of(index);
+  if (x.dim() == 0) {
+    v = rec.b().reshape(v, Shape{1});
+    i = rec.b().reshape(i, Shape{1});
+    return rec.ctx.wrap(rec.b().reshape(rec.b().gather(v, d, i), Shape{}));
+  }
+  return rec.ctx.wrap(rec.b().gather(v, d, i));
+}
+
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  LOOM_CHECK_T(ShapeError, a.dim() >= 1 && b.dim() >= 1,
+               "[matmul] both operands need at least 1 dim, got ", type_of(a), " and ", type_of(b));
+  DType dt = detail::result_type(a, b);
+  OpRecord rec;
+  ir::Value va = rec.b().convert(rec.ctx.value_of(a), dt);
+  ir::Value vb = rec.b().convert(rec.ctx.value_of(b), dt);
+  if (a.dim() == 1) va = rec.b().reshape(va, Shape{1, a.shape()[0]});
+  if (b.dim() == 1) vb = rec.b().reshape(vb, Shape{b.shape()[0], 1});
+  ir::Value r = rec.b().matmul(va, vb);
+  Shape s = rec.b().type(r).shape;
+  if (b.dim() == 1) s.erase(s.size() - 1);
+  if (a.dim() == 1) s.erase(s.size() - (b.dim() == 1 ? 1 : 2));
+  return rec.ctx.wrap(rec.b().reshape(r, s));
+}
+
+}  // namespace loom

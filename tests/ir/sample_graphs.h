@@ -1,0 +1,119 @@
+// Sample graphs for the IR tests (text, fingerprint, parser fuzz), built with the Builder so
+// that they are well-typed by construction. Together they use every op in ops.def.
+#pragma once
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "loom/ir/builder.h"
+
+namespace loom::ir::testing {
+
+// Elementwise ops of every family, on float, int and bool operands, with broadcasting.
+inline Graph elementwise_graph() {
+  Graph g;
+  Builder b(g);
+  Value x = b.parameter({float32, {2, 3}});
+  Value y = b.parameter({float32, {2, 3}});
+  Value r = b.parameter({float32, {3}});
+  Value n = b.parameter({int32, {2, 3}});
+  std::vector<Value> outs;
+  for (OpKind op : {OpKind::Neg, OpKind::Abs, OpKind::Exp, OpKind::Log, OpKind::Sqrt,
+                    OpKind::Tanh, OpKind::Sin, OpKind::Cos, OpKind::Erf})
+    outs.push_back(b.unary(op, x));
+  for (OpKind op : {OpKind::Add, OpKind::Sub, OpKind::Mul, OpKind::Div, OpKind::Pow,
+                    OpKind::Maximum, OpKind::Minimum})
+    outs.push_back(b.binary(op, x, r));
+  outs.push_back(b.binary(OpKind::Div, n, b.convert(x, int32)));
+  Value lt = b.binary(OpKind::Lt, x, y);
+  for (OpKind op : {OpKind::Eq, OpKind::Ne, OpKind::Le, OpKind::Gt, OpKind::Ge})
+    outs.push_back(b.binary(op, x, r));
+  Value ge = b.binary(OpKind::Ge, n, b.constant(0, int32));
+  outs.push_back(b.binary(OpKind::And, lt, ge));
+  outs.push_back(b.binary(OpKind::Or, b.unary(OpKind::Not, lt), ge));
+  outs.push_back(b.where(lt, x, b.constant(-0.5, float32)));
+  outs.push_back(b.convert(x, float64));
+  outs.push_back(b.convert(n, bool_));
+  g.outputs() = outs;
+  return g;
+}
+
+// Sources, reductions, matmul, layout, indexing and random ops, with 16-bit floats.
+inline Graph structural_graph() {
+  Graph g;
+  Builder b(g);
+  Value c = b.constant(2.5, float32);  // a node before the parameters
+  Value x = b.parameter({float32, {2, 3}});
+  Value h = b.parameter({bfloat16, {4}});
+  Value k = b.parameter({int64, {2}});
+  Value i = b.parameter({int64, {2, 2}});
+  Value half = b.parameter({float16, {3, 1}});
+  std::vector<Value> outs;
+  outs.push_back(b.binary(OpKind::Mul, x, c));
+  outs.push_back(b.iota({int32, {2, 5}}, 1));
+  outs.push_back(b.reduce(OpKind::ReduceSum, x, {1}, false));
+  outs.push_back(b.reduce(OpKind::ReduceMax, x, {0, 1}, true));
+  outs.push_back(b.reduce(OpKind::ReduceMin, x, {}, false));
+  outs.push_back(b.argmax(x, 1, true));
+  Value xt = b.permute(x, {1, 0});
+  outs.push_back(b.matmul(x, xt));
+  outs.push_back(b.reshape(x, {3, 2}));
+  outs.push_back(b.expand(half, {2, 3, 4}));
+  outs.push_back(b.slice(x, 1, 0, 3, 2));
+  Value parts[] = {x, x, b.slice(x, 0, 1, 2)};
+  outs.push_back(b.concat(parts, 0));
+  outs.push_back(b.gather(x, 1, i));
+  outs.push_back(b.index_select(x, 1, b.convert(k, int32)));
+  outs.push_back(b.random(OpKind::RandUniform, k, {float32, {2, 2}}));
+  outs.push_back(b.random(OpKind::RandNormal, k, {float64, {3}}));
+  outs.push_back(b.unary(OpKind::Exp, h));
+  g.outputs() = outs;
+  return g;
+}
+
+// Constants whose printing is delicate: infinities, NaN, signed zero, subnormals, extremes,
+// integers beyond 2^53, and a dead node.
+inline Graph constants_graph() {
+  Graph g;
+  Builder b(g);
+  std::vector<Value> outs;
+  for (double v : {0.1, -0.0, 1e308, 4.9406564584124654e-324, -1e-300, 1.0 / 3,
+                   std::numeric_limits<double>::infinity(),
+                   -std::numeric_limits<double>::infinity(),
+                   std::numeric_limits<double>::quiet_NaN(),
+                   -std::numeric_limits<double>::quiet_NaN()})
+    outs.push_back(b.constant(v, float64));
+  outs.push_back(b.constant(9007199254740993.0, int64));  // rounds to 2^53 in the double
+  outs.push_back(b.constant(-2147483648.0, int32));
+  outs.push_back(b.constant(1, bool_));
+  outs.push_back(b.constant(65504, float16));
+  b.constant(7, float32);  // dead
+  Value p = b.parameter({float32, {}});
+  outs.push_back(b.binary(OpKind::Add, p, p));
+  g.outputs() = outs;
+  return g;
+}
+
+// A graph with a parameter nobody uses, no-op-free outputs, and a repeated output.
+inline Graph small_graph() {
+  Graph g;
+  Builder b(g);
+  Value x = b.parameter({float32, {4}});
+  b.parameter({int64, {}});
+  Value e = b.unary(OpKind::Exp, x);
+  g.outputs() = {e, x, e};
+  return g;
+}
+
+inline std::vector<Graph> sample_graphs() {
+  std::vector<Graph> gs;
+  gs.push_back(elementwise_graph());
+  gs.push_back(structural_graph());
+  gs.push_back(constants_graph());
+  gs.push_back(small_graph());
+  gs.push_back(Graph());  // no parameters, no outputs
+  return gs;
+}
+
+}  // namespace loom::ir::testing

@@ -1,0 +1,232 @@
+// Passes as "IR text in, IR text out": each simplify rule, constant folding, CSE and DCE,
+// with the negative cases (broadcasting, multi-use, type changes) that must stay as they are.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "loom/core/error.h"
+#include "loom/ir/graph.h"
+#include "loom/passes/pass.h"
+
+namespace loom::passes {
+namespace {
+
+// Runs the comma-separated passes over `in`; returns the printed result.
+std::string run(const std::string& passes, const std::string& in, bool* changed = nullptr) {
+  ir::Graph g = ir::parse(in);
+  Pipeline p;
+  size_t start = 0;
+  while (start < passes.size()) {
+    size_t comma = std::min(passes.find(',', start), passes.size());
+    p.add(make_pass(passes.substr(start, comma - start)));
+    start = comma + 1;
+  }
+  bool c = p.run(g);
+  if (changed) *changed = c;
+  return ir::to_text(g);
+}
+
+// Expected text, normalized through the printer so that names need not be sequential.
+std::string norm(const std::string& text) { return ir::to_text(ir::parse(text)); }
+
+void expect_pass(const std::string& passes, const std::string& in, const std::string& out) {
+  bool changed = false;
+  EXPECT_EQ(run(passes, in, &changed), norm(out)) << "input:\n" << in;
+  EXPECT_TRUE(changed);
+}
+
+void expect_unchanged(const std::string& passes, const std::string& in) {
+  bool changed = true;
+  EXPECT_EQ(run(passes, in, &changed), norm(in));
+  EXPECT_FALSE(changed);
+}
+
+const std::string kHeader = "graph(%x: f32[4], %b: f32[]) {\n";
+
+TEST(PassesTest, AddZero) {
+  expect_pass("simplify,dce",
+              kHeader + "  %z = constant() {value=0} : f32[]\n  %y = add(%x, %z) : f32[4]\n"
+                        "  %w = add(%z, %x) : f32[4]\n  return %y, %w\n}",
+              kHeader + "  return %x, %x\n}");
+  // A zero of the same shape folds too.
+  expect_pass("simplify,dce",
+              kHeader + "  %z = constant() {value=-0} : f32[4]\n  %y = add(%x, %z) : f32[4]\n"
+                        "  return %y\n}",
+              kHeader + "  return %x\n}");
+}
+
+TEST(PassesTest, AddZeroThatBroadcastsStays) {
+  // b + 0 where the 0 is f32[4]: the result is f32[4], not b's f32[].
+  expect_unchanged("simplify",
+                   kHeader + "  %z = constant() {value=0} : f32[4]\n"
+                             "  %y = add(%b, %z) : f32[4]\n  return %y\n}");
+  expect_unchanged("simplify",
+                   "graph(%x: f32[1,4]) {\n  %z = constant() {value=0} : f32[3,1]\n"
+                   "  %y = add(%x, %z) : f32[3,4]\n  %m = mul(%x, %z) : f32[3,4]\n"
+                   "  return %y, %m\n}");
+}
+
+TEST(PassesTest, SubDivMulIdentities) {
+  expect_pass("simplify,dce",
+              kHeader + "  %z = constant() {value=0} : f32[]\n  %o = constant() {value=1} : f32[]\n"
+                        "  %s = sub(%x, %z) : f32[4]\n  %d = div(%s, %o) : f32[4]\n"
+                        "  %m = mul(%d, %o) : f32[4]\n  %n = mul(%o, %m) : f32[4]\n"
+                        "  return %n\n}",
+              kHeader + "  return %x\n}");
+  // 0 - x and 1 / x are not x.
+  expect_unchanged("simplify",
+                   kHeader + "  %z = constant() {value=0} : f32[]\n  %o = constant() {value=1} : f32[]\n"
+                             "  %s = sub(%z, %x) : f32[4]\n  %d = div(%o, %x) : f32[4]\n"
+                             "  %m = mul(%x, %z) : f32[4]\n  return %s, %d, %m\n}");
+}
+
+TEST(PassesTest, IntegerIdentities) {
+  expect_pass("simplify,dce",
+              "graph(%i: i32[3]) {\n  %o = constant() {value=1} : i32[]\n"
+              "  %m = mul(%i, %o) : i32[3]\n  return %m\n}",
+              "graph(%i: i32[3]) {\n  return %i\n}");
+}
+
+TEST(PassesTest, DoubleNegation) {
+  expect_pass("simplify,dce",
+              kHeader + "  %1 = neg(%x) : f32[4]\n  %2 = neg(%1) : f32[4]\n  %3 = neg(%2) : f32[4]\n"
+                        "  %4 = neg(%3) : f32[4]\n  %5 = neg(%4) : f32[4]\n  return %4, %5\n}",
+              kHeader + "  %1 = neg(%x) : f32[4]\n  return %x, %1\n}");
+  expect_unchanged("simplify", kHeader + "  %1 = neg(%x) : f32[4]\n  %2 = abs(%1) : f32[4]\n"
+                                         "  return %2\n}");
+}
+
+TEST(PassesTest, ConvertToTheSameDtype) {
+  expect_pass("simplify,dce",
+              kHeader + "  %1 = convert(%x) : f32[4]\n  return %1\n}", kHeader + "  return %x\n}");
+  expect_unchanged("simplify", kHeader + "  %1 = convert(%x) : f64[4]\n  return %1\n}");
+}
+
+TEST(PassesTest, ReshapeAndExpandToTheSameShape) {
+  expect_pass("simplify,dce",
+              kHeader + "  %1 = reshape(%x) {shape=[4]} : f32[4]\n"
+                        "  %2 = expand(%1) {shape=[4]} : f32[4]\n  return %2\n}",
+              kHeader + "  return %x\n}");
+  expect_unchanged("simplify", kHeader + "  %1 = expand(%x) {shape=[2,4]} : f32[2,4]\n"
+                                         "  %2 = reshape(%x) {shape=[2,2]} : f32[2,2]\n"
+                                         "  return %1, %2\n}");
+}
+
+TEST(PassesTest, ReshapeOfReshape) {
+  expect_pass("simplify,dce",
+              kHeader + "  %1 = reshape(%x) {shape=[2,2]} : f32[2,2]\n"
+                        "  %2 = reshape(%1) {shape=[1,4]} : f32[1,4]\n  return %2\n}",
+              kHeader + "  %2 = reshape(%x) {shape=[1,4]} : f32[1,4]\n  return %2\n}");
+  // Back to the original shape: the pair disappears.
+  expect_pass("simplify,dce",
+              kHeader + "  %1 = reshape(%x) {shape=[2,2]} : f32[2,2]\n"
+                        "  %2 = reshape(%1) {shape=[4]} : f32[4]\n  return %2, %1\n}",
+              kHeader + "  %1 = reshape(%x) {shape=[2,2]} : f32[2,2]\n  return %x, %1\n}");
+}
+
+TEST(PassesTest, Permutes) {
+  const std::string h = "graph(%x: f32[2,3,5]) {\n";
+  expect_pass("simplify,dce", h + "  %1 = permute(%x) {perm=[0,1,2]} : f32[2,3,5]\n  return %1\n}",
+              h + "  return %x\n}");
+  // out[i] = x[p1[p2[i]]]: [1,2,0] then [2,0,1] composes to the identity.
+  expect_pass("simplify,dce",
+              h + "  %1 = permute(%x) {perm=[1,2,0]} : f32[3,5,2]\n"
+                  "  %2 = permute(%1) {perm=[2,0,1]} : f32[2,3,5]\n  return %2\n}",
+              h + "  return %x\n}");
+  expect_pass("simplify,dce",
+              h + "  %1 = permute(%x) {perm=[1,0,2]} : f32[3,2,5]\n"
+                  "  %2 = permute(%1) {perm=[0,2,1]} : f32[3,5,2]\n  return %2\n}",
+              h + "  %2 = permute(%x) {perm=[1,2,0]} : f32[3,5,2]\n  return %2\n}");
+  expect_unchanged("simplify", h + "  %1 = permute(%x) {perm=[1,0,2]} : f32[3,2,5]\n"
+                                   "  return %1\n}");
+}
+
+TEST(PassesTest, FoldsScalarConstants) {
+  expect_pass("simplify,dce",
+              "graph() {\n  %a = constant() {value=0.5} : f32[]\n  %b = constant() {value=2} : f32[]\n"
+              "  %c = mul(%a, %b) : f32[]\n  %d = add(%c, %b) : f32[]\n  %e = exp(%d) : f32[]\n"
+              "  %f = lt(%a, %b) : bool[]\n  %g = where(%f, %a, %b) : f32[]\n"
+              "  %h = convert(%d) : i32[]\n  return %e, %g, %h\n}",
+              // exp(3) rounded to f32 is 20.08553695678711 (closed form, printed exactly).
+              "graph() {\n  %e = constant() {value=20.085536956787109} : f32[]\n"
+              "  %g = constant() {value=0.5} : f32[]\n  %h = constant() {value=3} : i32[]\n"
+              "  return %e, %g, %h\n}");
+}
+
+TEST(PassesTest, FoldsIntegersWithWrapAndTruncation) {
+  expect_pass("simplify,dce",
+              "graph() {\n  %a = constant() {value=-7} : i32[]\n  %b = constant() {value=2} : i32[]\n"
+              "  %z = constant() {value=0} : i32[]\n  %big = constant() {value=2147483647} : i32[]\n"
+              "  %d = div(%a, %b) : i32[]\n  %dz = div(%a, %z) : i32[]\n"
+              "  %w = add(%big, %b) : i32[]\n  return %d, %dz, %w\n}",
+              "graph() {\n  %d = constant() {value=-3} : i32[]\n  %dz = constant() {value=0} : i32[]\n"
+              "  %w = constant() {value=-2147483647} : i32[]\n  return %d, %dz, %w\n}");
+}
+
+TEST(PassesTest, DoesNotFoldNonScalarsOrOpenSemantics) {
+  expect_unchanged("simplify",
+                   "graph() {\n  %a = constant() {value=2} : f32[3]\n  %b = exp(%a) : f32[3]\n"
+                   "  %i = constant() {value=2} : i32[]\n  %p = pow(%i, %i) : i32[]\n"
+                   "  %n = constant() {value=nan} : f32[]\n  %m = maximum(%n, %n) : f32[]\n"
+                   "  %c = convert(%n) : i32[]\n  return %b, %p, %m, %c\n}");
+}
+
+TEST(PassesTest, FoldRoundsToTheResultDtype) {
+  // 0.1 + 0.2 in f16: operands round to f16 first, the sum rounds once more.
+  expect_pass("simplify,dce",
+              "graph() {\n  %a = constant() {value=0.1} : f16[]\n  %b = constant() {value=0.2} : f16[]\n"
+              "  %c = add(%a, %b) : f16[]\n  return %c\n}",
+              "graph() {\n  %c = constant() {value=0.2998046875} : f16[]\n  return %c\n}");
+}
+
+TEST(PassesTest, CseMergesIdenticalNodes) {
+  expect_pass("cse",
+              kHeader + "  %1 = exp(%x) : f32[4]\n  %2 = exp(%x) : f32[4]\n"
+                        "  %3 = add(%1, %2) : f32[4]\n  %4 = add(%2, %1) : f32[4]\n"
+                        "  %c = constant() {value=1} : f32[]\n  %d = constant() {value=1} : f32[]\n"
+                        "  %e = add(%b, %c) : f32[]\n  %f = add(%b, %d) : f32[]\n"
+                        "  return %3, %4, %e, %f\n}",
+              kHeader + "  %1 = exp(%x) : f32[4]\n  %3 = add(%1, %1) : f32[4]\n"
+                        "  %c = constant() {value=1} : f32[]\n  %e = add(%b, %c) : f32[]\n"
+                        "  return %3, %3, %e, %e\n}");
+}
+
+TEST(PassesTest, CseKeepsDifferentNodes) {
+  expect_unchanged("cse",
+                   kHeader + "  %1 = exp(%x) : f32[4]\n  %2 = log(%x) : f32[4]\n"
+                             "  %3 = sub(%1, %2) : f32[4]\n  %4 = sub(%2, %1) : f32[4]\n"
+                             "  %c = constant() {value=0} : f32[]\n  %d = constant() {value=-0} : f32[]\n"
+                             "  %r = reduce_sum(%x) {axes=[0], keepdim=false} : f32[]\n"
+                             "  %s = reduce_sum(%x) {axes=[0], keepdim=true} : f32[1]\n"
+                             "  return %3, %4, %c, %d, %r, %s\n}");
+}
+
+TEST(PassesTest, DceDropsDeadNodesButKeepsParameters) {
+  expect_pass("dce",
+              "graph(%x: f32[4], %unused: i64[2]) {\n  %1 = exp(%x) : f32[4]\n"
+              "  %2 = log(%1) : f32[4]\n  %3 = neg(%x) : f32[4]\n  return %3\n}",
+              "graph(%x: f32[4], %unused: i64[2]) {\n  %3 = neg(%x) : f32[4]\n  return %3\n}");
+  expect_unchanged("dce", "graph(%x: f32[4], %y: f32[4]) {\n  return\n}");
+}
+
+TEST(PassesTest, DefaultPipeline) {
+  ir::Graph g = ir::parse(
+      "graph(%x: f32[4]) {\n  %z = constant() {value=0} : f32[]\n  %a = add(%x, %z) : f32[4]\n"
+      "  %e1 = exp(%a) : f32[4]\n  %e2 = exp(%x) : f32[4]\n  %s = add(%e1, %e2) : f32[4]\n"
+      "  return %s\n}");
+  EXPECT_TRUE(default_pipeline().run(g));
+  EXPECT_EQ(ir::to_text(g), norm("graph(%x: f32[4]) {\n  %e = exp(%x) : f32[4]\n"
+                                 "  %s = add(%e, %e) : f32[4]\n  return %s\n}"));
+}
+
+TEST(PassesTest, UnknownPassAndBadInput) {
+  EXPECT_THROW(make_pass("licm"), Error);
+  ir::Graph g = ir::parse("graph(%x: f32[4]) {\n  %1 = exp(%x) : f32[4]\n  return %1\n}");
+  g.mutable_node(1).type.shape = Shape{5};  // break the graph: the pipeline refuses it
+  EXPECT_THROW(default_pipeline().run(g), Error);
+}
+
+}  // namespace
+}  // namespace loom::passes
