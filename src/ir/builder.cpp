@@ -72,32 +72,72 @@ TensorType infer_type(const Graph& g, OpKind op, std::span<const Value> xs, cons
   throw Error(loom::detail::str_cat("[", in.name, "] has no type rule"));
 }
 
+namespace {
+constexpr NodeId kEmpty = UINT32_MAX;
+}
+
 Builder::Builder(Graph& g, bool hash_cons) : g_(&g), hash_cons_(hash_cons) { reindex(); }
 
 void Builder::reindex() {
-  table_.clear();
+  merkle_.clear();
+  table_.assign(64, kEmpty);
+  used_ = 0;
   if (!hash_cons_) return;
-  table_.reserve(g_->size() * 2);
+  merkle_.reserve(g_->size());
   for (NodeId id = 0; id < g_->size(); ++id) {
-    const Node& n = g_->node(id);
-    if (n.regions.empty()) table_.emplace(node_hash(n), id);
+    uint64_t h = node_hash(g_->node(id));
+    merkle_.push_back(h);
+    if (g_->node(id).regions.empty()) insert(h, id);
   }
 }
 
 uint64_t Builder::node_hash(const Node& n) const {
   uint64_t h = hash_combine(static_cast<uint64_t>(n.op), static_cast<uint64_t>(n.type.dtype));
   for (int64_t d : n.type.shape) h = hash_combine(h, static_cast<uint64_t>(d));
-  for (Value v : n.operands) h = hash_combine(h, (uint64_t{v.node} << 32) | v.index);
+  for (Value v : n.operands) h = hash_combine(h, merkle(v));
   for (int64_t x : n.attrs.ints) h = hash_combine(h, static_cast<uint64_t>(x));
   uint64_t fbits;
   std::memcpy(&fbits, &n.attrs.f, sizeof fbits);
   h = hash_combine(h, static_cast<uint64_t>(n.attrs.i));
-  return hash_combine(h, fbits ^ (n.attrs.flag ? 0x5bd1e995u : 0u));
+  h = hash_combine(h, fbits ^ (n.attrs.flag ? 0x5bd1e995u : 0u));
+  for (const TensorType& t : n.more_types) {
+    h = hash_combine(h, static_cast<uint64_t>(t.dtype));
+    for (int64_t d : t.shape) h = hash_combine(h, static_cast<uint64_t>(d));
+  }
+  for (const auto& r : n.regions) {
+    Hash128 rh = fingerprint(*r);
+    h = hash_combine(hash_combine(h, rh.lo), rh.hi);
+  }
+  return h;
 }
 
 bool Builder::same_node(const Node& a, const Node& b) const {
   return a.op == b.op && a.type == b.type && a.operands == b.operands && a.attrs == b.attrs &&
          a.more_types.empty() && b.more_types.empty() && a.regions.empty() && b.regions.empty();
+}
+
+void Builder::insert(uint64_t h, NodeId id) {
+  if ((used_ + 1) * 2 > table_.size()) grow();
+  size_t mask = table_.size() - 1;
+  for (size_t i = h & mask;; i = (i + 1) & mask) {
+    if (table_[i] == kEmpty) {
+      table_[i] = id;
+      ++used_;
+      return;
+    }
+  }
+}
+
+void Builder::grow() {
+  std::vector<NodeId> old = std::move(table_);
+  table_.assign(old.size() * 2, kEmpty);
+  size_t mask = table_.size() - 1;
+  for (NodeId id : old) {
+    if (id == kEmpty) continue;
+    size_t i = merkle_[id] & mask;
+    while (table_[i] != kEmpty) i = (i + 1) & mask;
+    table_[i] = id;
+  }
 }
 
 Value Builder::make(OpKind op, std::span<const Value> operands, Attrs attrs,
@@ -109,12 +149,14 @@ Value Builder::make(OpKind op, std::span<const Value> operands, Attrs attrs,
   n.attrs = std::move(attrs);
   if (!hash_cons_) return {g_->add(std::move(n)), 0};
   uint64_t h = node_hash(n);
-  auto [lo, hi] = table_.equal_range(h);
-  for (auto it = lo; it != hi; ++it) {
-    if (same_node(g_->node(it->second), n)) return {it->second, 0};
+  size_t mask = table_.size() - 1;
+  for (size_t i = h & mask; table_[i] != kEmpty; i = (i + 1) & mask) {
+    NodeId id = table_[i];
+    if (merkle_[id] == h && same_node(g_->node(id), n)) return {id, 0};
   }
   NodeId id = g_->add(std::move(n));
-  table_.emplace(h, id);
+  merkle_.push_back(h);
+  insert(h, id);
   return {id, 0};
 }
 

@@ -106,7 +106,8 @@ void hash_node(Hasher128& h, const Node& n, const std::vector<uint32_t>& number)
   const uint64_t fb = f_bits(a.f);
   const size_t rank = n.type.shape.size(), num_ops = n.operands.size();
   const size_t counts[] = {rank, a.ints.size(), num_ops, n.more_types.size(), n.regions.size()};
-  const bool small = (rank | a.ints.size() | num_ops | n.more_types.size() | n.regions.size()) < 256;
+  const bool small =
+      (rank | a.ints.size() | num_ops | n.more_types.size() | n.regions.size()) < 256;
   uint64_t widest = 0, indices = 0;
   for (int64_t d : n.type.shape) widest |= static_cast<uint64_t>(d);
   for (Value v : n.operands) widest |= number[v.node], indices |= v.index;

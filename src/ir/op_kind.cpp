@@ -1,7 +1,7 @@
 // OpKind names: the IR tokens come from ops.def, like everything keyed by op.
-#include <ostream>
-
 #include "loom/ir/op_kind.h"
+
+#include <ostream>
 
 namespace loom::ir {
 

@@ -16,15 +16,13 @@ namespace loom::ir {
 
 namespace {
 
-constexpr int kMaxDepth = 64;        // graphs nested through regions
-constexpr size_t kMaxListLen = 64;   // entries of an attribute list
+constexpr int kMaxDepth = 64;       // graphs nested through regions
+constexpr size_t kMaxListLen = 64;  // entries of an attribute list
 constexpr size_t kMaxRank = 16;
 constexpr int64_t kMaxResults = 64;
 constexpr int64_t kMaxElements = int64_t{1} << 40;
 
-bool is_ident_start(char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
-}
+bool is_ident_start(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
 bool is_digit(char c) { return c >= '0' && c <= '9'; }
 bool is_ident_char(char c) { return is_ident_start(c) || is_digit(c); }
 bool is_name_char(char c) { return is_ident_char(c) || c == '.' || c == '$'; }
@@ -89,7 +87,8 @@ class Parser {
   }
 
   void expect(char c, const char* context) {
-    if (!accept(c)) fail(pos_, detail::str_cat("expected '", c, "' ", context, ", found ", found()));
+    if (!accept(c))
+      fail(pos_, detail::str_cat("expected '", c, "' ", context, ", found ", found()));
   }
 
   std::string_view ident(const char* what) {
@@ -118,7 +117,8 @@ class Parser {
     expect('%', "before a value name");
     size_t start = pos_;
     while (pos_ < text_.size() && is_name_char(text_[pos_])) ++pos_;
-    if (pos_ == start) fail(pos_, detail::str_cat("expected a value name after '%', found ", found()));
+    if (pos_ == start)
+      fail(pos_, detail::str_cat("expected a value name after '%', found ", found()));
     return text_.substr(start, pos_ - start);
   }
 
@@ -177,7 +177,8 @@ class Parser {
     std::string_view dt = ident("a type");
     TensorType t;
     if (!parse_dtype(dt, &t.dtype))
-      fail(at, detail::str_cat("unknown dtype '", dt, "'; expected bool, i32, i64, bf16, f16, f32 or f64"));
+      fail(at, detail::str_cat("unknown dtype '", dt,
+                               "'; expected bool, i32, i64, bf16, f16, f32 or f64"));
     expect('[', "after the dtype");
     if (accept(']')) return t;
     int64_t elements = 1;
@@ -186,8 +187,7 @@ class Parser {
       int64_t d = integer("an extent");
       if (d < 0) fail(dim_at, detail::str_cat("negative extent ", d, " in a type"));
       if (t.shape.size() == kMaxRank) fail(dim_at, "rank exceeds the maximum of 16");
-      if (d != 0 && elements > kMaxElements / d) elements = kMaxElements + 1;
-      else elements *= d;
+      elements = (d != 0 && elements > kMaxElements / d) ? kMaxElements + 1 : elements * d;
       if (elements > kMaxElements) fail(dim_at, "type has more than 2^40 elements");
       t.shape.push_back(d);
     } while (accept(','));
@@ -213,8 +213,8 @@ class Parser {
                                      " does not exist"));
       v.index = static_cast<uint32_t>(k);
     } else if (n.num_results() > 1) {
-      fail(at, detail::str_cat("'%", nm, "' has ", n.num_results(),
-                               " results; name one as '%", nm, "#<k>'"));
+      fail(at, detail::str_cat("'%", nm, "' has ", n.num_results(), " results; name one as '%", nm,
+                               "#<k>'"));
     }
     return v;
   }
@@ -240,7 +240,8 @@ class Parser {
       case 2: {
         size_t at = (skip_ws(), pos_);
         std::string_view b = ident("true or false");
-        if (b != "true" && b != "false") fail(at, detail::str_cat("expected true or false, found '", b, "'"));
+        if (b != "true" && b != "false")
+          fail(at, detail::str_cat("expected true or false, found '", b, "'"));
         a.flag = b == "true";
         return;
       }

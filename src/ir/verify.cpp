@@ -20,11 +20,11 @@ void verify_operands(const Graph& g, NodeId id, const Node& n) {
     bad(id, n, detail::str_cat("expected ", in.arity, " operands, got ", n.operands.size()));
   if (in.arity < 0 && n.operands.empty()) bad(id, n, "expected at least one operand, got none");
   for (Value v : n.operands) {
-    if (v.node >= id)
-      bad(id, n, detail::str_cat("operand %", v.node, " is not an earlier node"));
+    if (v.node >= id) bad(id, n, detail::str_cat("operand %", v.node, " is not an earlier node"));
     if (v.index >= g.node(v.node).num_results())
-      bad(id, n, detail::str_cat("operand %", v.node, "#", v.index, " does not exist; %", v.node,
-                                 " has ", g.node(v.node).num_results(), " result(s)"));
+      bad(id, n,
+          detail::str_cat("operand %", v.node, "#", v.index, " does not exist; %", v.node, " has ",
+                          g.node(v.node).num_results(), " result(s)"));
   }
 }
 
@@ -38,7 +38,9 @@ void verify_attrs(NodeId id, const Node& n) {
   if (in.i_name.empty() && a.i != 0) field = "i";
   if (in.flag_name.empty() && a.flag) field = "flag";
   if (in.f_name.empty() && (a.f != 0 || std::signbit(a.f))) field = "f";
-  if (field) bad(id, n, detail::str_cat("sets the attribute field '", field, "', which the op does not use"));
+  if (field)
+    bad(id, n,
+        detail::str_cat("sets the attribute field '", field, "', which the op does not use"));
 }
 
 void verify_type(const Graph& g, NodeId id, const Node& n) {
@@ -67,8 +69,8 @@ void verify(const Graph& g) {
   const auto& params = g.params();
   for (size_t k = 0; k < params.size(); ++k) {
     NodeId p = params[k];
-    LOOM_CHECK(p < g.size() && g.node(p).op == OpKind::Parameter, "[verify] params()[", k,
-               "] = %", p, " is not a parameter node");
+    LOOM_CHECK(p < g.size() && g.node(p).op == OpKind::Parameter, "[verify] params()[", k, "] = %",
+               p, " is not a parameter node");
     LOOM_CHECK(g.node(p).attrs.i == static_cast<int64_t>(k), "[verify] node %", p,
                " (parameter): index ", g.node(p).attrs.i, " differs from its position ", k,
                " in params()");
@@ -85,8 +87,8 @@ void verify(const Graph& g) {
              " parameter nodes but params() lists ", params.size());
   for (size_t k = 0; k < g.outputs().size(); ++k) {
     Value v = g.outputs()[k];
-    LOOM_CHECK(v.node < g.size() && v.index < g.node(v.node).num_results(), "[verify] output ",
-               k, " refers to %", v.node, "#", v.index, ", which does not exist");
+    LOOM_CHECK(v.node < g.size() && v.index < g.node(v.node).num_results(), "[verify] output ", k,
+               " refers to %", v.node, "#", v.index, ", which does not exist");
   }
 }
 

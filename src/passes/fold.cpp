@@ -72,9 +72,9 @@ std::optional<int64_t> fold_int(OpKind op, std::span<const double> x) {
     case OpKind::Sub: return static_cast<int64_t>(ua - ub);
     case OpKind::Mul: return static_cast<int64_t>(ua * ub);
     case OpKind::Div:
-      if (b == 0) return 0;                                  // int x / 0 -> 0 (docs/ir.md)
-      if (b == -1) return static_cast<int64_t>(0 - ua);      // wraps for INT64_MIN / -1
-      return a / b;                                          // truncates toward zero
+      if (b == 0) return 0;                              // int x / 0 -> 0 (docs/ir.md)
+      if (b == -1) return static_cast<int64_t>(0 - ua);  // wraps for INT64_MIN / -1
+      return a / b;                                      // truncates toward zero
     case OpKind::Maximum: return a > b ? a : b;
     case OpKind::Minimum: return a < b ? a : b;
     default: return std::nullopt;
@@ -118,8 +118,7 @@ std::optional<double> constant_value(double f, DType dt) {
   return f + 0.0;  // an integer has no negative zero
 }
 
-std::optional<double> fold_elementwise(OpKind op, std::span<const double> xs, DType in,
-                                       DType out) {
+std::optional<double> fold_elementwise(OpKind op, std::span<const double> xs, DType in, DType out) {
   if (op == OpKind::Where) return xs[0] != 0 ? xs[1] : xs[2];
   if (op == OpKind::Convert) return convert(xs[0], in, out);
   if (op == OpKind::Not) return xs[0] != 0 ? 0.0 : 1.0;

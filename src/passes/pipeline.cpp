@@ -26,8 +26,10 @@ void dump(std::string_view pass, const ir::Graph& g, bool changed) {
   std::filesystem::create_directories(dir, ec);
   std::filesystem::path path = std::filesystem::path(dir) / file;
   std::ofstream os(path);
-  if (pass == "input") os << "# loom IR before the first pass\n";
-  else os << "# loom IR after pass '" << pass << "'" << (changed ? "" : " (unchanged)") << "\n";
+  if (pass == "input")
+    os << "# loom IR before the first pass\n";
+  else
+    os << "# loom IR after pass '" << pass << "'" << (changed ? "" : " (unchanged)") << "\n";
   os << ir::to_text(g);
   // A failed debug dump must not fail the compile; say so once per file and go on.
   if (!os) std::fprintf(stderr, "loom: cannot write IR dump %s\n", path.string().c_str());
@@ -52,7 +54,7 @@ bool Pipeline::run(ir::Graph& g) {
       ir::verify(g);
     } catch (const Error& e) {
       throw Error(loom::detail::str_cat("[pipeline] the graph fails to verify after pass '",
-                                  pass->name(), "': ", e.what()));
+                                        pass->name(), "': ", e.what()));
     }
     dump(pass->name(), g, c);
   }
@@ -64,7 +66,7 @@ std::unique_ptr<Pass> make_pass(std::string_view name) {
   if (name == "cse") return detail::make_cse();
   if (name == "simplify") return detail::make_simplify();
   throw Error(loom::detail::str_cat("[passes] unknown pass '", name,
-                              "'; expected one of dce, cse, simplify"));
+                                    "'; expected one of dce, cse, simplify"));
 }
 
 Pipeline default_pipeline() {

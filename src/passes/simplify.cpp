@@ -80,7 +80,8 @@ class Simplifier {
     if (!inner) return std::nullopt;
     Value y = inner->operands[0];
     if (has_type(y, n)) return y;  // reshape(reshape(y, s1), y.shape) -> y
-    return b_.make(OpKind::Reshape, std::span<const Value>(&y, 1), n.attrs);  // reshape(reshape(y, s1), s2) -> reshape(y, s2)
+    // reshape(reshape(y, s1), s2) -> reshape(y, s2)
+    return b_.make(OpKind::Reshape, std::span<const Value>(&y, 1), n.attrs);
   }
 
   std::optional<Value> permute(const Node& n) {

@@ -1,6 +1,7 @@
 // The engine: compile cache (bounded LRU behind a reader/writer lock) and graph execution.
 #include "loom/runtime/engine.h"
 
+#include <atomic>
 #include <cstdio>
 #include <list>
 #include <mutex>
@@ -100,6 +101,7 @@ std::unique_ptr<backend::Backend> make_backend(std::string_view name) {
 }
 
 std::mutex backend_mu;
+std::atomic<uint64_t> generation{1};
 std::unique_ptr<backend::Backend>& backend_slot() {
   static std::unique_ptr<backend::Backend> b = make_backend(config().backend);
   return b;
@@ -125,6 +127,7 @@ void set_backend(std::string_view name) {
   auto b = make_backend(name);
   std::lock_guard lock(backend_mu);
   backend_slot() = std::move(b);
+  generation++;
 }
 
 std::shared_ptr<const backend::Executable> compile_cached(const ir::Graph& g) {
@@ -153,17 +156,27 @@ std::shared_ptr<const backend::Executable> compile_cached(const ir::Graph& g) {
   return exe;
 }
 
-std::vector<Buffer> run_graph(const ir::Graph& g, std::span<const Buffer> inputs) {
-  auto exe = compile_cached(g);
+std::vector<Buffer> run_executable(const backend::Executable& exe,
+                                   std::span<const Buffer> inputs) {
   double t0 = loom::detail::now_seconds();
-  std::vector<Buffer> out = exe->run(inputs);
+  std::vector<Buffer> out = exe.run(inputs);
   auto& counters = loom::detail::counters();
   counters.executions++;
   loom::detail::add_ns(counters.execute_ns, loom::detail::now_seconds() - t0);
   return out;
 }
 
-void clear_compile_cache() { cache().clear(); }
+std::vector<Buffer> run_graph(const ir::Graph& g, std::span<const Buffer> inputs) {
+  return run_executable(*compile_cached(g), inputs);
+}
+
+void count_cache_hit() { loom::detail::counters().cache_hits++; }
+uint64_t cache_generation() { return generation.load(std::memory_order_acquire); }
+
+void clear_compile_cache() {
+  cache().clear();
+  generation++;
+}
 int64_t compile_cache_size() { return cache().size(); }
 void set_compile_cache_capacity(int64_t entries) { cache().set_capacity(entries); }
 

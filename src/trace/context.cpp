@@ -130,9 +130,11 @@ std::vector<ir::NodeId> TraceContext::collect(const std::vector<ir::Value>& root
   if (mark_.size() < graph_.size()) mark_.resize(graph_.size() * 2, 0);
   if (++stamp_ == 0) {
     std::fill(mark_.begin(), mark_.end(), 0);
+    std::fill(slot_mark_.begin(), slot_mark_.end(), 0);
     stamp_ = 1;
   }
-  std::vector<ir::NodeId> stack, order;
+  std::vector<ir::NodeId> stack;
+  ir::NodeId lo = UINT32_MAX;
   for (ir::Value r : roots) {
     if (mark_[r.node] != stamp_) {
       mark_[r.node] = stamp_;
@@ -142,7 +144,7 @@ std::vector<ir::NodeId> TraceContext::collect(const std::vector<ir::Value>& root
   while (!stack.empty()) {
     ir::NodeId id = stack.back();
     stack.pop_back();
-    order.push_back(id);
+    lo = std::min(lo, id);
     for (ir::Value v : graph_.node(id).operands) {
       if (mark_[v.node] != stamp_) {
         mark_[v.node] = stamp_;
@@ -150,7 +152,10 @@ std::vector<ir::NodeId> TraceContext::collect(const std::vector<ir::Value>& root
       }
     }
   }
-  std::sort(order.begin(), order.end());  // node ids are a topological order
+  // Node ids are a topological order: a scan of the marked range beats sorting.
+  std::vector<ir::NodeId> order;
+  for (ir::NodeId id = lo; id < graph_.size(); ++id)
+    if (mark_[id] == stamp_) order.push_back(id);
   return order;
 }
 
@@ -160,40 +165,33 @@ ir::Graph TraceContext::cut(const std::vector<TensorImpl*>& impls, std::vector<u
     if (p->pending()) roots.push_back(p->value);
   std::vector<ir::NodeId> order = collect(roots);
   std::vector<ir::NodeId> remap(graph_.size(), kNoNode);
-  std::unordered_map<uint32_t, ir::NodeId> param_of_slot;
+  if (slot_mark_.size() < slots_.size()) {
+    slot_mark_.resize(slots_.size() * 2, 0);
+    slot_node_.resize(slots_.size() * 2, 0);
+  }
   ir::Graph out;
   out.reserve(order.size());
   for (ir::NodeId id : order) {
     const ir::Node& n = graph_.node(id);
     if (n.op == ir::OpKind::Parameter) {
       uint32_t slot = static_cast<uint32_t>(n.attrs.i);
-      auto [it, fresh] = param_of_slot.try_emplace(slot, 0);
-      if (fresh) {
-        ir::Node p = n;
-        p.attrs.i = static_cast<int64_t>(slots->size());
+      if (slot_mark_[slot] != stamp_) {  // first use of this slot in the cut
+        slot_mark_[slot] = stamp_;
+        slot_node_[slot] = out.add(n);
+        out.mutable_node(slot_node_[slot]).attrs.i = static_cast<int64_t>(slots->size());
         slots->push_back(slot);
-        it->second = out.add(std::move(p));
       }
-      remap[id] = it->second;
+      remap[id] = slot_node_[slot];
       continue;
     }
-    ir::Node c = n;
-    for (ir::Value& v : c.operands) v.node = remap[v.node];
-    remap[id] = out.add(std::move(c));
+    remap[id] = out.add(n);
+    for (ir::Value& v : out.mutable_node(remap[id]).operands) v.node = remap[v.node];
   }
   for (ir::Value r : roots) out.outputs().push_back({remap[r.node], r.index});
   return out;
 }
 
-void TraceContext::materialize(const std::vector<TensorImpl*>& requested) {
-  double t0 = now_seconds();
-  std::vector<TensorImpl*> impls;
-  std::unordered_set<TensorImpl*> seen;
-  for (TensorImpl* p : requested)
-    if (p->pending() && seen.insert(p).second) impls.push_back(p);
-  if (impls.empty()) return;
-  std::vector<uint32_t> slot_ids;
-  ir::Graph g = cut(impls, &slot_ids);
+std::vector<Buffer> TraceContext::bind(const std::vector<uint32_t>& slot_ids) {
   std::vector<Buffer> inputs;
   inputs.reserve(slot_ids.size());
   for (uint32_t s : slot_ids) {
@@ -212,13 +210,89 @@ void TraceContext::materialize(const std::vector<TensorImpl*>& requested) {
     }
     inputs.push_back(d.buffer);
   }
+  return inputs;
+}
+
+Hash128 TraceContext::trace_key(const std::vector<TensorImpl*>& impls) const {
+  Hasher128 h;
+  h.add(runtime::cache_generation());
+  h.add(impls.size());
+  for (TensorImpl* p : impls) h.add(builder_.merkle(p->value));
+  return h.finish();
+}
+
+// The fast path of a sync: the outputs' Merkle hashes name the computation, so a hit needs no
+// cut and no fingerprint. Returns false when the trace cache cannot answer.
+bool TraceContext::run_cached(const Hash128& key, const std::vector<TensorImpl*>& impls,
+                              std::vector<Buffer>* out) {
+  auto it = trace_cache_.find(key);
+  if (it == trace_cache_.end()) return false;
+  TraceEntry& e = it->second;
+  auto exe = e.exe.lock();
+  if (!exe) return false;  // evicted from the compile cache
+  for (size_t k = 0; k < e.slots.size(); ++k)
+    if (e.slots[k] >= slots_.size() || !(slots_[e.slots[k]].type == e.slot_types[k])) return false;
+#ifndef NDEBUG
+  std::vector<uint32_t> check_slots;
+  LOOM_ASSERT(ir::fingerprint(cut(impls, &check_slots)) == e.fingerprint);
+  LOOM_ASSERT(check_slots == e.slots);
+#endif
+  std::vector<Buffer> inputs = bind(e.slots);
+  runtime::count_cache_hit();
   auto& c = counters();
   c.syncs++;
-  c.sync_nodes += static_cast<int64_t>(g.size());
+  c.sync_nodes += e.nodes;
+  *out = runtime::run_executable(*exe, inputs);
+  return true;
+}
+
+void TraceContext::materialize(const std::vector<TensorImpl*>& requested, bool unique) {
+  double t0 = now_seconds();
+  std::vector<TensorImpl*> impls;
+  if (unique) {
+    impls = requested;
+  } else {
+    std::unordered_set<TensorImpl*> seen;
+    for (TensorImpl* p : requested)
+      if (p->pending() && seen.insert(p).second) impls.push_back(p);
+  }
+  if (impls.empty()) return;
   flush_counters();
-  add_ns(c.sync_ns, now_seconds() - t0);
-  std::vector<Buffer> out = runtime::run_graph(g, inputs);
-  // Write back; the pending list must be complete before the graph can be reset.
+  std::vector<Buffer> out;
+  bool keyed = !converted_;
+  Hash128 key = keyed ? trace_key(impls) : Hash128{};
+  if (!keyed || !run_cached(key, impls, &out)) {
+    std::vector<uint32_t> slot_ids;
+    ir::Graph g = cut(impls, &slot_ids);
+    std::vector<Buffer> inputs = bind(slot_ids);
+    auto& c = counters();
+    c.syncs++;
+    c.sync_nodes += static_cast<int64_t>(g.size());
+    add_ns(c.sync_ns, now_seconds() - t0);
+    auto exe = runtime::compile_cached(g);
+    if (keyed) remember(key, exe, g, std::move(slot_ids));
+    out = runtime::run_executable(*exe, inputs);
+  } else {
+    add_ns(counters().sync_ns, now_seconds() - t0);
+  }
+  write_back(impls, out);
+}
+
+void TraceContext::remember(const Hash128& key, std::shared_ptr<const backend::Executable> exe,
+                            const ir::Graph& g, std::vector<uint32_t> slot_ids) {
+  if (trace_cache_.size() >= kTraceCacheEntries) trace_cache_.clear();
+  TraceEntry e;
+  e.exe = exe;
+  for (uint32_t s : slot_ids) e.slot_types.push_back(slots_[s].type);
+  e.slots = std::move(slot_ids);
+  e.nodes = static_cast<int64_t>(g.size());
+#ifndef NDEBUG
+  e.fingerprint = ir::fingerprint(g);
+#endif
+  trace_cache_[key] = std::move(e);
+}
+
+void TraceContext::write_back(const std::vector<TensorImpl*>& impls, const std::vector<Buffer>& out) {
   size_t pending_count = 0;
   for (TensorImpl* p = head_.next; p != &head_; p = p->next) ++pending_count;
   bool all = pending_count == impls.size();
@@ -234,7 +308,9 @@ void TraceContext::materialize(const std::vector<TensorImpl*>& requested) {
     reset_graph();
     return;
   }
-  // Partial: later cuts reuse the computed values instead of recomputing them.
+  // Partial: later cuts reuse the computed values instead of recomputing them. The nodes
+  // change in place, so Merkle hashes no longer describe the graph until it is reset or
+  // compacted: the trace cache stands aside meanwhile.
   for (size_t k = 0; k < impls.size(); ++k) {
     ir::Value v = done_values[k];
     ir::Node& n = graph_.mutable_node(v.node);
@@ -246,20 +322,23 @@ void TraceContext::materialize(const std::vector<TensorImpl*>& requested) {
     n.operands.clear();
     n.attrs = ir::Attrs{};
     n.attrs.i = slot;
+    converted_ = true;
   }
 }
 
 void TraceContext::sync_all() {
+  flush_counters();
   std::vector<TensorImpl*> impls;
   for (TensorImpl* p = head_.next; p != &head_; p = p->next) impls.push_back(p);
   if (impls.empty()) {
     reset_graph();
     return;
   }
-  materialize(impls);
+  materialize(impls, true);
 }
 
 void TraceContext::reset_graph() {
+  converted_ = false;
   graph_.clear();
   builder_.reindex();
   slots_.clear();
@@ -298,7 +377,8 @@ void TraceContext::compact() {
   slot_by_buffer_.clear();
   for (uint32_t s = 0; s < slots_.size(); ++s)
     if (!slots_[s].is_scalar && slots_[s].buffer.defined()) slot_by_buffer_[slots_[s].buffer.id()] = s;
-  builder_.reindex();
+  builder_.reindex();  // Merkle hashes describe the graph again
+  converted_ = false;
   gc_threshold_ = std::max<size_t>(1 << 14, graph_.size() * 2);
   counters().pending_compactions++;
 }

@@ -13,6 +13,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "loom/backend/backend.h"
 #include "loom/core/buffer.h"
 #include "loom/ir/builder.h"
 #include "loom/trace/ops.h"
@@ -64,8 +65,9 @@ class TraceContext {
   // Makes `impl` pending on v (used by in-place ops); drops its old buffer.
   void rebind(TensorImpl& impl, ir::Value v);
 
-  // Runs what the given tensors need and stores their buffers.
-  void materialize(const std::vector<TensorImpl*>& impls);
+  // Runs what the given tensors need and stores their buffers. `unique`: impls are distinct
+  // and pending (the caller checked).
+  void materialize(const std::vector<TensorImpl*>& impls, bool unique = false);
   void sync_all();
   // The compact graph (and its input slots) that materializing `impls` would run.
   ir::Graph cut(const std::vector<TensorImpl*>& impls, std::vector<uint32_t>* slots);
@@ -83,7 +85,27 @@ class TraceContext {
   uint64_t trace_ticks = 0;
 
  private:
+  // What a sync of given outputs compiled to, keyed by the outputs' Merkle hashes.
+  struct TraceEntry {
+    std::weak_ptr<const backend::Executable> exe;  // owned by the runtime's compile cache
+    std::vector<uint32_t> slots;                     // input k is slot slots[k]
+    std::vector<TensorType> slot_types;
+    int64_t nodes = 0;
+    Hash128 fingerprint;  // checked against a fresh cut in debug builds
+  };
+  struct KeyHash {
+    size_t operator()(const Hash128& h) const { return h.lo ^ h.hi; }
+  };
+  static constexpr size_t kTraceCacheEntries = 4096;
+
   TraceContext();
+  Hash128 trace_key(const std::vector<TensorImpl*>& impls) const;
+  bool run_cached(const Hash128& key, const std::vector<TensorImpl*>& impls,
+                  std::vector<Buffer>* out);
+  void remember(const Hash128& key, std::shared_ptr<const backend::Executable> exe,
+                const ir::Graph& g, std::vector<uint32_t> slot_ids);
+  std::vector<Buffer> bind(const std::vector<uint32_t>& slot_ids);
+  void write_back(const std::vector<TensorImpl*>& impls, const std::vector<Buffer>& out);
   void link(TensorImpl* impl);
   void maybe_compact();
   void compact();
@@ -98,7 +120,10 @@ class TraceContext {
   TensorImpl head_;  // sentinel of the pending list
   size_t gc_threshold_ = 1 << 14;
   std::vector<uint32_t> mark_;
+  std::vector<uint32_t> slot_mark_, slot_node_;  // per cut: the parameter of each data slot
   uint32_t stamp_ = 0;
+  std::unordered_map<Hash128, TraceEntry, KeyHash> trace_cache_;
+  bool converted_ = false;  // nodes were turned into data in place since the last reset
   uint64_t seed_ = 0x5eed;
   uint64_t rng_offset_ = 0;
 };

@@ -53,8 +53,8 @@ TEST(FingerprintTest, SameStructureInAnotherNodeOrder) {
 
 TEST(FingerprintTest, IgnoresNodesNoOutputNeeds) {
   Graph a = from("graph(%0: f32[4]) {\n  %1 = exp(%0) : f32[4]\n  return %1\n}");
-  Graph b = from(
-      "graph(%0: f32[4]) {\n  %d = log(%0) : f32[4]\n  %1 = exp(%0) : f32[4]\n  return %1\n}");
+  Graph b =
+      from("graph(%0: f32[4]) {\n  %d = log(%0) : f32[4]\n  %1 = exp(%0) : f32[4]\n  return %1\n}");
   expect_same(a, b);
 }
 

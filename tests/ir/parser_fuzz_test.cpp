@@ -54,14 +54,34 @@ std::vector<std::string> seed_texts() {
   return texts;
 }
 
-const char* const kExtremes[] = {
-    "0", "-1", "1", "2147483647", "2147483648", "-2147483648", "4294967296",
-    "9223372036854775807", "-9223372036854775808", "9223372036854775808",
-    "18446744073709551616", "1099511627776", "1e308", "-1e308", "1e-320", "nan", "-inf",
-    "65536", "16", "17", "64", "65", "0.5", "-0"};
-const char* const kTokens[] = {"graph", "return", "%", "#", ":", "=", "(", ")", "{", "}", "[",
-                               "]", ",", "#1", ":2", "f32", "i64", "bool", "add", "reshape",
-                               "concat", "constant", "\n", " ", "%0", "%1#0", "graph() {"};
+const char* const kExtremes[] = {"0",
+                                 "-1",
+                                 "1",
+                                 "2147483647",
+                                 "2147483648",
+                                 "-2147483648",
+                                 "4294967296",
+                                 "9223372036854775807",
+                                 "-9223372036854775808",
+                                 "9223372036854775808",
+                                 "18446744073709551616",
+                                 "1099511627776",
+                                 "1e308",
+                                 "-1e308",
+                                 "1e-320",
+                                 "nan",
+                                 "-inf",
+                                 "65536",
+                                 "16",
+                                 "17",
+                                 "64",
+                                 "65",
+                                 "0.5",
+                                 "-0"};
+const char* const kTokens[] = {"graph",    "return", "%",   "#",    ":",    "=",        "(",
+                               ")",        "{",      "}",   "[",    "]",    ",",        "#1",
+                               ":2",       "f32",    "i64", "bool", "add",  "reshape",  "concat",
+                               "constant", "\n",     " ",   "%0",   "%1#0", "graph() {"};
 
 size_t number_end(const std::string& t, size_t at) {
   while (at < t.size() && (std::isdigit(static_cast<unsigned char>(t[at])) || t[at] == '.' ||
@@ -121,6 +141,7 @@ TEST(ParserFuzzTest, MutatedTextsParseOrFailCleanly) {
   const std::vector<std::string> texts = seed_texts();
   Rng rng(seed);
   uint64_t parsed = 0, failures = 0;
+  std::optional<Graph> previous;
   auto start = std::chrono::steady_clock::now();
   for (uint64_t k = 0; k < inputs && failures < 5; ++k) {
     std::string t = texts[rng.below(texts.size())];
@@ -137,8 +158,17 @@ TEST(ParserFuzzTest, MutatedTextsParseOrFailCleanly) {
       std::string printed = to_text(*g);
       Graph back = parse(printed);
       bool same = structurally_equal(*g, back) && to_text(back) == printed;
+      // Fingerprints agree with structural equality, also between different inputs.
+      if (previous) {
+        bool fp_same = fingerprint(*g) == fingerprint(*previous);
+        same = same && fp_same == structurally_equal(*g, *previous);
+      }
       if (!same) ++failures;
-      EXPECT_TRUE(same) << "input " << k << " does not round-trip:\n" << t;
+      EXPECT_TRUE(same)
+          << "input " << k
+          << " does not round-trip (or its fingerprint disagrees with structurally_equal):\n"
+          << t;
+      previous = std::move(back);
     } catch (const std::exception& e) {
       ++failures;
       ADD_FAILURE() << "input " << k << ": " << e.what() << "\n" << t;

@@ -19,8 +19,8 @@ inline Graph elementwise_graph() {
   Value r = b.parameter({float32, {3}});
   Value n = b.parameter({int32, {2, 3}});
   std::vector<Value> outs;
-  for (OpKind op : {OpKind::Neg, OpKind::Abs, OpKind::Exp, OpKind::Log, OpKind::Sqrt,
-                    OpKind::Tanh, OpKind::Sin, OpKind::Cos, OpKind::Erf})
+  for (OpKind op : {OpKind::Neg, OpKind::Abs, OpKind::Exp, OpKind::Log, OpKind::Sqrt, OpKind::Tanh,
+                    OpKind::Sin, OpKind::Cos, OpKind::Erf})
     outs.push_back(b.unary(op, x));
   for (OpKind op : {OpKind::Add, OpKind::Sub, OpKind::Mul, OpKind::Div, OpKind::Pow,
                     OpKind::Maximum, OpKind::Minimum})
@@ -78,11 +78,10 @@ inline Graph constants_graph() {
   Graph g;
   Builder b(g);
   std::vector<Value> outs;
-  for (double v : {0.1, -0.0, 1e308, 4.9406564584124654e-324, -1e-300, 1.0 / 3,
-                   std::numeric_limits<double>::infinity(),
-                   -std::numeric_limits<double>::infinity(),
-                   std::numeric_limits<double>::quiet_NaN(),
-                   -std::numeric_limits<double>::quiet_NaN()})
+  for (double v :
+       {0.1, -0.0, 1e308, 4.9406564584124654e-324, -1e-300, 1.0 / 3,
+        std::numeric_limits<double>::infinity(), -std::numeric_limits<double>::infinity(),
+        std::numeric_limits<double>::quiet_NaN(), -std::numeric_limits<double>::quiet_NaN()})
     outs.push_back(b.constant(v, float64));
   outs.push_back(b.constant(9007199254740993.0, int64));  // rounds to 2^53 in the double
   outs.push_back(b.constant(-2147483648.0, int32));

@@ -121,7 +121,9 @@ void expect_error(const std::string& text, int line, int column, const std::stri
     EXPECT_EQ(e.line(), line) << e.what();
     EXPECT_EQ(e.column(), column) << e.what();
     EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
-    EXPECT_EQ(std::string(e.what()).rfind(std::to_string(line) + ":" + std::to_string(column) + ": ", 0), 0u)
+    EXPECT_EQ(
+        std::string(e.what()).rfind(std::to_string(line) + ":" + std::to_string(column) + ": ", 0),
+        0u)
         << e.what();
   }
 }
@@ -137,9 +139,10 @@ TEST(TextTest, ErrorUndefinedValue) {
   expect_error("graph(%0: f32[4]) {\n  %1 = add(%0, %x) : f32[4]\n  return %1\n}", 2, 16,
                "undefined value '%x'");
   // A later name is not yet defined.
-  expect_error("graph(%0: f32[4]) {\n  %1 = exp(%2) : f32[4]\n  %2 = exp(%0) : f32[4]\n"
-               "  return %1\n}",
-               2, 12, "undefined value '%2'");
+  expect_error(
+      "graph(%0: f32[4]) {\n  %1 = exp(%2) : f32[4]\n  %2 = exp(%0) : f32[4]\n"
+      "  return %1\n}",
+      2, 12, "undefined value '%2'");
   expect_error("graph(%0: f32[4]) {\n  return %0, %9\n}", 2, 14, "undefined value '%9'");
   expect_error("graph(%0: f32[4]) {\n  %0 = exp(%0) : f32[4]\n  return %0\n}", 2, 3,
                "redefinition of '%0'");
@@ -155,23 +158,23 @@ TEST(TextTest, ErrorBadType) {
   expect_error("graph(%0: f32[1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1]) {\n  return %0\n}", 1, 47,
                "rank exceeds");
   expect_error("graph(%0: f32[1048576,1048576,2]) {\n  return %0\n}", 1, 31, "2^40");
-  expect_error("graph(%0: f32[99999999999999999999]) {\n  return %0\n}", 1, 15,
-               "out of range");
+  expect_error("graph(%0: f32[99999999999999999999]) {\n  return %0\n}", 1, 15, "out of range");
 }
 
 TEST(TextTest, ErrorTypeDiffersFromInferred) {
-  expect_error("graph(%0: f32[4]) {\n  %1 = exp(%0) : f32[4]\n  %2 = add(%0, %1) : f32[5]\n"
-               "  return %2\n}",
-               3, 3, "written f32[5] but the operands give f32[4]");
+  expect_error(
+      "graph(%0: f32[4]) {\n  %1 = exp(%0) : f32[4]\n  %2 = add(%0, %1) : f32[5]\n"
+      "  return %2\n}",
+      3, 3, "written f32[5] but the operands give f32[4]");
   expect_error("graph(%0: f32[4]) {\n  %1 = lt(%0, %0) : f32[4]\n  return %1\n}", 2, 3,
                "written f32[4] but the operands give bool[4]");
 }
 
 TEST(TextTest, ErrorIllTypedNodeKeepsTheRuleMessage) {
-  expect_error("graph(%0: f32[4], %1: i32[4]) {\n\n    %2 = add(%0, %1) : f32[4]\n  return %2\n}", 3,
-               5, "[add] operands must have one dtype");
-  expect_error("graph(%0: f32[4]) {\n  %1 = reshape(%0) {shape=[3]} : f32[3]\n  return %1\n}", 2,
-               3, "[reshape] cannot reshape");
+  expect_error("graph(%0: f32[4], %1: i32[4]) {\n\n    %2 = add(%0, %1) : f32[4]\n  return %2\n}",
+               3, 5, "[add] operands must have one dtype");
+  expect_error("graph(%0: f32[4]) {\n  %1 = reshape(%0) {shape=[3]} : f32[3]\n  return %1\n}", 2, 3,
+               "[reshape] cannot reshape");
   expect_error("graph(%0: f32[4]) {\n  %1 = add(%0) : f32[4]\n  return %1\n}", 2, 3,
                "expected 2 operands");
 }
@@ -193,17 +196,20 @@ TEST(TextTest, ErrorTrailingGarbage) {
 TEST(TextTest, ErrorAttributes) {
   expect_error("graph(%0: f32[4]) {\n  %1 = exp(%0) {axes=[0]} : f32[4]\n  return %1\n}", 2, 17,
                "[exp] has no attribute 'axes'");
-  expect_error("graph(%0: f32[4]) {\n  %1 = reduce_sum(%0) {axes=[0], axes=[0]} : f32[]\n"
-               "  return %1\n}",
-               2, 34, "given twice");
+  expect_error(
+      "graph(%0: f32[4]) {\n  %1 = reduce_sum(%0) {axes=[0], axes=[0]} : f32[]\n"
+      "  return %1\n}",
+      2, 34, "given twice");
   std::string long_list = "[";
   for (int k = 0; k < 65; ++k) long_list += k ? ",1" : "1";
-  expect_error("graph(%0: f32[4]) {\n  %1 = reshape(%0) {shape=" + long_list + "]} : f32[4]\n"
-               "  return %1\n}",
+  expect_error("graph(%0: f32[4]) {\n  %1 = reshape(%0) {shape=" + long_list +
+                   "]} : f32[4]\n"
+                   "  return %1\n}",
                2, 156, "longer than 64");
-  expect_error("graph(%0: f32[4]) {\n  %1 = argmax(%0) {axis=0, keepdim=maybe} : i64[]\n"
-               "  return %1\n}",
-               2, 36, "expected true or false");
+  expect_error(
+      "graph(%0: f32[4]) {\n  %1 = argmax(%0) {axis=0, keepdim=maybe} : i64[]\n"
+      "  return %1\n}",
+      2, 36, "expected true or false");
   expect_error("graph() {\n  %1 = constant() {value=1e999} : f32[]\n  return %1\n}", 2, 26,
                "out of range");
   expect_error("graph() {\n  %1 = iota() {axis=1.5} : f32[3]\n  return %1\n}", 2, 21,
@@ -213,9 +219,10 @@ TEST(TextTest, ErrorAttributes) {
 TEST(TextTest, ErrorMultipleResultsAndRegionsNeedControlFlow) {
   expect_error("graph(%0: f32[4]) {\n  %1:2 = exp(%0) : f32[4], f32[4]\n  return %1#0\n}", 2, 3,
                "has one result");
-  expect_error("graph(%0: f32[4]) {\n  %1 = exp(%0) : f32[4] graph() {\n    return\n  }\n"
-               "  return %1\n}",
-               2, 3, "takes no regions");
+  expect_error(
+      "graph(%0: f32[4]) {\n  %1 = exp(%0) : f32[4] graph() {\n    return\n  }\n"
+      "  return %1\n}",
+      2, 3, "takes no regions");
 }
 
 TEST(TextTest, ErrorRegionsNestTooDeep) {

@@ -32,9 +32,10 @@ struct Hash128 {
 // Two independent 64-bit lanes fed with every word; order-sensitive.
 class Hasher128 {
  public:
+  // One multiply per lane and word (the lanes run in parallel); finish() mixes fully.
   void add(uint64_t v) {
-    a_ = hash_mix(a_ ^ v) * 0x9e3779b97f4a7c15ULL + 0x632be59bd9b4e019ULL;
-    b_ = hash_mix(b_ + v * 0xff51afd7ed558ccdULL) ^ (b_ >> 29);
+    a_ = (rotl(a_, 23) ^ v) * 0x9e3779b97f4a7c15ULL;
+    b_ = (rotl(b_, 41) + (v ^ 0x632be59bd9b4e019ULL)) * 0xff51afd7ed558ccdULL;
     ++n_;
   }
   void add_double(double d) {
@@ -46,9 +47,13 @@ class Hasher128 {
     add(s.size());
     for (char c : s) add(static_cast<unsigned char>(c));
   }
-  Hash128 finish() const { return {hash_mix(a_ ^ n_), hash_mix(b_ + 0x27d4eb2f165667c5ULL * n_)}; }
+  Hash128 finish() const {
+    uint64_t a = hash_mix(a_ ^ n_), b = hash_mix(b_ + 0x27d4eb2f165667c5ULL * n_);
+    return {hash_mix(a ^ (b >> 17)), hash_mix(b + a)};
+  }
 
  private:
+  static uint64_t rotl(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
   uint64_t a_ = 0x243f6a8885a308d3ULL, b_ = 0x13198a2e03707344ULL, n_ = 0;
 };
 

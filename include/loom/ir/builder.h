@@ -9,7 +9,6 @@
 #pragma once
 
 #include <span>
-#include <unordered_map>
 #include <vector>
 
 #include "loom/ir/graph.h"
@@ -57,19 +56,26 @@ class Builder {
   Value index_select(Value x, int64_t axis, Value index);
   Value random(OpKind op, Value key, const TensorType& t);
 
-  // Forgets the hash-consing table (after the graph was rebuilt elsewhere) and re-indexes g.
+  // Rebuilds the hash-consing table and the Merkle hashes (after g changed elsewhere).
   void reindex();
 
+  // With hash-consing on: the Merkle hash of a node, over its op, type, attributes and its
+  // operands' Merkle hashes (not their ids). Parameters hash by type and index, so equal
+  // hashes mean the same computation from the same parameters, whatever the node ids.
+  uint64_t merkle(NodeId id) const { return merkle_[id]; }
+  uint64_t merkle(Value v) const { return hash_combine(merkle_[v.node], v.index); }
+
  private:
-  struct KeyHash {
-    size_t operator()(uint64_t h) const { return h; }
-  };
   uint64_t node_hash(const Node& n) const;
   bool same_node(const Node& a, const Node& b) const;
+  void insert(uint64_t h, NodeId id);
+  void grow();
 
   Graph* g_;
   bool hash_cons_;
-  std::unordered_multimap<uint64_t, NodeId, KeyHash> table_;
+  std::vector<uint64_t> merkle_;  // per node
+  std::vector<NodeId> table_;     // open addressing over merkle_; kEmpty marks free slots
+  size_t used_ = 0;
 };
 
 }  // namespace loom::ir

@@ -39,6 +39,14 @@ std::vector<Buffer> run_graph(const ir::Graph& g, std::span<const Buffer> inputs
 // The cached executable for `g` (compiling it on a miss), without running it.
 std::shared_ptr<const backend::Executable> compile_cached(const ir::Graph& g);
 
+// Runs an executable that compile_cached returned, counting it in the metrics.
+std::vector<Buffer> run_executable(const backend::Executable& exe, std::span<const Buffer> inputs);
+// Counts a cache hit found by a caller's own index into this cache (the tracer's).
+void count_cache_hit();
+// Changes whenever cached executables may no longer be valid for a graph (the cache was
+// cleared or the backend replaced); callers that index executables include it in their keys.
+uint64_t cache_generation();
+
 // Drops every compiled executable.
 void clear_compile_cache();
 int64_t compile_cache_size();
