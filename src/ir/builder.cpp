@@ -80,7 +80,7 @@ Builder::Builder(Graph& g, bool hash_cons) : g_(&g), hash_cons_(hash_cons) { rei
 
 void Builder::reindex() {
   merkle_.clear();
-  table_.assign(64, kEmpty);
+  table_.assign(64, Slot{kEmpty, 0});
   used_ = 0;
   if (!hash_cons_) return;
   merkle_.reserve(g_->size());
@@ -91,24 +91,42 @@ void Builder::reindex() {
   }
 }
 
+namespace {
+// One multiply per word; the caller's table and the trace cache need spread, not strength
+// against adversaries, and finish() mixes the result fully.
+struct FastHash {
+  uint64_t h;
+  void add(uint64_t w) {
+    h = ((h << 23) | (h >> 41)) ^ w;
+    h *= 0x9e3779b97f4a7c15ULL;
+  }
+  uint64_t finish() const { return hash_mix(h); }
+};
+}  // namespace
+
 uint64_t Builder::node_hash(const Node& n) const {
-  uint64_t h = hash_combine(static_cast<uint64_t>(n.op), static_cast<uint64_t>(n.type.dtype));
-  for (int64_t d : n.type.shape) h = hash_combine(h, static_cast<uint64_t>(d));
-  for (Value v : n.operands) h = hash_combine(h, merkle(v));
-  for (int64_t x : n.attrs.ints) h = hash_combine(h, static_cast<uint64_t>(x));
-  uint64_t fbits;
-  std::memcpy(&fbits, &n.attrs.f, sizeof fbits);
-  h = hash_combine(h, static_cast<uint64_t>(n.attrs.i));
-  h = hash_combine(h, fbits ^ (n.attrs.flag ? 0x5bd1e995u : 0u));
+  FastHash h{static_cast<uint64_t>(n.op) | (static_cast<uint64_t>(n.type.dtype) << 8) |
+             (static_cast<uint64_t>(n.type.shape.size()) << 16) |
+             (static_cast<uint64_t>(n.operands.size()) << 24) | (uint64_t{n.attrs.flag} << 32)};
+  for (int64_t d : n.type.shape) h.add(static_cast<uint64_t>(d));
+  for (Value v : n.operands) h.add(merkle(v));
+  for (int64_t x : n.attrs.ints) h.add(static_cast<uint64_t>(x));
+  if (n.attrs.i) h.add(static_cast<uint64_t>(n.attrs.i) ^ 0x5851f42d4c957f2dULL);
+  if (n.attrs.f != 0) {
+    uint64_t fbits;
+    std::memcpy(&fbits, &n.attrs.f, sizeof fbits);
+    h.add(fbits ^ 0x14057b7ef767814fULL);
+  }
   for (const TensorType& t : n.more_types) {
-    h = hash_combine(h, static_cast<uint64_t>(t.dtype));
-    for (int64_t d : t.shape) h = hash_combine(h, static_cast<uint64_t>(d));
+    h.add(static_cast<uint64_t>(t.dtype) | (static_cast<uint64_t>(t.shape.size()) << 8));
+    for (int64_t d : t.shape) h.add(static_cast<uint64_t>(d));
   }
   for (const auto& r : n.regions) {
     Hash128 rh = fingerprint(*r);
-    h = hash_combine(hash_combine(h, rh.lo), rh.hi);
+    h.add(rh.lo);
+    h.add(rh.hi);
   }
-  return h;
+  return h.finish();
 }
 
 bool Builder::same_node(const Node& a, const Node& b) const {
@@ -117,44 +135,46 @@ bool Builder::same_node(const Node& a, const Node& b) const {
 }
 
 void Builder::insert(uint64_t h, NodeId id) {
-  if ((used_ + 1) * 2 > table_.size()) grow();
+  if ((used_ + 1) * 3 > table_.size()) grow();  // load <= 1/3 keeps miss probes short
   size_t mask = table_.size() - 1;
-  for (size_t i = h & mask;; i = (i + 1) & mask) {
-    if (table_[i] == kEmpty) {
-      table_[i] = id;
-      ++used_;
-      return;
-    }
-  }
+  size_t i = h & mask;
+  while (table_[i].id != kEmpty) i = (i + 1) & mask;
+  table_[i] = Slot{id, static_cast<uint32_t>(h >> 32)};
+  ++used_;
 }
 
 void Builder::grow() {
-  std::vector<NodeId> old = std::move(table_);
-  table_.assign(old.size() * 2, kEmpty);
+  std::vector<Slot> old = std::move(table_);
+  table_.assign(old.size() * 2, Slot{kEmpty, 0});
   size_t mask = table_.size() - 1;
-  for (NodeId id : old) {
-    if (id == kEmpty) continue;
-    size_t i = merkle_[id] & mask;
-    while (table_[i] != kEmpty) i = (i + 1) & mask;
-    table_[i] = id;
+  for (Slot s : old) {
+    if (s.id == kEmpty) continue;
+    size_t i = merkle_[s.id] & mask;
+    while (table_[i].id != kEmpty) i = (i + 1) & mask;
+    table_[i] = s;
   }
 }
 
 Value Builder::make(OpKind op, std::span<const Value> operands, Attrs attrs,
                     const TensorType* given) {
-  Node n;
-  n.op = op;
+  TensorType type = infer_type(*g_, op, operands, attrs, given);
+  // Built in place at the end of the graph, and dropped again when hash-consing finds it.
+  NodeId id = static_cast<NodeId>(g_->size());
+  Node& n = g_->emplace_back(op);
   n.operands.assign(operands.begin(), operands.end());
-  n.type = infer_type(*g_, op, operands, attrs, given);
+  n.type = std::move(type);
   n.attrs = std::move(attrs);
-  if (!hash_cons_) return {g_->add(std::move(n)), 0};
+  if (!hash_cons_) return {id, 0};
   uint64_t h = node_hash(n);
   size_t mask = table_.size() - 1;
-  for (size_t i = h & mask; table_[i] != kEmpty; i = (i + 1) & mask) {
-    NodeId id = table_[i];
-    if (merkle_[id] == h && same_node(g_->node(id), n)) return {id, 0};
+  const uint32_t tag = static_cast<uint32_t>(h >> 32);
+  for (size_t i = h & mask; table_[i].id != kEmpty; i = (i + 1) & mask) {
+    const Slot& s = table_[i];
+    if (s.tag == tag && merkle_[s.id] == h && same_node(g_->node(s.id), n)) {
+      g_->pop_back();
+      return {s.id, 0};
+    }
   }
-  NodeId id = g_->add(std::move(n));
   merkle_.push_back(h);
   insert(h, id);
   return {id, 0};

@@ -15,11 +15,24 @@ bool operator==(const Attrs& a, const Attrs& b) {
          a.ints == b.ints;
 }
 
-NodeId Graph::add(Node n) {
+NodeId Graph::add(Node&& n) {
   auto id = static_cast<NodeId>(nodes_.size());
   if (n.op == OpKind::Parameter) params_.push_back(id);
   nodes_.push_back(std::move(n));
   return id;
+}
+
+Node& Graph::emplace_back(OpKind op) {
+  auto id = static_cast<NodeId>(nodes_.size());
+  if (op == OpKind::Parameter) params_.push_back(id);
+  Node& n = nodes_.emplace_back();
+  n.op = op;
+  return n;
+}
+
+void Graph::pop_back() {
+  if (nodes_.back().op == OpKind::Parameter) params_.pop_back();
+  nodes_.pop_back();
 }
 
 void Graph::clear() {
@@ -45,6 +58,15 @@ Graph prune(const Graph& g, std::span<const Value> roots, bool renumber_params,
     for (Value v : g.node(static_cast<NodeId>(id)).operands) map[v.node] = 1;
   }
   Graph out;
+  if (live == n && !renumber_params) {  // nothing to drop: a plain copy is the fastest
+    out = g;
+    out.outputs().assign(roots.begin(), roots.end());
+    if (remap) {
+      remap->resize(n);
+      for (size_t id = 0; id < n; ++id) (*remap)[id] = static_cast<NodeId>(id);
+    }
+    return out;
+  }
   out.reserve(live);
   int64_t next_param = 0;
   for (size_t id = 0; id < n; ++id) {

@@ -15,25 +15,32 @@ TensorType type_of(const Tensor& x) { return {x.dtype(), x.shape()}; }
 // A 0-d constant of dtype dt.
 Tensor lit(double v, DType dt) {
   detail::OpRecord rec;
-  return rec.ctx.wrap(rec.b().constant(v, dt));
+  return rec.ctx.wrap(rec.ctx.constant(v, dt));
 }
+// x (op) c, or c (op) x, with c a constant of x's dtype; one recorded op.
+Tensor cbin(ir::OpKind op, const Tensor& x, double c, bool c_first = false) {
+  detail::OpRecord rec;
+  ir::Value vx = rec.ctx.value_of(x), vc = rec.ctx.constant(c, x.dtype());
+  return rec.ctx.wrap(c_first ? rec.b().binary(op, vc, vx) : rec.b().binary(op, vx, vc));
+}
+using ir::OpKind;
 DType float_of(const Tensor& x) { return is_floating(x.dtype()) ? x.dtype() : DType::Float32; }
 }  // namespace
 
 Tensor relu(const Tensor& x) {
   LOOM_CHECK_T(DTypeError, x.dtype() != DType::Bool, "[relu] expected a numeric tensor, got ",
                type_of(x));
-  return maximum(x, lit(0, x.dtype()));
+  return cbin(OpKind::Maximum, x, 0);
 }
 Tensor sigmoid(const Tensor& x) {
   DType dt = float_of(x);
-  return lit(1, dt) / (lit(1, dt) + exp(-to(x, dt)));
+  return cbin(OpKind::Div, cbin(OpKind::Add, exp(-to(x, dt)), 1), 1, true);
 }
-Tensor rsqrt(const Tensor& x) { return lit(1, float_of(x)) / sqrt(x); }
+Tensor rsqrt(const Tensor& x) { return cbin(OpKind::Div, sqrt(x), 1, true); }
 Tensor gelu(const Tensor& x) {  // x/2 * (1 + erf(x/sqrt(2)))
   DType dt = float_of(x);
   Tensor xf = to(x, dt);
-  return xf * lit(0.5, dt) * (lit(1, dt) + erf(xf * lit(M_SQRT1_2, dt)));
+  return cbin(OpKind::Mul, xf, 0.5) * cbin(OpKind::Add, erf(cbin(OpKind::Mul, xf, M_SQRT1_2)), 1);
 }
 
 Tensor clamp(const Tensor& x, std::optional<double> lo, std::optional<double> hi) {
@@ -51,7 +58,7 @@ Tensor mean(const Tensor& x, std::vector<int64_t> dims, bool keepdim) {
   std::vector<int64_t> ds = detail::reduce_dims("mean", x, dims);
   int64_t n = 1;
   for (int64_t d : ds) n *= x.shape()[d];
-  return sum(x, ds, keepdim) / lit(static_cast<double>(n), x.dtype());
+  return cbin(OpKind::Div, sum(x, ds, keepdim), static_cast<double>(n));
 }
 
 Tensor softmax(const Tensor& x, int64_t dim) {
@@ -108,7 +115,7 @@ Tensor dropout(const Tensor& x, double p, bool training) {
   LOOM_CHECK_T(DTypeError, is_floating(x.dtype()), "[dropout] expected a floating-point input, got ",
                type_of(x));
   if (!training || p == 0) return x;
-  if (p == 1) return x * lit(0, x.dtype());
+  if (p == 1) return cbin(OpKind::Mul, x, 0);
   Tensor keep = rand(x.shape(), x.dtype()) >= Scalar(p);
   return where(keep, x * Scalar(1.0 / (1.0 - p)), lit(0, x.dtype()));
 }

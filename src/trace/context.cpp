@@ -82,12 +82,27 @@ ir::Value TraceContext::value_of(const Tensor& t) {
   LOOM_CHECK(t.defined(), "[trace] an operand is an undefined (default-constructed) Tensor");
   TensorImpl& impl = *t.impl();
   if (impl.pending()) return impl.value;
+  if (impl.data_epoch == epoch_) return impl.data_value;
   auto it = slot_by_buffer_.find(impl.buffer.id());
-  if (it != slot_by_buffer_.end() && slots_[it->second].type == impl.type)
-    return builder_.parameter(impl.type, it->second);  // hash-consed to the existing node
-  uint32_t slot = static_cast<uint32_t>(slots_.size());
-  slot_by_buffer_[impl.buffer.id()] = slot;
-  return data(impl.buffer, impl.type);
+  if (it != slot_by_buffer_.end() && slots_[it->second].type == impl.type) {
+    impl.data_value = builder_.parameter(impl.type, it->second);  // hash-consed to the node
+  } else {
+    slot_by_buffer_[impl.buffer.id()] = static_cast<uint32_t>(slots_.size());
+    impl.data_value = data(impl.buffer, impl.type);
+  }
+  impl.data_epoch = epoch_;
+  return impl.data_value;
+}
+
+ir::Value TraceContext::constant(double v, DType dt) {
+  uint64_t bits;
+  std::memcpy(&bits, &v, sizeof bits);
+  for (ConstantEntry& e : constants_)
+    if (e.bits == bits && e.dtype == dt && e.epoch == epoch_) return e.value;
+  ir::Value c = builder_.constant(v, dt);
+  if (constants_.size() >= 32) constants_.erase(constants_.begin());
+  constants_.push_back({bits, epoch_, dt, c});
+  return c;
 }
 
 ir::Value TraceContext::scalar(const Scalar& s, DType dt) {
@@ -122,6 +137,7 @@ void TraceContext::rebind(TensorImpl& impl, ir::Value v) {
   LOOM_ASSERT(graph_.type(v) == impl.type);
   impl.buffer = Buffer();
   impl.value = v;
+  impl.data_epoch = 0;  // its old data node no longer holds its value
   if (!impl.linked) link(&impl);
   maybe_compact();
 }
@@ -302,6 +318,7 @@ void TraceContext::write_back(const std::vector<TensorImpl*>& impls, const std::
     done_values.push_back(p->value);
     p->buffer = out[k];
     p->value = {kNoNode, 0};
+    p->data_epoch = 0;
     unlink(p);
   }
   if (all) {
@@ -339,6 +356,7 @@ void TraceContext::sync_all() {
 
 void TraceContext::reset_graph() {
   converted_ = false;
+  ++epoch_;
   graph_.clear();
   builder_.reindex();
   slots_.clear();
@@ -358,12 +376,16 @@ void TraceContext::compact() {
     roots.push_back(p->value);
   }
   std::vector<ir::NodeId> order = collect(roots);
+  if (order.size() * 2 > graph_.size()) {  // mostly live: a copy would free little
+    gc_threshold_ = graph_.size() * 2;
+    return;
+  }
   std::vector<ir::NodeId> remap(graph_.size(), kNoNode);
   ir::Graph fresh;
   std::vector<DataSlot> fresh_slots;
   fresh.reserve(order.size());
   for (ir::NodeId id : order) {
-    ir::Node n = graph_.node(id);
+    ir::Node n = std::move(graph_.mutable_node(id));  // the old graph is dropped below
     if (n.op == ir::OpKind::Parameter) {
       fresh_slots.push_back(std::move(slots_[n.attrs.i]));
       n.attrs.i = static_cast<int64_t>(fresh_slots.size() - 1);
@@ -379,6 +401,7 @@ void TraceContext::compact() {
     if (!slots_[s].is_scalar && slots_[s].buffer.defined()) slot_by_buffer_[slots_[s].buffer.id()] = s;
   builder_.reindex();  // Merkle hashes describe the graph again
   converted_ = false;
+  ++epoch_;
   gc_threshold_ = std::max<size_t>(1 << 14, graph_.size() * 2);
   counters().pending_compactions++;
 }

@@ -27,6 +27,9 @@ struct TensorImpl {
   TensorType type;
   Buffer buffer;               // the value, once materialized
   ir::Value value{kNoNode, 0};  // the pending value, while pending
+  // While materialized: its Parameter node in the pending graph, valid for data_epoch.
+  ir::Value data_value{kNoNode, 0};
+  uint64_t data_epoch = 0;
   bool requires_grad = false;
   // Intrusive list of pending tensors of the owning context.
   TensorImpl* prev = nullptr;
@@ -58,6 +61,8 @@ class TraceContext {
   ir::Value value_of(const Tensor& t);
   // A host scalar as a 0-d graph input of dtype dt.
   ir::Value scalar(const Scalar& s, DType dt);
+  // A 0-d constant (a number fixed by an op's definition), memoized for the graph's epoch.
+  ir::Value constant(double v, DType dt);
   // A host buffer of type t as a graph input (used for rng keys and literal data).
   ir::Value data(Buffer b, const TensorType& t);
   // Wraps a pending value into a new tensor.
@@ -124,6 +129,13 @@ class TraceContext {
   uint32_t stamp_ = 0;
   std::unordered_map<Hash128, TraceEntry, KeyHash> trace_cache_;
   bool converted_ = false;  // nodes were turned into data in place since the last reset
+  uint64_t epoch_ = 1;      // bumped whenever node ids of the pending graph change
+  struct ConstantEntry {
+    uint64_t bits, epoch;
+    DType dtype;
+    ir::Value value;
+  };
+  std::vector<ConstantEntry> constants_;  // a handful: composites use few distinct numbers
   uint64_t seed_ = 0x5eed;
   uint64_t rng_offset_ = 0;
 };

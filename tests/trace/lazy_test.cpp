@@ -86,6 +86,20 @@ TEST_F(LazyTest, InPlaceOpsAreSeenThroughEveryCopy) {
   EXPECT_EQ(d.to_vector<float>(), (std::vector<float>{0, 0})) << "detach snapshots the value";
 }
 
+TEST_F(LazyTest, ValuesWrittenInPlaceAreSeenByLaterOps) {
+  Tensor x = loom::ones({2});
+  loom::sync();
+  Tensor keep = x * 2;            // x enters the pending graph as data
+  x.add_(loom::ones({2}));        // x is pending again
+  EXPECT_EQ(x.to_vector<float>(), (std::vector<float>{2, 2}));  // partial: keep stays pending
+  Tensor y = x * 10;              // must read x's new buffer, not its old data node
+  EXPECT_EQ(y.to_vector<float>(), (std::vector<float>{20, 20}));
+  EXPECT_EQ(keep.to_vector<float>(), (std::vector<float>{2, 2}));
+  x.copy_(loom::full({2}, 5.0));
+  loom::sync();
+  EXPECT_EQ((x + 0).to_vector<float>(), (std::vector<float>{5, 5}));
+}
+
 TEST_F(LazyTest, PendingGraphStaysBoundedWithoutSync) {
   Tensor x = loom::ones({8});
   Tensor y;

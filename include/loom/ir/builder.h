@@ -74,7 +74,13 @@ class Builder {
   Graph* g_;
   bool hash_cons_;
   std::vector<uint64_t> merkle_;  // per node
-  std::vector<NodeId> table_;     // open addressing over merkle_; kEmpty marks free slots
+  // Open addressing: node id and the high half of its Merkle hash (so probes rarely touch
+  // the nodes); id kEmpty marks a free slot.
+  struct Slot {
+    NodeId id;
+    uint32_t tag;
+  };
+  std::vector<Slot> table_;
   size_t used_ = 0;
 };
 

@@ -63,7 +63,12 @@ class Graph {
   Graph& operator=(Graph&&) noexcept = default;
 
   // Appends a node as is (no checks; use Builder to create checked nodes).
-  NodeId add(Node n);
+  NodeId add(Node&& n);
+  NodeId add(const Node& n) { return add(Node(n)); }
+  // Appends a default node of `op` to be filled in place (the builder's hot path), and
+  // removes the last node again.
+  Node& emplace_back(OpKind op);
+  void pop_back();
   const Node& node(NodeId id) const { return nodes_[id]; }
   Node& mutable_node(NodeId id) { return nodes_[id]; }
   size_t size() const { return nodes_.size(); }

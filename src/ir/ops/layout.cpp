@@ -44,7 +44,7 @@ TensorType infer_slice(const TensorType& x, const Attrs& a) {
                start, ", ", end, ", step ", step, "] invalid for axis ", a.i, " of ", x,
                "; expected 0 <= start <= end <= ", dim, " and step >= 1");
   Shape s = x.shape;
-  s[a.i] = (end - start + step - 1) / step;
+  s[a.i] = end == start ? 0 : (end - start - 1) / step + 1;  // no overflow for huge steps
   return {x.dtype, s};
 }
 
@@ -62,6 +62,7 @@ TensorType infer_concat(const Graph& g, std::span<const Value> xs, const Attrs& 
     LOOM_CHECK_T(ShapeError, ok, "[concat] operands ", operand_types(g, xs),
                  " differ outside axis ", a.i, "; expected one dtype and equal other dims");
     s[a.i] += t.shape[a.i];
+    check_shape("concat", s);
   }
   return {x0.dtype, s};
 }
