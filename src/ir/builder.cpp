@@ -180,6 +180,13 @@ Value Builder::make(OpKind op, std::span<const Value> operands, Attrs attrs,
   return {id, 0};
 }
 
+NodeId Builder::add(Node n) {
+  uint64_t h = hash_cons_ ? node_hash(n) : 0;
+  NodeId id = g_->add(std::move(n));
+  if (hash_cons_) merkle_.push_back(h);
+  return id;
+}
+
 Value Builder::parameter(const TensorType& t) {
   return parameter(t, static_cast<int64_t>(g_->params().size()));
 }

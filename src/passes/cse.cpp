@@ -22,7 +22,7 @@ class Cse final : public Pass {
       if (n.num_results() > 1 || !n.regions.empty()) {
         ir::Node copy = n;
         for (ir::Value& v : copy.operands) v.node = map[v.node];
-        map[id] = out.add(std::move(copy));
+        map[id] = b.add(std::move(copy));
         continue;
       }
       SmallVector<ir::Value, 3> operands = n.operands;

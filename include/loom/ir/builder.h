@@ -56,6 +56,11 @@ class Builder {
   Value index_select(Value x, int64_t axis, Value index);
   Value random(OpKind op, Value key, const TensorType& t);
 
+  // Appends a node as is (control flow, multi-result nodes): no checks, never merged with
+  // another node, but given its Merkle hash. Nodes must reach a hash-consing builder's graph
+  // through the builder (make or add), never through Graph::add.
+  NodeId add(Node n);
+
   // Rebuilds the hash-consing table and the Merkle hashes (after g changed elsewhere).
   void reindex();
 
