@@ -6,7 +6,10 @@
 #include <cstdlib>
 #include <limits>
 #include <ostream>
+#include <mutex>
 #include <sstream>
+#include <unordered_map>
+#include <vector>
 
 #include "loom/core/buffer.h"
 #include "loom/core/config.h"
@@ -75,18 +78,84 @@ std::string TensorType::str() const { return std::string(short_name(dtype)) + sh
 std::ostream& operator<<(std::ostream& os, const Shape& s) { return os << s.str(); }
 std::ostream& operator<<(std::ostream& os, const TensorType& t) { return os << t.str(); }
 
-Buffer::Storage::~Storage() { std::free(ptr); }
-Buffer Buffer::allocate(size_t nbytes) {
+namespace {
+// The caching pool: free blocks by exact size class (4 KiB granules), bounded in bytes.
+class Pool {
+ public:
+  static constexpr size_t kMinPooled = 64 << 10;
+  static Pool& get() {
+    static Pool* p = new Pool;  // never destroyed: buffers may be freed during exit
+    return *p;
+  }
+  void* take(size_t cap) {
+    std::lock_guard lock(mu_);
+    auto it = free_.find(cap);
+    if (it == free_.end() || it->second.empty()) return nullptr;
+    void* p = it->second.back();
+    it->second.pop_back();
+    held_ -= cap;
+    ++hits_;
+    return p;
+  }
+  bool give(void* p, size_t cap) {
+    std::lock_guard lock(mu_);
+    if (held_ + cap > limit_) return false;
+    free_[cap].push_back(p);
+    held_ += cap;
+    return true;
+  }
+  size_t held() {
+    std::lock_guard lock(mu_);
+    return held_;
+  }
+  size_t hits() {
+    std::lock_guard lock(mu_);
+    return hits_;
+  }
+
+ private:
+  Pool() {
+    const char* v = std::getenv("LOOM_POOL_MB");
+    limit_ = (v && *v ? static_cast<size_t>(std::strtoull(v, nullptr, 10)) : 2048) << 20;
+  }
+  std::mutex mu_;
+  std::unordered_map<size_t, std::vector<void*>> free_;
+  size_t held_ = 0, hits_ = 0, limit_ = 0;
+};
+
+size_t size_class(size_t nbytes) {
+  size_t granule = nbytes >= Pool::kMinPooled ? 4096 : Buffer::kAlignment;
+  size_t r = (nbytes + granule - 1) / granule * granule;
+  return r == 0 ? Buffer::kAlignment : r;
+}
+}  // namespace
+
+Buffer::Storage::~Storage() {
+  if (capacity >= Pool::kMinPooled && Pool::get().give(ptr, capacity)) return;
+  std::free(ptr);
+}
+
+Buffer Buffer::allocate_uninitialized(size_t nbytes) {
   Buffer b;
   b.storage_ = std::make_shared<Storage>();
-  size_t rounded = (nbytes + kAlignment - 1) / kAlignment * kAlignment;
-  if (rounded == 0) rounded = kAlignment;
-  b.storage_->ptr = std::aligned_alloc(kAlignment, rounded);
-  if (!b.storage_->ptr) throw ExecError(detail::str_cat("[buffer] cannot allocate ", nbytes, " bytes"));
-  std::memset(b.storage_->ptr, 0, rounded);
+  size_t cap = size_class(nbytes);
+  void* p = cap >= Pool::kMinPooled ? Pool::get().take(cap) : nullptr;
+  if (!p) p = std::aligned_alloc(kAlignment, cap);
+  if (!p) throw ExecError(detail::str_cat("[buffer] cannot allocate ", nbytes, " bytes"));
+  b.storage_->ptr = p;
   b.storage_->nbytes = nbytes;
+  b.storage_->capacity = cap;
   return b;
 }
+
+Buffer Buffer::allocate(size_t nbytes) {
+  Buffer b = allocate_uninitialized(nbytes);
+  std::memset(b.data(), 0, b.storage_->capacity);
+  return b;
+}
+
+size_t Buffer::pool_free_bytes() { return Pool::get().held(); }
+size_t Buffer::pool_hits() { return Pool::get().hits(); }
 
 std::string Hash128::hex() const {
   char buf[33];

@@ -8,6 +8,7 @@
 #include <shared_mutex>
 #include <unordered_map>
 
+#include "loom/backend/cpu_backend.h"
 #include "loom/backend/ref_backend.h"
 #include "loom/core/config.h"
 #include "loom/core/error.h"
@@ -95,9 +96,10 @@ CompileCache& cache() {
 }
 
 std::unique_ptr<backend::Backend> make_backend(std::string_view name) {
-  if (name.empty() || name == "ref") return backend::make_ref_backend();
+  if (name.empty() || name == "cpu") return backend::make_cpu_backend();
+  if (name == "ref") return backend::make_ref_backend();
   throw Error(loom::detail::str_cat("[backend] unknown backend '", name,
-                                    "'; expected one of: ref"));
+                                    "'; expected one of: cpu, ref"));
 }
 
 std::mutex backend_mu;

@@ -27,8 +27,10 @@ class Executable {
   virtual ~Executable() = default;
   // Throws ExecError when the inputs do not match the graph's parameters.
   virtual std::vector<Buffer> run(std::span<const Buffer> inputs) const = 0;
-  // Number of kernels and library calls the executable runs (for tests of fusion).
+  // Number of loop kernels (fused loops, fallbacks) and of library calls (matrix products)
+  // one run executes: tests of fusion check them.
   virtual int64_t num_kernels() const { return 0; }
+  virtual int64_t num_library_calls() const { return 0; }
 };
 
 class Backend {

@@ -18,4 +18,9 @@ namespace loom::backend {
 
 std::unique_ptr<Backend> make_ref_backend();
 
+// Evaluates node `id` of `g` with its reference kernel: `operands` hold the operand values as
+// contiguous arrays of their types; returns the result. Other backends fall back on it for
+// ops they do not generate code for.
+Buffer ref_eval_node(const ir::Graph& g, ir::NodeId id, std::span<const Buffer> operands);
+
 }  // namespace loom::backend

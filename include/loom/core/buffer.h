@@ -1,8 +1,11 @@
 // Buffer: RAII, 64-byte aligned, reference-counted storage for tensor data.
 //
 // Copies share the same memory (shared ownership); Buffer::allocate gives fresh memory.
-// The byte count is fixed at allocation. Thread-safety: the handle is as safe as shared_ptr;
-// the bytes are not synchronized.
+// The byte count is fixed at allocation. Blocks of 64 KiB and more come from a process-wide
+// caching pool: a freed block is kept for the next allocation of the same size (up to
+// LOOM_POOL_MB, default 2048, in all), so steady-state steps do not call the system
+// allocator or fault in fresh pages. Thread-safety: the handle is as safe as shared_ptr; the
+// pool takes a lock; the bytes are not synchronized.
 #pragma once
 
 #include <cstddef>
@@ -18,6 +21,11 @@ class Buffer {
   Buffer() = default;
   // Fresh, zero-filled memory of `nbytes` bytes (nbytes may be 0).
   static Buffer allocate(size_t nbytes);
+  // Memory of `nbytes` bytes with unspecified contents (for results about to be written).
+  static Buffer allocate_uninitialized(size_t nbytes);
+  // Bytes held by the caching pool now (free blocks), and blocks served from it so far.
+  static size_t pool_free_bytes();
+  static size_t pool_hits();
 
   void* data() { return storage_ ? storage_->ptr : nullptr; }
   const void* data() const { return storage_ ? storage_->ptr : nullptr; }
@@ -39,6 +47,7 @@ class Buffer {
   struct Storage {
     void* ptr = nullptr;
     size_t nbytes = 0;
+    size_t capacity = 0;  // bytes of the block (a pool size class)
     ~Storage();
   };
   std::shared_ptr<Storage> storage_;

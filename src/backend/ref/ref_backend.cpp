@@ -142,4 +142,14 @@ class RefBackend final : public Backend {
 
 std::unique_ptr<Backend> make_ref_backend() { return std::make_unique<RefBackend>(); }
 
+Buffer ref_eval_node(const ir::Graph& g, ir::NodeId id, std::span<const Buffer> operands) {
+  const ir::Node& n = g.node(id);
+  std::vector<detail::ref::Array> in;
+  for (size_t k = 0; k < n.operands.size(); ++k)
+    in.push_back(detail::ref::Array{g.type(n.operands[k]), operands[k]});
+  detail::ref::Array out = detail::ref::make_array(n.type);
+  detail::ref::find_kernel(n.op)(n, in, out);
+  return out.buf;
+}
+
 }  // namespace loom::backend

@@ -1,0 +1,534 @@
+// Benchmarks of the LLVM CPU backend, each against a baseline measured in the same run:
+// fused_elementwise (vs a STREAM triad), matmul (vs OpenBLAS sgemm), compile_latency (vs
+// tracing and the ref backend) and decoder_forward (vs sgemm alone and PyTorch). Each selects
+// the "cpu" backend and, while it does not exist, runs on the current one and says so.
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bench.h"
+#include "loom/loom.h"
+#include "loom/runtime/engine.h"
+
+// Declared here as well because cblas.h is only OpenBLAS's when the BLAS alternative points at
+// it; CMake links libopenblas itself, which always has it.
+extern "C" int openblas_get_num_threads(void);
+
+namespace loom::bench {
+namespace {
+
+constexpr double kGiga = 1e9;
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Notes end up inside JSON strings that main.cpp prints unescaped.
+std::string json_safe(std::string s) {
+  for (char& c : s)
+    if (c == '"' || c == '\\' || c == '\n' || c == '\t') c = c == '"' ? '\'' : ' ';
+  return s;
+}
+
+// Selects a backend for one benchmark and restores the previous one after, so the other
+// benchmarks of `loom-bench all` keep the backend they started with. When `want` cannot be
+// created (the cpu backend is not built yet) the current backend stays and figure() says why.
+class BackendScope {
+ public:
+  explicit BackendScope(const std::string& want)
+      : previous_(runtime::current_backend().name()) {
+    // Replacing a backend by a new instance of itself would only throw its JIT away.
+    if (previous_ != want) {
+      try {
+        runtime::set_backend(want);
+      } catch (const Error& e) {
+        reason_ = e.what();
+      }
+    }
+    name_ = runtime::current_backend().name();
+  }
+  ~BackendScope() {
+    if (name_ == previous_) return;
+    try {
+      runtime::set_backend(previous_);
+    } catch (const Error&) {  // previous_ was created once, so this does not happen
+    }
+  }
+  BackendScope(const BackendScope&) = delete;
+  BackendScope& operator=(const BackendScope&) = delete;
+
+  const std::string& name() const { return name_; }
+  bool is(const char* n) const { return name_ == n; }
+  // The figure every benchmark here opens with: 1 when it ran on the cpu backend.
+  Figure figure() const {
+    if (is("cpu")) return {"backend_cpu", 1, "", "ran on the cpu backend"};
+    return {"backend_cpu", 0, "",
+            json_safe("FALLBACK: cpu backend unavailable (" + reason_ + "); ran on '" + name_ +
+                      "'")};
+  }
+
+ private:
+  std::string previous_, name_, reason_;
+};
+
+// Deterministic host data without <random>'s cost: splitmix64, then Box-Muller for normals.
+class HostRng {
+ public:
+  explicit HostRng(uint64_t seed) : s_(seed) {}
+  double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }  // [0, 1)
+  float normal(double stddev) {
+    double u1 = 1.0 - uniform(), u2 = uniform();
+    return static_cast<float>(stddev * std::sqrt(-2 * std::log(u1)) * std::cos(2 * M_PI * u2));
+  }
+  std::vector<float> uniform_vec(int64_t n, float lo, float hi) {
+    std::vector<float> v(n);
+    for (float& x : v) x = lo + static_cast<float>(uniform()) * (hi - lo);
+    return v;
+  }
+  std::vector<float> normal_vec(int64_t n, double stddev) {
+    std::vector<float> v(n);
+    for (float& x : v) x = normal(stddev);
+    return v;
+  }
+
+ private:
+  uint64_t next() {
+    uint64_t z = (s_ += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+  uint64_t s_;
+};
+
+// A materialized loom tensor holding `host`.
+Tensor materialized(std::vector<float> host, Shape shape) {
+  Tensor t = loom::tensor(std::move(host), std::move(shape));
+  loom::sync();
+  return t;
+}
+
+// Seconds for tracing f and syncing its result. The result is freed after the clock stops:
+// unmapping a large output is the allocator's cost, not the run's.
+double time_loom_once(const std::function<Tensor()>& f) {
+  Tensor y;
+  double t0 = seconds();
+  y = f();
+  loom::sync();
+  return seconds() - t0;
+}
+
+double time_once(const std::function<void()>& f) {
+  double t0 = seconds();
+  f();
+  return seconds() - t0;
+}
+
+// ---- fused_elementwise ------------------------------------------------------------------
+
+// The STREAM triad, noinline so it is compiled once as its own function. Blocks of 16 with a
+// constant inner count because GCC's -O2 cost model ("very cheap") vectorizes a loop only when
+// no scalar remainder is left; lo and hi are multiples of 16.
+__attribute__((noinline)) void triad(float* __restrict a, const float* __restrict b,
+                                     const float* __restrict c, float s, int64_t lo,
+                                     int64_t hi) {
+  for (int64_t i = lo; i < hi; i += 16)
+    for (int64_t j = i; j < i + 16; ++j) a[j] = b[j] + s * c[j];
+}
+
+void triad_2t(float* a, const float* b, const float* c, float s, int64_t n) {
+  std::thread second([=] { triad(a, b, c, s, n / 2, n); });
+  triad(a, b, c, s, 0, n / 2);
+  second.join();
+}
+
+// Eight elementwise ops over three inputs: one pass over memory for a fusing backend.
+Tensor elementwise_chain(const Tensor& a, const Tensor& b, const Tensor& c) {
+  Tensor t = a * b;      // mul
+  t = t + c;             // add
+  t = t * 0.5;           // mul (by a host scalar: a 0-d graph input)
+  t = t - a;             // sub
+  t = maximum(t, b);     // maximum
+  t = -t;                // neg
+  t = t - c;             // sub
+  return loom::abs(t);   // abs
+}
+
+std::vector<Figure> fused_elementwise() {
+  BackendScope backend("cpu");
+  std::vector<Figure> f{backend.figure()};
+  constexpr int64_t kN = int64_t{16} << 20;  // 16 Mi floats = 64 MiB per array
+  // The ref interpreter takes seconds per run (doubles, one op at a time): fewer reps.
+  const int reps = backend.is("ref") ? 3 : 15;
+  HostRng rng(1);
+  Tensor a = materialized(rng.uniform_vec(kN, -1, 1), {kN});
+  Tensor b = materialized(rng.uniform_vec(kN, -1, 1), {kN});
+  Tensor c = materialized(rng.uniform_vec(kN, -1, 1), {kN});
+  std::vector<float> ta(kN, 0.0f), tb(kN, 1.0f), tc(kN, 2.0f);  // first touch before timing
+  auto chain = [&] { return elementwise_chain(a, b, c); };
+
+  Metrics m0 = loom::metrics();
+  time_loom_once(chain);  // compiles
+  Metrics m1 = loom::metrics();
+  std::vector<double> loom_t, exec_t, t1, t2;
+  // Interleaved, so that a noisy neighbour slows baseline and loom alike.
+  for (int rep = 0; rep < reps; ++rep) {
+    t1.push_back(time_once([&] { triad(ta.data(), tb.data(), tc.data(), 3.0f, 0, kN); }));
+    t2.push_back(time_once([&] { triad_2t(ta.data(), tb.data(), tc.data(), 3.0f, kN); }));
+    double e0 = loom::metrics().execute_seconds;
+    loom_t.push_back(time_loom_once(chain));
+    exec_t.push_back(loom::metrics().execute_seconds - e0);
+  }
+  const double loom_bytes = 4.0 * kN * sizeof(float);   // 3 distinct inputs + 1 output
+  const double triad_bytes = 3.0 * kN * sizeof(float);  // STREAM counting: 2 reads + 1 write
+  double loom_gbs = loom_bytes / median(loom_t) / kGiga;
+  double exec_gbs = loom_bytes / median(exec_t) / kGiga;
+  double triad1 = triad_bytes / median(t1) / kGiga, triad2 = triad_bytes / median(t2) / kGiga;
+  f.push_back({"loom_ms", median(loom_t) * 1e3, "ms",
+               "8 ops on 3 x 64 MiB f32 inputs, trace+sync, median of " + std::to_string(reps)});
+  f.push_back({"loom_gb_per_s", loom_gbs, "GB/s", "(3 inputs + 1 output) x 64 MiB / time"});
+  f.push_back({"loom_execute_gb_per_s", exec_gbs, "GB/s",
+               "same bytes / metrics execute_seconds (no trace, cut or lookup)"});
+  f.push_back({"compile_ms", (m1.compile_seconds - m0.compile_seconds) * 1e3, "ms",
+               "first run: the one compile"});
+  f.push_back({"baseline_triad_1t_gb_per_s", triad1, "GB/s",
+               "same run: a[i] = b[i] + s*c[i], 64 MiB arrays, 1 thread, -O2 C++"});
+  f.push_back({"baseline_triad_2t_gb_per_s", triad2, "GB/s", "same run: the triad on 2 std::threads"});
+  double best = std::max(triad1, triad2);
+  f.push_back({"ratio_vs_triad_1t", loom_gbs / triad1, "x", "loom / 1-thread triad"});
+  f.push_back({"ratio_vs_best_triad", loom_gbs / best, "x",
+               "goal >= 0.85: loom / the better of the 1- and 2-thread triads"});
+  return f;
+}
+
+// ---- matmul ----------------------------------------------------------------------------
+
+std::vector<Figure> matmul_bench() {
+  BackendScope backend("cpu");
+  std::vector<Figure> f{backend.figure()};
+  f.push_back({"openblas_threads", static_cast<double>(openblas_get_num_threads()), "",
+               "threads of the sgemm baseline (OPENBLAS_NUM_THREADS)"});
+  HostRng rng(2);
+  for (int64_t n : {512, 1024, 2048}) {
+    std::string p = "n" + std::to_string(n) + "_";
+    // The ref interpreter's plain triple loop needs minutes at n = 2048.
+    if (backend.is("ref") && n > 512) {
+      f.push_back({p + "skipped", 0, "", "too slow on the ref backend; run with cpu"});
+      continue;
+    }
+    const int reps = backend.is("ref") ? 2 : n <= 512 ? 30 : n <= 1024 ? 12 : 5;
+    std::vector<float> ha = rng.uniform_vec(n * n, -1, 1), hb = rng.uniform_vec(n * n, -1, 1);
+    std::vector<float> hc(n * n, 0.0f);
+    Tensor a = materialized(ha, {n, n}), b = materialized(hb, {n, n});  // copies
+    auto loom_mm = [&] { return loom::matmul(a, b); };
+    auto blas_mm = [&] {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, ha.data(), n,
+                  hb.data(), n, 0.0f, hc.data(), n);
+    };
+    time_loom_once(loom_mm);  // compiles
+    blas_mm();                // OpenBLAS starts its threads and buffers
+    // In blocks, not interleaved: OpenBLAS's workers spin for a while after each call and
+    // would take a core from the next loom run.
+    std::vector<double> lt, bt;
+    for (int rep = 0; rep < reps; ++rep) lt.push_back(time_loom_once(loom_mm));
+    for (int rep = 0; rep < reps; ++rep) bt.push_back(time_once(blas_mm));
+    // A fast wrong answer is no win: compare with sgemm's result.
+    std::vector<float> got = loom::matmul(a, b).to_vector<float>();
+    double err = 0, scale = 0;
+    for (int64_t i = 0; i < n * n; ++i) {
+      err = std::max(err, static_cast<double>(std::fabs(got[i] - hc[i])));
+      scale = std::max(scale, static_cast<double>(std::fabs(hc[i])));
+    }
+    const double flop = 2.0 * n * n * n;
+    double lg = flop / median(lt) / kGiga, bg = flop / median(bt) / kGiga;
+    f.push_back({p + "loom_gflops", lg, "GFLOP/s",
+                 "f32 n x n, trace+sync, median of " + std::to_string(reps)});
+    f.push_back({p + "baseline_sgemm_gflops", bg, "GFLOP/s", "same run: cblas_sgemm, same data"});
+    f.push_back({p + "ratio", lg / bg, "x", "goal >= 0.95"});
+    f.push_back({p + "max_rel_diff", err / scale, "", "max |loom - sgemm| / max |sgemm|"});
+  }
+  return f;
+}
+
+// ---- compile_latency -------------------------------------------------------------------
+
+// Builds the graph of rep k. For cold compiles, rep k > 0 is the rep-0 graph with one extent
+// k smaller: the cpu backend keeps its kernels in a process-wide cache keyed by structure,
+// which clear_compile_cache() does not drop, so the same graph again would find them.
+using GraphFn = std::function<Tensor(int rep)>;
+
+struct CompileTiming {
+  double median_ms = 0, first_ms = 0, trace_ms = 0;
+  int64_t nodes = 0, compiles = 0;
+};
+
+// Compile and trace time of f's graphs: the compile cache is cleared before each rep, so every
+// sync compiles; compile time comes from the metrics, so running the graph is not counted.
+CompileTiming time_compile(int reps, const GraphFn& f) {
+  std::vector<double> compile, trace;
+  CompileTiming r;
+  for (int rep = 0; rep < reps; ++rep) {
+    runtime::clear_compile_cache();
+    Metrics m0 = loom::metrics();
+    double t0 = seconds();
+    Tensor y = f(rep);
+    trace.push_back(seconds() - t0);
+    loom::sync();
+    Metrics m1 = loom::metrics();
+    compile.push_back(m1.compile_seconds - m0.compile_seconds);
+    if (rep == 0) r.nodes = m1.sync_nodes - m0.sync_nodes;
+    r.compiles = std::max(r.compiles, m1.compiles - m0.compiles);
+  }
+  r.first_ms = compile[0] * 1e3;
+  r.median_ms = median(compile) * 1e3;
+  r.trace_ms = median(trace) * 1e3;
+  return r;
+}
+
+// Ten primitive ops per step, elementwise and keepdim reductions (a softmax-like block), so a
+// fusing backend has to cut kernels at the reductions.
+Tensor reduction_chain(const Tensor& x, const Tensor& p, const Tensor& q, int steps) {
+  Tensor h = x;
+  for (int i = 0; i < steps; ++i) {
+    h = loom::tanh(h * p + q);
+    h = loom::exp(h - loom::max(h, {1}, true));
+    h = h / loom::sum(h, {1}, true);
+    h = loom::abs(h - p);
+  }
+  return h;
+}
+
+struct CompileRow {
+  std::string name, what;
+  GraphFn fn;
+  int reps, ref_reps;
+};
+
+void compile_row(const BackendScope& backend, const CompileRow& row, std::vector<Figure>& f) {
+  const std::string& n = row.name;
+  const std::string reps = std::to_string(row.reps);
+  CompileTiming t = time_compile(row.reps, row.fn);
+  std::string check = t.compiles == 1 ? "" : "; WARNING: " + std::to_string(t.compiles) +
+                                                 " compiles in one sync, expected 1";
+  f.push_back({n + "_compile_ms", t.median_ms, "ms",
+               row.what + ", cold: median of " + reps + ", extent -k in rep k" + check});
+  f.push_back({n + "_first_compile_ms", t.first_ms, "ms", "rep 0 alone: exactly that graph"});
+  if (!backend.is("ref")) {  // ref has no kernel cache: this would repeat the figure above
+    CompileTiming warm = time_compile(row.reps, [&](int) { return row.fn(0); });
+    f.push_back({n + "_recompile_ms", warm.median_ms, "ms",
+                 "rep-0 graph again after clear_compile_cache (backend caches warm), median of " +
+                     reps});
+  }
+  f.push_back({n + "_nodes", static_cast<double>(t.nodes), "nodes", "nodes in the graph cut"});
+  f.push_back({n + "_baseline_trace_ms", t.trace_ms, "ms", "same run: tracing that graph"});
+  if (backend.is("ref")) {
+    f.push_back({n + "_baseline_ref_compile_ms", t.median_ms, "ms",
+                 "same run: the ref backend (the one measured above)"});
+    return;
+  }
+  BackendScope ref("ref");
+  CompileTiming r = time_compile(row.ref_reps, row.fn);
+  f.push_back({n + "_baseline_ref_compile_ms", r.median_ms, "ms",
+               "same run: the ref backend (passes + interpreter plan), median of " +
+                   std::to_string(row.ref_reps)});
+}
+
+std::vector<Figure> compile_latency() {
+  BackendScope backend("cpu");
+  std::vector<Figure> f{backend.figure()};
+  // Every rep also runs the layer: about three seconds on the ref interpreter.
+  const int layer_reps = backend.is("ref") ? 3 : 7, chain_reps = 7;
+  HostRng rng(3);
+  std::vector<Tensor> xs, ss;  // the inputs of rep k, one extent k smaller
+  for (int64_t k = 0; k < layer_reps; ++k)
+    xs.push_back(materialized(rng.normal_vec(4 * (512 - k) * 512, 1.0), {4, 512 - k, 512}));
+  for (int64_t k = 0; k < chain_reps; ++k)
+    ss.push_back(materialized(rng.normal_vec((32 - k) * 256, 1.0), {32 - k, 256}));
+  Tensor w = materialized(rng.normal_vec(512 * 512, 0.02), {512, 512});
+  Tensor b = materialized(rng.normal_vec(512, 0.02), {512});
+  Tensor p = materialized(rng.normal_vec(256, 1.0), {256});
+  Tensor q = materialized(rng.normal_vec(256, 1.0), {256});
+  auto layer = [&](int k) {
+    return loom::gelu(loom::matmul(xs[k], loom::transpose(w, 0, 1)) + b) + xs[k];
+  };
+  auto chain = [&](int k) { return reduction_chain(ss[k], p, q, 50); };
+  compile_row(backend,
+              {"layer", "decoder layer: Linear(512,512) + gelu + residual on [4,512,512]", layer,
+               layer_reps, 3},
+              f);
+  compile_row(backend,
+              {"graph500", "50 x 10 elementwise/reduction ops on [32,256]", chain, chain_reps,
+               chain_reps},
+              f);
+  runtime::clear_compile_cache();  // leave no 500-node executables behind
+  return f;
+}
+
+// ---- decoder_forward -------------------------------------------------------------------
+
+constexpr int kLayers = 50;
+constexpr int64_t kBatch = 4, kSeq = 512, kDim = 512;
+
+// The seed decoder: 50 x [Linear(512,512) -> GELU -> residual], then LayerNorm(512). Host
+// copies of the weights feed the sgemm baseline.
+struct Decoder {
+  std::vector<std::vector<float>> host_w;
+  std::vector<Tensor> w, b;
+  Tensor ln_w, ln_b;
+  explicit Decoder(HostRng& rng) {
+    for (int l = 0; l < kLayers; ++l) {
+      host_w.push_back(rng.normal_vec(kDim * kDim, 0.02));
+      w.push_back(loom::tensor(host_w.back(), {kDim, kDim}));
+      b.push_back(loom::tensor(rng.normal_vec(kDim, 0.02), {kDim}));
+    }
+    ln_w = loom::ones({kDim});
+    ln_b = loom::zeros({kDim});
+    loom::sync();
+  }
+  Tensor forward(Tensor x) const {
+    for (int l = 0; l < kLayers; ++l)
+      x = loom::gelu(loom::matmul(x, loom::transpose(w[l], 0, 1)) + b[l]) + x;
+    return loom::layer_norm(x, {kDim}, ln_w, ln_b);
+  }
+};
+
+// torch_reference.py: beside the executable, installed under share/loom, or in the source tree.
+std::string torch_script() {
+  namespace fs = std::filesystem;
+  std::vector<fs::path> candidates;
+  std::error_code ec;
+  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    fs::path dir = exe.parent_path();
+    candidates = {dir / "torch_reference.py", dir / "../share/loom/torch_reference.py"};
+  }
+#ifdef LOOM_SOURCE_DIR
+  candidates.push_back(fs::path(LOOM_SOURCE_DIR) / "bench/torch_reference.py");
+#endif
+  for (const fs::path& p : candidates)
+    if (fs::exists(p, ec)) return p.string();
+  return "";
+}
+
+// Runs the PyTorch reference and returns its median in ms, or a negative value with `why`.
+double torch_median_ms(std::string& why, std::string& version) {
+  const char* python = "/usr/bin/python3";
+  if (std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") != 0) {
+    why = "PyTorch not installed for /usr/bin/python3 (apt-get install python3-torch)";
+    return -1;
+  }
+  std::string script = torch_script();
+  if (script.empty() || script.find('\'') != std::string::npos) {
+    why = "bench/torch_reference.py not found";
+    return -1;
+  }
+  std::string cmd = std::string(python) + " '" + script + "' --layers " +
+                    std::to_string(kLayers) + " --reps 7 2>&1";
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (!pipe) {
+    why = "could not start " + std::string(python);
+    return -1;
+  }
+  double ms = -1;
+  char line[512];
+  while (std::fgets(line, sizeof line, pipe)) {
+    char value[256];
+    if (std::sscanf(line, "median_ms %lf", &ms) == 1) continue;
+    if (std::sscanf(line, "torch_version %255s", value) == 1) version = value;
+  }
+  int rc = pclose(pipe);
+  if (rc != 0 || ms < 0) {
+    why = "torch_reference.py failed (exit " + std::to_string(rc) + ")";
+    return -1;
+  }
+  return ms;
+}
+
+// The matmuls of one forward alone, on OpenBLAS: [2048,512] x W^T per layer, ping-ponging
+// between two activations as the decoder chains them.
+double sgemm_lower_bound_seconds(const Decoder& dec, int reps) {
+  const int64_t m = kBatch * kSeq;
+  HostRng rng(5);
+  std::vector<float> x = rng.normal_vec(m * kDim, 1.0), y(m * kDim);
+  auto run = [&] {
+    float* in = x.data();
+    float* out = y.data();
+    for (int l = 0; l < kLayers; ++l) {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, kDim, kDim, 1.0f, in, kDim,
+                  dec.host_w[l].data(), kDim, 0.0f, out, kDim);
+      std::swap(in, out);
+    }
+  };
+  run();  // warm-up
+  return median_seconds(reps, run);
+}
+
+std::vector<Figure> decoder_forward() {
+  BackendScope backend("cpu");
+  std::vector<Figure> f{backend.figure()};
+  if (backend.is("ref")) {
+    f.push_back({"skipped", 0, "",
+                 "the ref backend needs minutes for this forward; run with the cpu backend"});
+    return f;
+  }
+  HostRng rng(4);
+  Decoder dec(rng);
+  Tensor x = materialized(rng.normal_vec(kBatch * kSeq * kDim, 1.0), {kBatch, kSeq, kDim});
+  auto forward = [&] { return dec.forward(x); };
+
+  Metrics m0 = loom::metrics();
+  double first = time_loom_once(forward);  // compiles
+  Metrics m1 = loom::metrics();
+  constexpr int kReps = 7;
+  std::vector<double> t;
+  for (int rep = 0; rep < kReps; ++rep) t.push_back(time_loom_once(forward));
+  double loom_ms = median(t) * 1e3;
+  double blas_ms = sgemm_lower_bound_seconds(dec, 5) * 1e3;
+  const double flop = 2.0 * kBatch * kSeq * kDim * kDim * kLayers;
+
+  f.push_back({"forward_ms", loom_ms, "ms",
+               "goal < 300; 50 layers, [4,512,512] f32, trace+sync, median of 7"});
+  f.push_back({"first_run_ms", first * 1e3, "ms", "trace + compile + run"});
+  f.push_back({"compile_ms", (m1.compile_seconds - m0.compile_seconds) * 1e3, "ms",
+               "compile time of the first run"});
+  f.push_back({"matmul_gflops", flop / (loom_ms * 1e-3) / kGiga, "GFLOP/s",
+               "matmul flops / whole forward time"});
+  f.push_back({"baseline_sgemm_only_ms", blas_ms, "ms",
+               "same run: the 50 matmuls alone on cblas_sgemm (a lower bound)"});
+  f.push_back({"ratio_vs_sgemm_only", loom_ms / blas_ms, "x", "1.0 = only the matmuls cost"});
+  std::string why, version;
+  double torch_ms = torch_median_ms(why, version);
+  if (torch_ms > 0) {
+    f.push_back({"baseline_torch_ms", torch_ms, "ms",
+                 json_safe("same run: PyTorch " + version +
+                           " no_grad, default threads, median of 7")});
+    f.push_back({"ratio_vs_torch", loom_ms / torch_ms, "x", "< 1 = faster than PyTorch"});
+  } else {
+    f.push_back({"baseline_torch_ms", 0, "ms", json_safe("not measured: " + why)});
+  }
+  return f;
+}
+
+Register r1("fused_elementwise",
+            "8 fused elementwise ops on 64 MiB f32 arrays vs a STREAM triad (1 and 2 threads)",
+            fused_elementwise);
+Register r2("matmul", "f32 matmul n = 512, 1024, 2048 vs cblas_sgemm (OpenBLAS)", matmul_bench);
+Register r3("compile_latency",
+            "ms to compile a decoder layer and a 500-node graph vs tracing and the ref backend",
+            compile_latency);
+Register r4("decoder_forward",
+            "seed decoder forward (50 layers) vs the sgemm lower bound and PyTorch",
+            decoder_forward);
+
+}  // namespace
+}  // namespace loom::bench

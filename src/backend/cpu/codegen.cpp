@@ -1,0 +1,592 @@
+// Code generation: one LLVM function per kernel, all kernels of a plan in one module.
+#include "backend/cpu/codegen.h"
+
+#include <atomic>
+#include <cmath>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <unordered_map>
+
+#include "backend/cpu/codegen_impl.h"
+#include "backend/cpu/jit.h"
+#include "backend/cpu/math.h"
+#include "llvm/IR/IRBuilder.h"
+#include "llvm/IR/Intrinsics.h"
+#include "llvm/IR/LLVMContext.h"
+#include "llvm/IR/Module.h"
+#include "loom/core/error.h"
+
+namespace loom::cpu {
+
+namespace {
+
+using ir::OpKind;
+using llvm::Value;
+
+struct Cache {
+  std::mutex mu;
+  std::unordered_map<std::string, KernelFn> fns;
+  KernelCacheStats stats;
+};
+Cache& cache() {
+  static Cache c;
+  return c;
+}
+
+class Emitter {
+ public:
+  Emitter(const ir::Graph& g, const Plan& p, llvm::Module& m)
+      : g_(g), p_(p), m_(m), ctx_(m.getContext()), b_(ctx_), math_(b_, m) {}
+
+  void emit(const KernelSpec& k, const detail::KernelDescription& d, const std::string& name) {
+    k_ = &k;
+    local_.clear();
+    for (size_t j = 0; j < d.bufs.size(); ++j) local_[d.bufs[j]] = static_cast<int>(j);
+    auto* i64 = b_.getInt64Ty();
+    auto* ptr = b_.getPtrTy();
+    auto* fty = llvm::FunctionType::get(b_.getVoidTy(), {ptr, i64, i64}, false);
+    fn_ = llvm::Function::Create(fty, llvm::Function::ExternalLinkage, name, m_);
+    fn_->addFnAttr(llvm::Attribute::NoUnwind);
+    auto* entry = llvm::BasicBlock::Create(ctx_, "entry", fn_);
+    b_.SetInsertPoint(entry);
+    ptrs_.clear();
+    for (size_t j = 0; j < d.bufs.size(); ++j) {
+      Value* slot = b_.CreateConstInBoundsGEP1_64(ptr, fn_->getArg(0), j);
+      ptrs_.push_back(b_.CreateLoad(ptr, slot));
+    }
+    alloca_point_ = b_.GetInsertBlock();
+    loop(fn_->getArg(1), fn_->getArg(2), [&](Value* o) { outer_body(o); });
+    b_.CreateRetVoid();
+  }
+
+ private:
+  // ---- loops -------------------------------------------------------------------------
+  template <class Body>
+  void loop(Value* lo, Value* hi, Body&& body) {
+    auto* pre = b_.GetInsertBlock();
+    auto* head = llvm::BasicBlock::Create(ctx_, "head", fn_);
+    auto* bodyb = llvm::BasicBlock::Create(ctx_, "body", fn_);
+    auto* exit = llvm::BasicBlock::Create(ctx_, "exit", fn_);
+    b_.CreateBr(head);
+    b_.SetInsertPoint(head);
+    auto* iv = b_.CreatePHI(b_.getInt64Ty(), 2);
+    iv->addIncoming(lo, pre);
+    b_.CreateCondBr(b_.CreateICmpSLT(iv, hi), bodyb, exit);
+    b_.SetInsertPoint(bodyb);
+    body(iv);
+    Value* next = b_.CreateAdd(iv, b_.getInt64(1), "", true, true);
+    iv->addIncoming(next, b_.GetInsertBlock());
+    b_.CreateBr(head);
+    b_.SetInsertPoint(exit);
+  }
+
+  llvm::AllocaInst* entry_alloca(llvm::Type* t) {
+    llvm::IRBuilder<> eb(alloca_point_, alloca_point_->begin());
+    return eb.CreateAlloca(t);
+  }
+
+  // ---- the outer loop body: delinearize, then the stages ------------------------------
+  void outer_body(Value* o) {
+    const Shape& outer = k_->outer;
+    std::vector<Value*> oc(outer.size());
+    Value* rest = o;
+    for (size_t d = outer.size(); d-- > 0;) {
+      if (d == 0) {
+        oc[d] = rest;
+      } else {
+        oc[d] = b_.CreateSRem(rest, b_.getInt64(outer[d]));
+        rest = b_.CreateSDiv(rest, b_.getInt64(outer[d]));
+      }
+    }
+    row_scalars_.clear();
+    for (size_t si = 0; si < k_->stages.size(); ++si) {
+      const Stage& s = k_->stages[si];
+      if (s.reduce) reduce_stage(s, oc);
+      else elementwise_stage(s, oc);
+    }
+  }
+
+  void elementwise_stage(const Stage& s, const std::vector<Value*>& oc) {
+    size_t r = s.shape.size();
+    bool computes = p_.buf_of[s.node] == s.out_buf;
+    if (r == 0) {
+      vars_.clear();
+      memo_.clear();
+      Value* v = computes ? compute(s.node, {}) : eval(s.node, {});
+      store(s.out_buf, s.out_offset, s.out_strides, {}, v, g_.node(s.node).type.dtype);
+      return;
+    }
+    int64_t n = s.shape.back();
+    Value *lo = b_.getInt64(0), *hi = b_.getInt64(n), *base = b_.getInt64(0);
+    if (k_->chunk > 0) {  // the last outer coordinate numbers a chunk of the last axis
+      base = b_.CreateMul(oc.back(), b_.getInt64(k_->chunk));
+      hi = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, b_.getInt64(k_->chunk),
+                                    b_.CreateSub(b_.getInt64(n), base));
+    }
+    loop(lo, hi, [&](Value* i) {
+      vars_.assign(oc.begin(), oc.begin() + static_cast<long>(r - 1));
+      vars_.push_back(k_->chunk > 0 ? b_.CreateAdd(base, i) : i);
+      memo_.clear();
+      Coords c(r);
+      for (size_t d = 0; d < r; ++d) c[d] = unit(d, r);
+      Value* v = computes ? compute(s.node, c) : eval(s.node, c);
+      store(s.out_buf, s.out_offset, s.out_strides, c, v, g_.node(s.node).type.dtype);
+    });
+  }
+
+  // ---- reductions --------------------------------------------------------------------
+  void reduce_stage(const Stage& s, const std::vector<Value*>& oc) {
+    const ir::Node& red = g_.node(s.node);
+    NodeId in = red.operands[0].node;
+    DType dt = g_.node(in).type.dtype;
+    llvm::Type* ct = compute_type(dt);
+    size_t r = s.shape.size();
+    std::vector<size_t> order;  // stage coords as vars: outer dims, then reduced dims
+    for (size_t d = 0; d < r; ++d)
+      if (std::find(s.reduced.begin(), s.reduced.end(), static_cast<int64_t>(d)) == s.reduced.end())
+        order.push_back(d);
+    for (int64_t d : s.reduced) order.push_back(static_cast<size_t>(d));
+    bool argmax = red.op == OpKind::ArgMax;
+    auto* acc = entry_alloca(ct);
+    auto* idx = argmax ? entry_alloca(b_.getInt64Ty()) : nullptr;
+    b_.CreateStore(reduce_init(red.op, dt, ct), acc);
+    if (argmax) b_.CreateStore(b_.getInt64(0), idx);
+    std::vector<Value*> rv(s.reduced.size());
+    Value* flat = nullptr;  // running flat index over the reduced axes (argmax)
+    std::function<void(size_t, Value*)> nest = [&](size_t level, Value* flat_in) {
+      if (level == s.reduced.size()) {
+        vars_.assign(oc.begin(), oc.begin() + static_cast<long>(r - s.reduced.size()));
+        vars_.insert(vars_.end(), rv.begin(), rv.end());
+        memo_.clear();
+        Coords c(r);
+        for (size_t j = 0; j < order.size(); ++j) c[order[j]] = unit(j, r);
+        Value* x = eval(in, c);
+        Value* a = b_.CreateLoad(ct, acc);
+        if (argmax) {
+          Value* take = argmax_take(x, a, dt);
+          b_.CreateStore(b_.CreateSelect(take, x, a), acc);
+          b_.CreateStore(b_.CreateSelect(take, flat_in, b_.CreateLoad(b_.getInt64Ty(), idx)), idx);
+        } else {
+          b_.CreateStore(combine(red.op, dt, a, x), acc);
+        }
+        return;
+      }
+      int64_t ext = s.shape[s.reduced[level]];
+      loop(b_.getInt64(0), b_.getInt64(ext), [&](Value* iv) {
+        rv[level] = iv;
+        Value* f = flat_in ? b_.CreateAdd(b_.CreateMul(flat_in, b_.getInt64(ext)), iv) : iv;
+        nest(level + 1, f);
+      });
+    };
+    nest(0, flat);
+    Value* result = argmax ? b_.CreateLoad(b_.getInt64Ty(), idx) : b_.CreateLoad(ct, acc);
+    if (!argmax) result = round_to(result, red.type.dtype);
+    row_scalars_[s.node] = result;
+    if (s.out_buf >= 0) {
+      // Output coordinates: outer vars in order, 0 for kept (size-1) reduced dims.
+      vars_.assign(oc.begin(), oc.begin() + static_cast<long>(r - s.reduced.size()));
+      Coords c;
+      size_t j = 0;
+      for (size_t d = 0; d < r; ++d) {
+        bool is_red = std::find(s.reduced.begin(), s.reduced.end(), static_cast<int64_t>(d)) !=
+                      s.reduced.end();
+        if (!is_red) c.push_back(unit(j++, r));
+        else if (red.attrs.flag) c.push_back(Affine{});
+      }
+      store(s.out_buf, 0, s.out_strides, c, result, red.type.dtype);
+    }
+  }
+
+  Value* reduce_init(OpKind op, DType dt, llvm::Type* ct) {
+    bool fl = is_floating(dt);
+    switch (op) {
+      case OpKind::ReduceSum: return fl ? llvm::ConstantFP::get(ct, 0.0) : llvm::ConstantInt::get(ct, 0);
+      case OpKind::ReduceMin:
+        if (dt == DType::Bool) return b_.getTrue();
+        return fl ? llvm::ConstantFP::getInfinity(ct, false)
+                  : llvm::ConstantInt::get(ct, llvm::APInt::getSignedMaxValue(ct->getIntegerBitWidth()));
+      default:  // max, argmax
+        if (dt == DType::Bool) return b_.getFalse();
+        return fl ? llvm::ConstantFP::getInfinity(ct, true)
+                  : llvm::ConstantInt::get(ct, llvm::APInt::getSignedMinValue(ct->getIntegerBitWidth()));
+    }
+  }
+
+  Value* combine(OpKind op, DType dt, Value* a, Value* x) {
+    bool fl = is_floating(dt);
+    if (op == OpKind::ReduceSum) {
+      if (!fl) return b_.CreateAdd(a, x);
+      llvm::IRBuilder<>::FastMathFlagGuard guard(b_);
+      llvm::FastMathFlags f;
+      f.setAllowReassoc();  // lets the sum vectorize; the order of additions is unspecified
+      f.setAllowContract();
+      b_.setFastMathFlags(f);
+      return b_.CreateFAdd(a, x);
+    }
+    bool mx = op == OpKind::ReduceMax;
+    if (dt == DType::Bool) return mx ? b_.CreateOr(a, x) : b_.CreateAnd(a, x);
+    if (fl) return float_extremum(mx, a, x);
+    return b_.CreateBinaryIntrinsic(mx ? llvm::Intrinsic::smax : llvm::Intrinsic::smin, a, x);
+  }
+
+  // The reference's maximum/minimum: a NaN operand wins (the first one), else the larger
+  // (smaller) value, else b. Selects, so it vectorizes and matches bit for bit.
+  Value* float_extremum(bool mx, Value* a, Value* b) {
+    Value* pick_a = mx ? b_.CreateFCmpOGT(a, b) : b_.CreateFCmpOLT(a, b);
+    Value* r = b_.CreateSelect(pick_a, a, b);
+    r = b_.CreateSelect(b_.CreateFCmpUNO(b, b), b, r);
+    return b_.CreateSelect(b_.CreateFCmpUNO(a, a), a, r);
+  }
+
+  // First maximum wins; NaN counts as the maximum, the first NaN wins.
+  Value* argmax_take(Value* x, Value* best, DType dt) {
+    if (!is_floating(dt)) {
+      if (dt == DType::Bool) return b_.CreateICmpUGT(x, best);
+      return b_.CreateICmpSGT(x, best);
+    }
+    Value* best_nan = b_.CreateFCmpUNO(best, best);
+    Value* x_wins = b_.CreateOr(b_.CreateFCmpUNO(x, x), b_.CreateFCmpOGT(x, best));
+    return b_.CreateAnd(b_.CreateNot(best_nan), x_wins);
+  }
+
+  // ---- expressions -------------------------------------------------------------------
+  Affine unit(size_t j, size_t n) {
+    Affine a;
+    a.a.assign(n, 0);
+    a.a[j] = 1;
+    return a;
+  }
+
+  Value* affine(const Affine& a) {
+    Value* v = b_.getInt64(a.c);
+    for (size_t j = 0; j < a.a.size(); ++j) {
+      if (a.a[j] == 0) continue;
+      Value* t = a.a[j] == 1 ? vars_[j] : b_.CreateMul(vars_[j], b_.getInt64(a.a[j]));
+      v = a.c == 0 && v == b_.getInt64(0) ? t : b_.CreateAdd(v, t);
+    }
+    return v;
+  }
+
+  Value* address(int plan_buf, int64_t offset, const std::vector<int64_t>& strides,
+                 const Coords& c, DType dt) {
+    Affine lin;
+    lin.c = offset;
+    for (size_t d = 0; d < c.size(); ++d) {
+      if (strides[d] == 0) continue;
+      lin.c += c[d].c * strides[d];
+      if (lin.a.size() < c[d].a.size()) lin.a.resize(c[d].a.size(), 0);
+      for (size_t j = 0; j < c[d].a.size(); ++j) lin.a[j] += c[d].a[j] * strides[d];
+    }
+    return b_.CreateInBoundsGEP(storage_type(dt), ptrs_[local_.at(plan_buf)], affine(lin));
+  }
+
+  void store(int plan_buf, int64_t offset, const std::vector<int64_t>& strides, const Coords& c,
+             Value* v, DType dt) {
+    b_.CreateStore(to_storage(v, dt), address(plan_buf, offset, strides, c, dt));
+  }
+
+  Value* load(int plan_buf, const std::vector<int64_t>& strides, const Coords& c, DType dt) {
+    return from_storage(b_.CreateLoad(storage_type(dt), address(plan_buf, 0, strides, c, dt)), dt);
+  }
+
+  std::string memo_key(NodeId n, const Coords& c) {
+    std::string k = std::to_string(n);
+    for (const Affine& a : c) {
+      k += ";" + std::to_string(a.c);
+      for (int64_t x : a.a) k += "," + std::to_string(x);
+    }
+    return k;
+  }
+
+  // The value of node n at coordinates c (a load when n has a buffer).
+  Value* eval(NodeId n, const Coords& c) {
+    auto rs = row_scalars_.find(n);
+    if (rs != row_scalars_.end()) return rs->second;
+    if (p_.buf_of[n] >= 0)
+      return load(p_.buf_of[n], contiguous_strides(g_.node(n).type.shape), c, g_.node(n).type.dtype);
+    return compute(n, c);
+  }
+
+  Value* compute(NodeId n, const Coords& c) {
+    std::string key = memo_key(n, c);
+    auto it = memo_.find(key);
+    if (it != memo_.end()) return it->second;
+    Value* v = compute_uncached(n, c);
+    memo_[key] = v;
+    return v;
+  }
+
+  Value* compute_uncached(NodeId n, const Coords& c) {
+    const ir::Node& node = g_.node(n);
+    DType dt = node.type.dtype;
+    switch (node.op) {
+      case OpKind::Constant: return constant(node, dt);
+      case OpKind::Iota: return int_to(affine(c.empty() ? Affine{} : c[node.attrs.i]), dt);
+      case OpKind::Reshape:
+        if (!trivial_reshape(g_, n)) {  // a contiguous buffer read in the new shape's order
+          NodeId src = node.operands[0].node;
+          return load(p_.buf_of[src], contiguous_strides(node.type.shape), c, dt);
+        }
+        return eval(node.operands[0].node, operand_coords(g_, n, 0, c));
+      case OpKind::Permute:
+      case OpKind::Expand:
+      case OpKind::Slice:
+        return eval(node.operands[0].node, operand_coords(g_, n, 0, c));
+      default: break;
+    }
+    std::vector<Value*> xs;
+    for (size_t k = 0; k < node.operands.size(); ++k)
+      xs.push_back(eval(node.operands[k].node, operand_coords(g_, n, k, c)));
+    if (node.op == OpKind::Convert) return convert(xs[0], g_.type(node.operands[0]).dtype, dt);
+    DType in = g_.type(node.operands[node.op == OpKind::Where ? 1 : 0]).dtype;
+    return round_to(elementwise(node.op, in, xs), dt);
+  }
+
+  Value* constant(const ir::Node& node, DType dt) {
+    double f = node.attrs.f;
+    if (dt == DType::Bool) return b_.getInt1(f != 0);
+    if (is_integral(dt)) return llvm::ConstantInt::get(compute_type(dt), static_cast<uint64_t>(std::llround(f)), true);
+    return round_to(llvm::ConstantFP::get(compute_type(dt), f), dt);
+  }
+
+  Value* int_to(Value* i64v, DType dt) {
+    if (dt == DType::Bool) return b_.CreateICmpNE(i64v, b_.getInt64(0));
+    if (is_integral(dt)) return b_.CreateSExtOrTrunc(i64v, compute_type(dt));
+    return round_to(b_.CreateSIToFP(i64v, compute_type(dt)), dt);
+  }
+
+  Value* elementwise(OpKind op, DType in, const std::vector<Value*>& x) {
+    bool fl = is_floating(in);
+    switch (op) {
+      case OpKind::Neg: return fl ? b_.CreateFNeg(x[0]) : b_.CreateNeg(x[0]);
+      case OpKind::Abs:
+        return fl ? b_.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, x[0])
+                  : b_.CreateBinaryIntrinsic(llvm::Intrinsic::abs, x[0], b_.getFalse());
+      case OpKind::Exp: return math_.exp(x[0]);
+      case OpKind::Log: return math_.log(x[0]);
+      case OpKind::Sqrt: return b_.CreateUnaryIntrinsic(llvm::Intrinsic::sqrt, x[0]);
+      case OpKind::Tanh: return math_.tanh(x[0]);
+      case OpKind::Sin: return b_.CreateUnaryIntrinsic(llvm::Intrinsic::sin, x[0]);
+      case OpKind::Cos: return b_.CreateUnaryIntrinsic(llvm::Intrinsic::cos, x[0]);
+      case OpKind::Erf: return math_.erf(x[0]);
+      case OpKind::Not: return b_.CreateNot(x[0]);
+      case OpKind::Add: return fl ? fop(llvm::Instruction::FAdd, x) : b_.CreateAdd(x[0], x[1]);
+      case OpKind::Sub: return fl ? fop(llvm::Instruction::FSub, x) : b_.CreateSub(x[0], x[1]);
+      case OpKind::Mul: return fl ? fop(llvm::Instruction::FMul, x) : b_.CreateMul(x[0], x[1]);
+      case OpKind::Div: return fl ? b_.CreateFDiv(x[0], x[1]) : int_div(x[0], x[1]);
+      case OpKind::Pow: return b_.CreateBinaryIntrinsic(llvm::Intrinsic::pow, x[0], x[1]);
+      case OpKind::Maximum:
+      case OpKind::Minimum: {
+        bool mx = op == OpKind::Maximum;
+        if (in == DType::Bool) return mx ? b_.CreateOr(x[0], x[1]) : b_.CreateAnd(x[0], x[1]);
+        if (fl) return float_extremum(mx, x[0], x[1]);
+        return b_.CreateBinaryIntrinsic(mx ? llvm::Intrinsic::smax : llvm::Intrinsic::smin, x[0], x[1]);
+      }
+      case OpKind::And: return b_.CreateAnd(x[0], x[1]);
+      case OpKind::Or: return b_.CreateOr(x[0], x[1]);
+      case OpKind::Eq: return fl ? b_.CreateFCmpOEQ(x[0], x[1]) : b_.CreateICmpEQ(x[0], x[1]);
+      case OpKind::Ne: return fl ? b_.CreateFCmpUNE(x[0], x[1]) : b_.CreateICmpNE(x[0], x[1]);
+      case OpKind::Lt: return fl ? b_.CreateFCmpOLT(x[0], x[1]) : in == DType::Bool ? b_.CreateICmpULT(x[0], x[1]) : b_.CreateICmpSLT(x[0], x[1]);
+      case OpKind::Le: return fl ? b_.CreateFCmpOLE(x[0], x[1]) : in == DType::Bool ? b_.CreateICmpULE(x[0], x[1]) : b_.CreateICmpSLE(x[0], x[1]);
+      case OpKind::Gt: return fl ? b_.CreateFCmpOGT(x[0], x[1]) : in == DType::Bool ? b_.CreateICmpUGT(x[0], x[1]) : b_.CreateICmpSGT(x[0], x[1]);
+      case OpKind::Ge: return fl ? b_.CreateFCmpOGE(x[0], x[1]) : in == DType::Bool ? b_.CreateICmpUGE(x[0], x[1]) : b_.CreateICmpSGE(x[0], x[1]);
+      case OpKind::Where: return b_.CreateSelect(x[0], x[1], x[2]);
+      default: break;
+    }
+    throw CompileError(loom::detail::str_cat("[cpu] no code generator for ", ir::op_name(op)));
+  }
+
+  Value* fop(llvm::Instruction::BinaryOps op, const std::vector<Value*>& x) {
+    llvm::IRBuilder<>::FastMathFlagGuard guard(b_);
+    llvm::FastMathFlags f;
+    f.setAllowContract();
+    b_.setFastMathFlags(f);
+    return b_.CreateBinOp(op, x[0], x[1]);
+  }
+
+  // Integer division truncates toward zero; by zero gives 0 and INT_MIN / -1 wraps (the
+  // reference interpreter's definition), without undefined behaviour.
+  Value* int_div(Value* a, Value* d) {
+    auto* t = a->getType();
+    Value* zero = llvm::ConstantInt::get(t, 0);
+    Value* minus1 = llvm::ConstantInt::getSigned(t, -1);
+    Value* is_zero = b_.CreateICmpEQ(d, zero);
+    Value* is_m1 = b_.CreateICmpEQ(d, minus1);
+    Value* safe = b_.CreateSelect(b_.CreateOr(is_zero, is_m1), llvm::ConstantInt::get(t, 1), d);
+    Value* q = b_.CreateSDiv(a, safe);
+    q = b_.CreateSelect(is_m1, b_.CreateNeg(a), q);
+    return b_.CreateSelect(is_zero, zero, q);
+  }
+
+  Value* convert(Value* v, DType from, DType to) {
+    if (from == to) return v;
+    llvm::Type* tt = compute_type(to);
+    if (to == DType::Bool) {
+      if (is_floating(from)) return b_.CreateFCmpUNE(v, llvm::ConstantFP::get(v->getType(), 0.0));
+      return b_.CreateICmpNE(v, llvm::ConstantInt::get(v->getType(), 0));
+    }
+    if (from == DType::Bool) return is_floating(to) ? b_.CreateUIToFP(v, tt) : b_.CreateZExt(v, tt);
+    if (is_integral(to)) {
+      if (is_integral(from)) return b_.CreateSExtOrTrunc(v, tt);
+      // Truncation toward zero, NaN -> 0, saturating: the reference's definition.
+      return b_.CreateIntrinsic(llvm::Intrinsic::fptosi_sat, {tt, v->getType()}, {v});
+    }
+    if ((to == DType::Float16 || to == DType::BFloat16) && from != DType::Float32 &&
+        from != DType::Float16 && from != DType::BFloat16) {
+      Value* d = is_integral(from) ? b_.CreateSIToFP(v, b_.getDoubleTy()) : v;
+      return double_to_half(d, to);
+    }
+    Value* r = is_integral(from) ? b_.CreateSIToFP(v, tt) : b_.CreateFPCast(v, tt);
+    return round_to(r, to);
+  }
+
+  // double -> float16/bfloat16 with one rounding (through float it could round twice).
+  // float16: the hardware conversion rounds once. bfloat16: round to float by "round to
+  // odd" (truncate, then set the sticky bit when inexact), then to bfloat16 to nearest even.
+  Value* double_to_half(Value* d, DType to) {
+    if (to == DType::Float16)
+      return b_.CreateFPExt(b_.CreateFPTrunc(d, b_.getHalfTy()), b_.getFloatTy());
+    Value* f = b_.CreateFPTrunc(d, b_.getFloatTy());
+    Value* back = b_.CreateFPExt(f, b_.getDoubleTy());
+    Value* ad = b_.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, d);
+    Value* aback = b_.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, back);
+    Value* bits = b_.CreateBitCast(f, b_.getInt32Ty());
+    Value* too_big = b_.CreateFCmpOGT(aback, ad);
+    bits = b_.CreateSub(bits, b_.CreateZExt(too_big, b_.getInt32Ty()));
+    Value* inexact = b_.CreateFCmpONE(back, d);
+    bits = b_.CreateOr(bits, b_.CreateZExt(inexact, b_.getInt32Ty()));
+    Value* odd = b_.CreateBitCast(bits, b_.getFloatTy());
+    odd = b_.CreateSelect(b_.CreateFCmpUNO(d, d), f, odd);
+    return round_to(odd, to);
+  }
+
+  // Values of 16-bit float dtypes compute in float32 but round to their dtype after each op,
+  // as the reference does.
+  Value* round_to(Value* v, DType dt) {
+    if (dt == DType::Float16) {
+      return b_.CreateFPExt(b_.CreateFPTrunc(v, b_.getHalfTy()), b_.getFloatTy());
+    }
+    if (dt == DType::BFloat16) return from_storage(to_storage(v, dt), dt);
+    return v;
+  }
+
+  llvm::Type* compute_type(DType dt) {
+    switch (dt) {
+      case DType::Bool: return b_.getInt1Ty();
+      case DType::Int32: return b_.getInt32Ty();
+      case DType::Int64: return b_.getInt64Ty();
+      case DType::Float64: return b_.getDoubleTy();
+      default: return b_.getFloatTy();
+    }
+  }
+  llvm::Type* storage_type(DType dt) {
+    switch (dt) {
+      case DType::Bool: return b_.getInt8Ty();
+      case DType::BFloat16: return b_.getInt16Ty();
+      case DType::Float16: return b_.getHalfTy();
+      default: return compute_type(dt);
+    }
+  }
+  Value* from_storage(Value* v, DType dt) {
+    switch (dt) {
+      case DType::Bool: return b_.CreateICmpNE(v, b_.getInt8(0));
+      case DType::BFloat16:
+        return b_.CreateBitCast(b_.CreateShl(b_.CreateZExt(v, b_.getInt32Ty()), 16), b_.getFloatTy());
+      case DType::Float16: return b_.CreateFPExt(v, b_.getFloatTy());
+      default: return v;
+    }
+  }
+  Value* to_storage(Value* v, DType dt) {
+    switch (dt) {
+      case DType::Bool: return b_.CreateZExt(v, b_.getInt8Ty());
+      case DType::Float16: return b_.CreateFPTrunc(v, b_.getHalfTy());
+      case DType::BFloat16: {  // round to nearest even; NaN stays a quiet NaN
+        Value* u = b_.CreateBitCast(v, b_.getInt32Ty());
+        Value* lsb = b_.CreateAnd(b_.CreateLShr(u, 16), b_.getInt32(1));
+        Value* rounded = b_.CreateLShr(b_.CreateAdd(u, b_.CreateAdd(b_.getInt32(0x7fff), lsb)), 16);
+        Value* nan = b_.CreateOr(b_.CreateLShr(u, 16), b_.getInt32(0x40));
+        Value* is_nan = b_.CreateFCmpUNO(v, v);
+        return b_.CreateTrunc(b_.CreateSelect(is_nan, nan, rounded), b_.getInt16Ty());
+      }
+      default: return v;
+    }
+  }
+
+  const ir::Graph& g_;
+  const Plan& p_;
+  llvm::Module& m_;
+  llvm::LLVMContext& ctx_;
+  llvm::IRBuilder<> b_;
+  Math math_;
+  const KernelSpec* k_ = nullptr;
+  llvm::Function* fn_ = nullptr;
+  llvm::BasicBlock* alloca_point_ = nullptr;
+  std::map<int, int> local_;
+  std::vector<Value*> ptrs_, vars_;
+  std::unordered_map<std::string, Value*> memo_;
+  std::map<NodeId, Value*> row_scalars_;
+};
+
+int64_t work_per_outer(const KernelSpec& k) {
+  int64_t w = 0;
+  for (const Stage& s : k.stages) {
+    int64_t per = s.shape.empty() ? 1 : s.shape.numel() / std::max<int64_t>(1, k.outer.numel());
+    w += std::max<int64_t>(per, 1);
+  }
+  return k.chunk > 0 ? k.chunk : w;
+}
+
+}  // namespace
+
+std::vector<CompiledKernel> compile_kernels(const ir::Graph& g, const Plan& plan) {
+  std::vector<CompiledKernel> out(plan.kernels.size());
+  std::vector<detail::KernelDescription> descs;
+  std::vector<size_t> missing;
+  {
+    std::lock_guard lock(cache().mu);
+    for (size_t i = 0; i < plan.kernels.size(); ++i) {
+      descs.push_back(detail::describe(g, plan, plan.kernels[i]));
+      out[i].bufs = descs.back().bufs;
+      out[i].outer = plan.kernels[i].outer.numel();
+      out[i].work = work_per_outer(plan.kernels[i]);
+      auto it = cache().fns.find(descs.back().text);
+      if (it != cache().fns.end()) {
+        out[i].fn = it->second;
+        cache().stats.hits++;
+      } else {
+        missing.push_back(i);
+      }
+    }
+  }
+  if (missing.empty()) return out;
+  static std::atomic<int64_t> module_counter{0};
+  int64_t mid = module_counter++;
+  auto ctx = std::make_unique<llvm::LLVMContext>();
+  auto module = Jit::instance().new_module(*ctx, "loom" + std::to_string(mid));
+  std::vector<std::string> names;
+  {
+    Emitter e(g, plan, *module);
+    for (size_t i : missing) {
+      names.push_back("loom_m" + std::to_string(mid) + "_" + plan.kernels[i].name);
+      e.emit(plan.kernels[i], descs[i], names.back());
+    }
+  }
+  std::vector<void*> fns = Jit::instance().compile(std::move(ctx), std::move(module), names);
+  std::lock_guard lock(cache().mu);
+  for (size_t j = 0; j < missing.size(); ++j) {
+    size_t i = missing[j];
+    auto fn = reinterpret_cast<KernelFn>(fns[j]);
+    auto [it, fresh] = cache().fns.try_emplace(descs[i].text, fn);
+    out[i].fn = it->second;  // a racing compile of the same kernel: keep the first
+    if (fresh) cache().stats.compiled++;
+  }
+  return out;
+}
+
+KernelCacheStats kernel_cache_stats() {
+  std::lock_guard lock(cache().mu);
+  return cache().stats;
+}
+
+}  // namespace loom::cpu

@@ -1,0 +1,211 @@
+// The CPU backend's Executable: runs the plan's steps over pooled buffers.
+#include "loom/backend/cpu_backend.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "backend/cpu/codegen.h"
+#include "backend/cpu/plan.h"
+#include "backend/cpu/thread_pool.h"
+#include "loom/backend/ref_backend.h"
+#include "loom/core/error.h"
+
+namespace loom::backend {
+
+namespace {
+
+using cpu::Plan;
+using cpu::Step;
+
+// Outer points below which a kernel runs on one thread: splitting costs a wake-up.
+constexpr int64_t kParallelWork = 1 << 15;
+
+class CpuExecutable final : public Executable {
+ public:
+  explicit CpuExecutable(const ir::Graph& g) : graph_(g), plan_(cpu::make_plan(graph_)) {
+    kernels_ = cpu::compile_kernels(graph_, plan_);
+    first_use_.assign(plan_.steps.size(), {});
+    std::vector<bool> seen(plan_.bufs.size(), false);
+    auto touch = [&](size_t step, int b) {
+      if (b < 0 || seen[b] || plan_.bufs[b].kind == cpu::BufferInfo::Input) return;
+      seen[b] = true;
+      first_use_[step].push_back(b);
+    };
+    for (size_t si = 0; si < plan_.steps.size(); ++si) {
+      const Step& st = plan_.steps[si];
+      if (st.kind == Step::Kernel) {
+        for (int b : kernels_[st.kernel].bufs) touch(si, b);
+      } else {
+        touch(si, plan_.buf_of[st.node]);
+      }
+    }
+    for (size_t b = 0; b < plan_.bufs.size(); ++b)  // outputs nobody writes (0-size): allocate
+      if (!seen[b] && plan_.bufs[b].kind == cpu::BufferInfo::Output) unwritten_.push_back(b);
+  }
+
+  std::vector<Buffer> run(std::span<const Buffer> inputs) const override {
+    check_inputs("cpu", graph_, inputs);
+    std::vector<Buffer> bufs(plan_.bufs.size());
+    for (size_t b = 0; b < plan_.bufs.size(); ++b)
+      if (plan_.bufs[b].kind == cpu::BufferInfo::Input) bufs[b] = inputs[plan_.bufs[b].index];
+    for (size_t b : unwritten_) bufs[b] = Buffer::allocate(plan_.bufs[b].type.nbytes());
+    for (size_t si = 0; si < plan_.steps.size(); ++si) {
+      for (int b : first_use_[si])
+        bufs[b] = Buffer::allocate_uninitialized(static_cast<size_t>(plan_.bufs[b].type.nbytes()));
+      const Step& st = plan_.steps[si];
+      switch (st.kind) {
+        case Step::Kernel: run_kernel(kernels_[st.kernel], bufs); break;
+        case Step::MatMul: run_matmul(st.node, bufs); break;
+        case Step::Ref: run_ref(st.node, bufs); break;
+      }
+      for (int b : st.release) bufs[b] = Buffer();  // back to the pool for later steps
+    }
+    std::vector<Buffer> out;
+    for (int b : plan_.output_bufs) out.push_back(bufs[b]);
+    return out;
+  }
+
+  int64_t num_kernels() const override {
+    return static_cast<int64_t>(plan_.steps.size()) - plan_.blas_calls;
+  }
+  int64_t num_library_calls() const override { return plan_.blas_calls; }
+
+ private:
+  void run_kernel(const cpu::CompiledKernel& k, std::vector<Buffer>& bufs) const {
+    if (k.outer == 0) return;
+    std::vector<void*> args(k.bufs.size());
+    for (size_t j = 0; j < k.bufs.size(); ++j) args[j] = bufs[k.bufs[j]].data();
+    auto& pool = cpu::ThreadPool::instance();
+    int64_t tasks = std::min<int64_t>(pool.size(), k.outer);
+    if (tasks < 2 || k.outer * k.work < kParallelWork) {
+      k.fn(args.data(), 0, k.outer);
+      return;
+    }
+    pool.run(static_cast<int>(tasks), [&](int t) {
+      int64_t lo = k.outer * t / tasks, hi = k.outer * (t + 1) / tasks;
+      if (lo < hi) k.fn(args.data(), lo, hi);
+    });
+  }
+
+  void run_ref(ir::NodeId id, std::vector<Buffer>& bufs) const {
+    std::vector<Buffer> operands;
+    for (const ir::Value& v : graph_.node(id).operands) operands.push_back(bufs[plan_.buf_of[v.node]]);
+    Buffer r = ref_eval_node(graph_, id, operands);
+    std::memcpy(bufs[plan_.buf_of[id]].data(), r.data(), graph_.node(id).type.nbytes());
+  }
+
+  void run_matmul(ir::NodeId id, std::vector<Buffer>& bufs) const;
+
+  ir::Graph graph_;
+  Plan plan_;
+  std::vector<cpu::CompiledKernel> kernels_;
+  std::vector<std::vector<int>> first_use_;
+  std::vector<size_t> unwritten_;
+};
+
+// One operand of a product: base pointer, batch strides aligned to the output's batch dims,
+// and BLAS layout of its matrix.
+struct GemmOperand {
+  const char* base = nullptr;
+  std::vector<int64_t> batch_strides;
+  bool trans = false;
+  int64_t ld = 1;
+};
+
+GemmOperand gemm_operand(const ir::Graph& g, const Plan& plan, const std::vector<Buffer>& bufs,
+                         ir::NodeId operand, size_t out_batch_rank, int64_t elem) {
+  cpu::BlasView v;
+  std::vector<bool> has_buf(g.size());
+  for (size_t i = 0; i < g.size(); ++i) has_buf[i] = plan.buf_of[i] >= 0;
+  LOOM_ASSERT(cpu::blas_view(g, has_buf, operand, &v));
+  const Shape& s = g.node(operand).type.shape;
+  size_t r = s.size();
+  GemmOperand o;
+  o.base = static_cast<const char*>(bufs[plan.buf_of[v.base]].data()) + v.offset * elem;
+  o.batch_strides.assign(out_batch_rank, 0);
+  for (size_t d = 0; d + 2 < r; ++d) {
+    size_t od = out_batch_rank - (r - 2) + d;
+    o.batch_strides[od] = s[d] == 1 ? 0 : v.strides[d];
+  }
+  int64_t rows = s[r - 2], cols = s[r - 1], sr = v.strides[r - 2], sc = v.strides[r - 1];
+  if ((sc == 1 || cols == 1) && (rows == 1 || sr >= std::max<int64_t>(cols, 1))) {
+    o.ld = rows == 1 ? std::max<int64_t>(cols, 1) : sr;
+  } else {
+    o.trans = true;
+    o.ld = cols == 1 ? std::max<int64_t>(rows, 1) : sc;
+  }
+  return o;
+}
+
+void CpuExecutable::run_matmul(ir::NodeId id, std::vector<Buffer>& bufs) const {
+  const ir::Node& n = graph_.node(id);
+  const Shape& os = n.type.shape;
+  size_t br = os.size() - 2;
+  int64_t m = os[br], nn = os[br + 1];
+  int64_t k = graph_.type(n.operands[0]).shape.back();
+  bool f64 = n.type.dtype == DType::Float64;
+  int64_t elem = f64 ? 8 : 4;
+  char* c = static_cast<char*>(bufs[plan_.buf_of[id]].data());
+  if (m == 0 || nn == 0) return;
+  if (k == 0) {
+    std::memset(c, 0, static_cast<size_t>(n.type.nbytes()));
+    return;
+  }
+  GemmOperand a = gemm_operand(graph_, plan_, bufs, n.operands[0].node, br, elem);
+  GemmOperand b = gemm_operand(graph_, plan_, bufs, n.operands[1].node, br, elem);
+  Shape batch(os.begin(), os.begin() + static_cast<long>(br));
+  int64_t nb = batch.numel();
+  auto& pool = cpu::ThreadPool::instance();
+  // Split batches across threads, or the rows of each product when there are few batches.
+  int64_t row_parts = nb >= pool.size() ? 1 : std::min<int64_t>(pool.size(), std::max<int64_t>(1, m / 64));
+  int64_t tasks = nb * row_parts;
+  auto task = [&](int t) {
+    int64_t bi = t / row_parts, part = t % row_parts;
+    int64_t r0 = m * part / row_parts, r1 = m * (part + 1) / row_parts;
+    if (r0 == r1) return;
+    int64_t oa = 0, ob = 0, rest = bi;
+    for (size_t d = br; d-- > 0;) {
+      int64_t coord = rest % batch[d];
+      rest /= batch[d];
+      oa += coord * a.batch_strides[d];
+      ob += coord * b.batch_strides[d];
+    }
+    int64_t a_row = a.trans ? 1 : a.ld;  // elements between consecutive rows of A
+    const char* pa = a.base + (oa + r0 * a_row) * elem;
+    const char* pb = b.base + ob * elem;
+    char* pc = c + (bi * m * nn + r0 * nn) * elem;
+    auto ta = a.trans ? CblasTrans : CblasNoTrans, tb = b.trans ? CblasTrans : CblasNoTrans;
+    if (f64) {
+      cblas_dgemm(CblasRowMajor, ta, tb, r1 - r0, nn, k, 1.0, reinterpret_cast<const double*>(pa),
+                  a.ld, reinterpret_cast<const double*>(pb), b.ld, 0.0,
+                  reinterpret_cast<double*>(pc), nn);
+    } else {
+      cblas_sgemm(CblasRowMajor, ta, tb, r1 - r0, nn, k, 1.0f, reinterpret_cast<const float*>(pa),
+                  a.ld, reinterpret_cast<const float*>(pb), b.ld, 0.0f,
+                  reinterpret_cast<float*>(pc), nn);
+    }
+  };
+  if (tasks == 1) task(0);
+  else pool.run(static_cast<int>(tasks), task);
+}
+
+class CpuBackend final : public Backend {
+ public:
+  CpuBackend() {
+    // Products are split across loom's own pool; OpenBLAS threads would compete with it.
+    openblas_set_num_threads(1);
+  }
+  std::string_view name() const override { return "cpu"; }
+  std::shared_ptr<const Executable> compile(const ir::Graph& g,
+                                            const CompileOptions&) const override {
+    return std::make_shared<CpuExecutable>(g);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+
+}  // namespace loom::backend

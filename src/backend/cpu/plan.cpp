@@ -1,0 +1,510 @@
+// Planning: buffers, fusion into kernels, row merging, BLAS views, buffer lifetimes.
+#include "backend/cpu/plan.h"
+
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <set>
+
+#include "loom/core/error.h"
+
+namespace loom::cpu {
+
+namespace {
+
+using ir::OpKind;
+
+Affine zero() { return {}; }
+Affine var(size_t j, size_t n) {
+  Affine a;
+  a.a.assign(n, 0);
+  a.a[j] = 1;
+  return a;
+}
+bool is_zero_on(const Affine& a, size_t lo, size_t hi) {
+  for (size_t j = lo; j < std::min(hi, a.a.size()); ++j)
+    if (a.a[j] != 0) return false;
+  return true;
+}
+bool is_var(const Affine& a, size_t j) {
+  if (a.c != 0 || j >= a.a.size() || a.a[j] != 1) return false;
+  for (size_t k = 0; k < a.a.size(); ++k)
+    if (k != j && a.a[k] != 0) return false;
+  return true;
+}
+Affine scaled_plus(const Affine& x, int64_t scale, int64_t add) {
+  Affine r{x.c * scale + add, x.a};
+  for (int64_t& v : r.a) v *= scale;
+  return r;
+}
+
+// Broadcast map from an output of shape `out` to an operand of shape `in`.
+Coords broadcast(const Shape& out, const Shape& in, const Coords& c) {
+  Coords r(in.size());
+  size_t off = out.size() - in.size();
+  for (size_t d = 0; d < in.size(); ++d)
+    r[d] = (in[d] == 1 && out[d + off] != 1) ? zero() : c[d + off];
+  return r;
+}
+
+bool is_elementwise(OpKind op) { return ir::has_trait(op, ir::kElementwise); }
+
+}  // namespace
+
+bool trivial_reshape(const ir::Graph& g, NodeId n) {
+  const ir::Node& node = g.node(n);
+  const Shape& in = g.type(node.operands[0]).shape;
+  std::vector<int64_t> a, b;
+  for (int64_t d : in)
+    if (d != 1) a.push_back(d);
+  for (int64_t d : node.type.shape)
+    if (d != 1) b.push_back(d);
+  return a == b;
+}
+
+Coords operand_coords(const ir::Graph& g, NodeId n, size_t k, const Coords& c) {
+  const ir::Node& node = g.node(n);
+  const Shape& out = node.type.shape;
+  const Shape& in = g.type(node.operands[k]).shape;
+  switch (node.op) {
+    case OpKind::Permute: {
+      Coords r(in.size());
+      for (size_t i = 0; i < node.attrs.ints.size(); ++i) r[node.attrs.ints[i]] = c[i];
+      return r;
+    }
+    case OpKind::Slice: {
+      Coords r = c;
+      r[node.attrs.i] = scaled_plus(c[node.attrs.i], node.attrs.ints[2], node.attrs.ints[0]);
+      return r;
+    }
+    case OpKind::Reshape: {  // trivial: the non-1 dims correspond in order
+      Coords r(in.size());
+      size_t j = 0;
+      for (size_t d = 0; d < in.size(); ++d) {
+        if (in[d] == 1) continue;
+        while (out[j] == 1) ++j;
+        r[d] = c[j++];
+      }
+      return r;
+    }
+    default:
+      return broadcast(out, in, c);  // elementwise and expand
+  }
+}
+
+bool codegen_supports(const ir::Graph& g, NodeId n) {
+  const ir::Node& node = g.node(n);
+  switch (node.op) {
+    case OpKind::Gather:
+    case OpKind::IndexSelect:
+    case OpKind::RandUniform:
+    case OpKind::RandNormal:
+      return false;
+    case OpKind::Pow:
+      return is_floating(node.type.dtype);
+    case OpKind::MatMul:
+      return node.type.dtype == DType::Float32 || node.type.dtype == DType::Float64;
+    default:
+      return node.regions.empty() && node.more_types.empty();
+  }
+}
+
+namespace {
+
+bool view_of(const ir::Graph& g, const std::vector<bool>& has_buf, NodeId n, BlasView* v,
+             int depth) {
+  if (depth > 64) return false;
+  const ir::Node& node = g.node(n);
+  if (has_buf[n]) {
+    v->base = n;
+    v->offset = 0;
+    v->strides = contiguous_strides(node.type.shape);
+    return true;
+  }
+  if (node.op != OpKind::Permute && node.op != OpKind::Expand && node.op != OpKind::Slice &&
+      !(node.op == OpKind::Reshape && trivial_reshape(g, n)))
+    return false;
+  BlasView in;
+  if (!view_of(g, has_buf, node.operands[0].node, &in, depth + 1)) return false;
+  const Shape& out = node.type.shape;
+  const Shape& ish = g.type(node.operands[0]).shape;
+  v->base = in.base;
+  v->offset = in.offset;
+  v->strides.assign(out.size(), 0);
+  switch (node.op) {
+    case OpKind::Permute:
+      for (size_t i = 0; i < out.size(); ++i) v->strides[i] = in.strides[node.attrs.ints[i]];
+      break;
+    case OpKind::Slice:
+      v->strides = in.strides;
+      v->offset += node.attrs.ints[0] * in.strides[node.attrs.i];
+      v->strides[node.attrs.i] *= node.attrs.ints[2];
+      break;
+    case OpKind::Expand: {
+      size_t off = out.size() - ish.size();
+      for (size_t d = 0; d < ish.size(); ++d)
+        v->strides[d + off] = (ish[d] == 1 && out[d + off] != 1) ? 0 : in.strides[d];
+      break;
+    }
+    default: {  // trivial reshape
+      size_t j = 0;
+      for (size_t d = 0; d < ish.size(); ++d) {
+        if (ish[d] == 1) continue;
+        while (out[j] == 1) ++j;
+        v->strides[j++] = in.strides[d];
+      }
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+bool blas_view(const ir::Graph& g, const std::vector<bool>& has_buf, NodeId operand, BlasView* v) {
+  if (!view_of(g, has_buf, operand, v, 0)) return false;
+  const Shape& s = g.node(operand).type.shape;
+  int64_t rows = s[s.size() - 2], cols = s.back();
+  int64_t sr = v->strides[s.size() - 2], sc = v->strides.back();
+  bool no_trans = (sc == 1 || cols == 1) && (rows == 1 || sr >= std::max<int64_t>(cols, 1));
+  bool trans = (sr == 1 || rows == 1) && (cols == 1 || sc >= std::max<int64_t>(rows, 1));
+  return no_trans || trans;
+}
+
+namespace {
+
+class Planner {
+ public:
+  explicit Planner(const ir::Graph& g) : g_(g), n_(g.size()) {}
+
+  Plan run() {
+    decide_buffers();
+    assign_buffers();
+    for (NodeId id = 0; id < n_; ++id) {
+      if (has_buf_[id] && g_.node(id).op != OpKind::Parameter) plan_node(id);
+    }
+    for (auto& [node, buf] : output_copies_) add_copy(node, buf);
+    compute_releases();
+    return std::move(plan_);
+  }
+
+ private:
+  void decide_buffers() {
+    has_buf_.assign(n_, false);
+    std::vector<int> uses(n_, 0);
+    std::vector<int64_t> cost(n_, 0), depth(n_, 0);
+    for (NodeId id = 0; id < n_; ++id)
+      for (const ir::Value& v : g_.node(id).operands) uses[v.node]++;
+    for (const ir::Value& v : g_.outputs()) has_buf_[v.node] = true;
+    for (NodeId id = 0; id < n_; ++id) {
+      const ir::Node& node = g_.node(id);
+      OpKind op = node.op;
+      bool ref = !codegen_supports(g_, id);
+      if (op == OpKind::Parameter || op == OpKind::MatMul || op == OpKind::Concat || ref ||
+          ir::has_trait(op, ir::kReduce))
+        has_buf_[id] = true;
+      if (ref) {
+        for (const ir::Value& v : node.operands) has_buf_[v.node] = true;
+      } else if (op == OpKind::Reshape && !trivial_reshape(g_, id)) {
+        has_buf_[node.operands[0].node] = true;
+      } else if (op == OpKind::MatMul) {
+        for (const ir::Value& v : node.operands) {
+          BlasView bv;
+          if (!blas_view(g_, has_buf_, v.node, &bv)) has_buf_[v.node] = true;
+        }
+      }
+      int64_t c = 1, dep = 1;
+      for (const ir::Value& v : node.operands) {
+        c += has_buf_[v.node] ? 0 : cost[v.node];
+        dep = std::max(dep, has_buf_[v.node] ? 1 : depth[v.node] + 1);
+      }
+      // Bounded expressions keep kernels small and the code generator's recursion shallow.
+      if (!has_buf_[id] && (dep > 32 || c > 256)) has_buf_[id] = true;
+      cost[id] = has_buf_[id] ? 0 : c;
+      depth[id] = has_buf_[id] ? 0 : dep;
+      // A shared subexpression is recomputed by each consumer unless that costs too much.
+      if (!has_buf_[id] && uses[id] > 1 && c > 8 && op != OpKind::Constant) {
+        has_buf_[id] = true;
+        cost[id] = 0;
+      }
+    }
+  }
+
+  void assign_buffers() {
+    plan_.buf_of.assign(n_, -1);
+    for (size_t p = 0; p < g_.params().size(); ++p) {
+      NodeId id = g_.params()[p];
+      plan_.buf_of[id] = add_buf(BufferInfo::Input, g_.node(id).type, static_cast<int>(p));
+    }
+    for (NodeId id = 0; id < n_; ++id)
+      if (has_buf_[id] && plan_.buf_of[id] < 0)
+        plan_.buf_of[id] = add_buf(BufferInfo::Temp, g_.node(id).type, -1);
+    for (size_t k = 0; k < g_.outputs().size(); ++k) {
+      NodeId id = g_.outputs()[k].node;
+      BufferInfo& b = plan_.bufs[plan_.buf_of[id]];
+      if (b.kind == BufferInfo::Temp) {
+        b.kind = BufferInfo::Output;
+        b.index = static_cast<int>(k);
+        plan_.output_bufs.push_back(plan_.buf_of[id]);
+      } else {  // an input, or a value that is already another output: copy it
+        int nb = add_buf(BufferInfo::Output, g_.node(id).type, static_cast<int>(k));
+        plan_.output_bufs.push_back(nb);
+        output_copies_.push_back({id, nb});
+      }
+    }
+  }
+
+  int add_buf(BufferInfo::Kind kind, const TensorType& t, int index) {
+    plan_.bufs.push_back(BufferInfo{kind, t, index});
+    return static_cast<int>(plan_.bufs.size() - 1);
+  }
+
+  void plan_node(NodeId id) {
+    const ir::Node& node = g_.node(id);
+    if (node.op == OpKind::MatMul && codegen_supports(g_, id)) {
+      plan_.steps.push_back(Step{Step::MatMul, -1, id, {}});
+      plan_.blas_calls++;
+    } else if (!codegen_supports(g_, id)) {
+      plan_.steps.push_back(Step{Step::Ref, -1, id, {}});
+    } else if (node.op == OpKind::Concat) {
+      plan_concat(id);
+    } else if (ir::has_trait(node.op, ir::kReduce)) {
+      plan_reduce(id);
+    } else {
+      Stage s = elementwise_stage(id, plan_.buf_of[id]);
+      add_stage(std::move(s));
+    }
+  }
+
+  Stage elementwise_stage(NodeId value, int out_buf) {
+    Stage s;
+    s.node = value;
+    s.out_buf = out_buf;
+    s.shape = g_.node(value).type.shape;
+    s.out_strides = contiguous_strides(s.shape);
+    return s;
+  }
+
+  void plan_concat(NodeId id) {
+    const ir::Node& node = g_.node(id);
+    int64_t axis = node.attrs.i, at = 0;
+    std::vector<int64_t> st = contiguous_strides(node.type.shape);
+    for (const ir::Value& v : node.operands) {
+      Stage s = elementwise_stage(v.node, plan_.buf_of[id]);
+      s.out_strides = st;
+      s.out_offset = at * st[axis];
+      at += g_.type(v).shape[axis];
+      add_stage(std::move(s), /*mergeable=*/false);
+    }
+  }
+
+  void plan_reduce(NodeId id) {
+    const ir::Node& node = g_.node(id);
+    Stage s;
+    s.reduce = true;
+    s.node = id;
+    s.out_buf = plan_.buf_of[id];
+    s.shape = g_.type(node.operands[0]).shape;
+    if (node.op == OpKind::ArgMax) {
+      if (!s.shape.empty()) s.reduced = {node.attrs.i};
+    } else {
+      s.reduced.assign(node.attrs.ints.begin(), node.attrs.ints.end());
+    }
+    s.out_strides = contiguous_strides(node.type.shape);
+    add_stage(std::move(s));
+  }
+
+  void add_copy(NodeId value, int buf) { add_stage(elementwise_stage(value, buf), false); }
+
+  static Shape outer_of(const Stage& s) {
+    Shape o;
+    if (s.reduce) {
+      for (int64_t d = 0; d < s.shape.rank(); ++d)
+        if (std::find(s.reduced.begin(), s.reduced.end(), d) == s.reduced.end())
+          o.push_back(s.shape[d]);
+    } else if (!s.shape.empty()) {
+      o = Shape(s.shape.begin(), s.shape.end() - 1);
+    }
+    return o;
+  }
+
+  // Reductions over trailing axes keep outer dims first, so a row can hold several stages.
+  static bool trailing_reduction(const Stage& s) {
+    int64_t r = s.shape.rank(), k = static_cast<int64_t>(s.reduced.size());
+    for (int64_t i = 0; i < k; ++i)
+      if (s.reduced[i] != r - k + i) return false;
+    return true;
+  }
+
+  void add_stage(Stage s, bool mergeable = true) {
+    Shape outer = outer_of(s);
+    bool can_merge = mergeable && !plan_.steps.empty() && plan_.steps.back().kind == Step::Kernel &&
+                     (!s.reduce || trailing_reduction(s));
+    if (can_merge) {
+      KernelSpec& k = plan_.kernels[plan_.steps.back().kernel];
+      can_merge = k.chunk == 0 && mergeable_kernel_[plan_.steps.back().kernel] && k.outer == outer &&
+                  row_local(k, s);
+    }
+    if (can_merge) {
+      plan_.kernels[plan_.steps.back().kernel].stages.push_back(std::move(s));
+      return;
+    }
+    KernelSpec k;
+    k.outer = outer;
+    if (!s.reduce && !s.shape.empty()) {
+      int64_t inner = s.shape.back(), rows = outer.numel();
+      constexpr int64_t kChunk = 16384;
+      if (rows < 64 && inner > 2 * kChunk) {  // a long row: split it so threads share it
+        k.chunk = kChunk;
+        k.outer.push_back((inner + kChunk - 1) / kChunk);
+      }
+    }
+    k.stages.push_back(std::move(s));
+    k.name = "k" + std::to_string(plan_.kernels.size());
+    plan_.kernels.push_back(std::move(k));
+    mergeable_kernel_.push_back(mergeable);
+    plan_.steps.push_back(Step{Step::Kernel, static_cast<int>(plan_.kernels.size() - 1), 0, {}});
+  }
+
+  // Stage coordinates as loop variables: outer dims first, then the inner ones.
+  static Coords stage_coords(const Stage& s) {
+    size_t r = s.shape.size();
+    Coords c(r);
+    std::vector<size_t> order;
+    for (size_t d = 0; d < r; ++d)
+      if (!s.reduce || std::find(s.reduced.begin(), s.reduced.end(), d) == s.reduced.end())
+        order.push_back(d);
+    if (s.reduce)
+      for (int64_t d : s.reduced) order.push_back(static_cast<size_t>(d));
+    if (!s.reduce && r > 0) {  // elementwise: outer = all but the last, inner = the last
+      order.clear();
+      for (size_t d = 0; d < r; ++d) order.push_back(d);
+    }
+    for (size_t j = 0; j < order.size(); ++j) c[order[j]] = var(j, r);
+    return c;
+  }
+
+  // Every read of a value that kernel k produces must stay in the same outer row.
+  bool row_local(const KernelSpec& k, const Stage& s) {
+    std::set<NodeId> produced;
+    for (const Stage& st : k.stages) produced.insert(st.node);
+    size_t nout = k.outer.size();
+    bool ok = true;
+    std::set<std::pair<NodeId, std::vector<int64_t>>> seen;
+    std::function<void(NodeId, const Coords&)> walk = [&](NodeId n, const Coords& c) {
+      if (!ok) return;
+      const ir::Node& node = g_.node(n);
+      bool computed_here = s.node == n && !s.reduce && plan_.buf_of[n] == s.out_buf;
+      if (has_buf_[n] && !computed_here) {
+        if (produced.count(n)) ok = ok && row_local_read(n, c, nout);
+        return;
+      }
+      if (s.reduce && n == s.node) {
+        walk(node.operands[0].node, c);
+        return;
+      }
+      if (node.op == OpKind::Reshape && !trivial_reshape(g_, n)) {
+        if (produced.count(node.operands[0].node)) ok = false;
+        return;
+      }
+      std::vector<int64_t> key;
+      for (const Affine& a : c) {
+        key.push_back(a.c);
+        key.insert(key.end(), a.a.begin(), a.a.end());
+        key.push_back(INT64_MIN);
+      }
+      if (!seen.insert({n, key}).second) return;
+      for (size_t i = 0; i < node.operands.size(); ++i)
+        walk(node.operands[i].node, operand_coords(g_, n, i, c));
+    };
+    walk(s.node, stage_coords(s));
+    return ok;
+  }
+
+  bool row_local_read(NodeId x, const Coords& c, size_t nout) {
+    const ir::Node& node = g_.node(x);
+    std::vector<size_t> outer_dims;
+    if (ir::has_trait(node.op, ir::kReduce)) {
+      const Shape& in = g_.type(node.operands[0]).shape;
+      std::vector<int64_t> red;
+      if (node.op == OpKind::ArgMax) red = {node.attrs.i};
+      else red.assign(node.attrs.ints.begin(), node.attrs.ints.end());
+      size_t od = 0;
+      for (int64_t d = 0; d < in.rank(); ++d) {
+        bool r = std::find(red.begin(), red.end(), d) != red.end();
+        if (!r) outer_dims.push_back(od);
+        if (!r || node.attrs.flag) ++od;
+      }
+    } else {
+      for (size_t d = 0; d < nout && d < node.type.shape.size(); ++d) outer_dims.push_back(d);
+    }
+    if (outer_dims.size() != nout) return false;
+    for (size_t d = 0; d < c.size(); ++d) {
+      auto it = std::find(outer_dims.begin(), outer_dims.end(), d);
+      if (it != outer_dims.end()) {
+        if (!is_var(c[d], static_cast<size_t>(it - outer_dims.begin()))) return false;
+      } else if (!is_zero_on(c[d], 0, nout)) {
+        return false;
+      }
+    }
+    return true;
+  }
+
+  // Buffers each step touches, for freeing temporaries after their last use.
+  void compute_releases() {
+    std::vector<int> last(plan_.bufs.size(), -1);
+    for (size_t si = 0; si < plan_.steps.size(); ++si) {
+      const Step& st = plan_.steps[si];
+      std::set<int> used;
+      if (st.kind == Step::Kernel) {
+        for (const Stage& s : plan_.kernels[st.kernel].stages) {
+          if (s.out_buf >= 0) used.insert(s.out_buf);
+          bool computes = !s.reduce && plan_.buf_of[s.node] == s.out_buf;
+          collect_leaf_bufs(s.reduce ? g_.node(s.node).operands[0].node : s.node, &used,
+                            computes ? static_cast<int>(s.node) : -1);
+        }
+      } else {
+        used.insert(plan_.buf_of[st.node]);
+        for (const ir::Value& v : g_.node(st.node).operands) {
+          BlasView bv;
+          if (st.kind == Step::MatMul && blas_view(g_, has_buf_, v.node, &bv))
+            used.insert(plan_.buf_of[bv.base]);
+          else
+            used.insert(plan_.buf_of[v.node]);
+        }
+      }
+      for (int b : used)
+        if (b >= 0) last[b] = static_cast<int>(si);
+    }
+    for (size_t b = 0; b < plan_.bufs.size(); ++b)
+      if (plan_.bufs[b].kind == BufferInfo::Temp && last[b] >= 0)
+        plan_.steps[last[b]].release.push_back(static_cast<int>(b));
+  }
+
+  void collect_leaf_bufs(NodeId n, std::set<int>* out, int root) {
+    std::vector<NodeId> stack = {n};
+    std::set<NodeId> seen;
+    while (!stack.empty()) {
+      NodeId id = stack.back();
+      stack.pop_back();
+      if (!seen.insert(id).second) continue;
+      if (has_buf_[id] && static_cast<int>(id) != root) {
+        out->insert(plan_.buf_of[id]);
+        continue;
+      }
+      for (const ir::Value& v : g_.node(id).operands) stack.push_back(v.node);
+    }
+  }
+
+  const ir::Graph& g_;
+  size_t n_;
+  std::vector<bool> has_buf_;
+  std::vector<bool> mergeable_kernel_;
+  std::vector<std::pair<NodeId, int>> output_copies_;
+  Plan plan_;
+};
+
+}  // namespace
+
+Plan make_plan(const ir::Graph& g) { return Planner(g).run(); }
+
+}  // namespace loom::cpu

@@ -1,0 +1,91 @@
+// The CPU backend's plan of one graph: which values get buffers, and the steps that fill
+// them (fused loop kernels, BLAS products, reference fallbacks, copies). No LLVM here.
+//
+// Fusion model: every value of a kernel is computed at coordinates that are affine functions
+// of the kernel's loop variables. Elementwise ops (with broadcasting), converts, permute,
+// expand, slice, size-1 reshapes, constants and iota are index arithmetic inside their
+// consumer; values that need memory (inputs, outputs, products, reductions, and shared
+// subexpressions too costly to recompute) are loaded. A kernel is a loop over an "outer"
+// space split across threads, with one or more stages per outer point: a reduction over the
+// trailing axes (its result stays in a register for later stages: one kernel for softmax and
+// layer_norm) or an elementwise pass over the last axis.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "loom/ir/graph.h"
+
+namespace loom::cpu {
+
+using ir::NodeId;
+
+// c + sum_j a[j] * var_j over the kernel's loop variables.
+struct Affine {
+  int64_t c = 0;
+  std::vector<int64_t> a;
+  bool operator==(const Affine&) const = default;
+};
+using Coords = std::vector<Affine>;
+
+// The coordinates of operand k of node n, given n's coordinates, when n is index arithmetic
+// (elementwise, convert, permute, expand, slice, size-1 reshape). Precondition: fusable(n).
+Coords operand_coords(const ir::Graph& g, NodeId n, size_t k, const Coords& c);
+// Reshape that only inserts or removes size-1 dims (a pure coordinate map).
+bool trivial_reshape(const ir::Graph& g, NodeId n);
+
+struct BufferInfo {
+  enum Kind { Input, Temp, Output };
+  Kind kind;
+  TensorType type;
+  int index = -1;  // parameter position (Input) or output position (Output)
+};
+
+struct Stage {
+  bool reduce = false;
+  NodeId node = 0;         // value stored (elementwise) or the reduction node (reduce)
+  int out_buf = -1;        // -1: a reduction kept only in a register (a row scalar)
+  int64_t out_offset = 0;  // elements (concat pieces)
+  std::vector<int64_t> out_strides;  // of the destination buffer, over the stage's coords
+  Shape shape;             // iteration shape: the value (elementwise) or the reduction input
+  std::vector<int64_t> reduced;      // reduce: axes of `shape` reduced (trailing when merged)
+};
+
+struct KernelSpec {
+  Shape outer;             // the space split across threads
+  int64_t chunk = 0;       // > 0: elementwise over a long last axis split in chunks
+  std::vector<Stage> stages;
+  std::string name;
+};
+
+struct Step {
+  enum Kind { Kernel, MatMul, Ref };
+  Kind kind;
+  int kernel = -1;      // Kernel
+  NodeId node = 0;      // MatMul, Ref
+  std::vector<int> release;  // temp buffers whose last use is this step
+};
+
+struct Plan {
+  std::vector<int> buf_of;  // per node: its buffer, or -1 when it is computed inline
+  std::vector<BufferInfo> bufs;
+  std::vector<KernelSpec> kernels;
+  std::vector<Step> steps;
+  std::vector<int> output_bufs;  // per graph output
+  int64_t blas_calls = 0;        // MatMul steps
+};
+
+// Ops the code generator computes inline (the rest run as reference fallbacks).
+bool codegen_supports(const ir::Graph& g, NodeId n);
+// A matmul operand as a strided view of a buffer BLAS can read without a copy.
+struct BlasView {
+  NodeId base = 0;                 // node holding the buffer
+  int64_t offset = 0;
+  std::vector<int64_t> strides;    // per dim of the operand
+};
+bool blas_view(const ir::Graph& g, const std::vector<bool>& has_buf, NodeId operand, BlasView* v);
+
+Plan make_plan(const ir::Graph& g);
+
+}  // namespace loom::cpu

@@ -1,0 +1,93 @@
+// ThreadPool implementation: a generation counter wakes sleeping workers; tasks are taken
+// from a shared counter under the lock (jobs are a few coarse chunks, so contention is nil).
+#include "backend/cpu/thread_pool.h"
+
+#include <cstdlib>
+
+namespace loom::cpu {
+
+namespace {
+thread_local bool in_worker = false;
+
+int default_threads() {
+  if (const char* v = std::getenv("LOOM_NUM_THREADS")) {
+    int n = std::atoi(v);
+    if (n >= 1) return n;
+  }
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+}  // namespace
+
+ThreadPool& ThreadPool::instance() {
+  static ThreadPool pool(default_threads());
+  return pool;
+}
+
+ThreadPool::ThreadPool(int threads) {
+  for (int i = 1; i < threads; ++i) workers_.emplace_back([this] { worker_loop(); });
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  for (auto& t : workers_) t.join();
+}
+
+// Claims tasks of the current job; the job and the index are read under one lock, and run()
+// waits for every claimed task, so a late worker never runs a finished job's function.
+void ThreadPool::work() {
+  for (;;) {
+    const std::function<void(int)>* fn;
+    int i;
+    {
+      std::lock_guard lock(mu_);
+      if (!job_ || next_ >= n_) return;
+      fn = job_;
+      i = next_++;
+    }
+    (*fn)(i);
+    std::lock_guard lock(mu_);
+    if (++finished_ == n_) done_.notify_all();
+  }
+}
+
+void ThreadPool::worker_loop() {
+  in_worker = true;
+  uint64_t seen = 0;
+  for (;;) {
+    {
+      std::unique_lock lock(mu_);
+      wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
+      if (stop_) return;
+      seen = generation_;
+    }
+    work();
+  }
+}
+
+void ThreadPool::run(int n, const std::function<void(int)>& fn) {
+  if (n <= 0) return;
+  if (n == 1 || workers_.empty() || in_worker) {
+    for (int i = 0; i < n; ++i) fn(i);
+    return;
+  }
+  std::lock_guard run_lock(run_mu_);
+  {
+    std::lock_guard lock(mu_);
+    job_ = &fn;
+    n_ = n;
+    next_ = 0;
+    finished_ = 0;
+    ++generation_;
+  }
+  wake_.notify_all();
+  work();
+  std::unique_lock lock(mu_);
+  done_.wait(lock, [&] { return finished_ == n_; });
+  job_ = nullptr;
+}
+
+}  // namespace loom::cpu
