@@ -285,14 +285,14 @@ inline std::string compare_output(const Values& want, const Values& got, int lim
     if (!is_floating(want.dtype)) {
       if (want.i[k] == got.i[k]) continue;
       if (bad++ < limit)
-        os << want.name << " " << want.dtype << index_text(e, want.shape) << ": ref " << want.i[k]
-           << ", other " << got.i[k] << "\n";
+        os << want.name << index_text(e, want.shape) << " (" << want.dtype << "): ref "
+           << want.i[k] << ", other " << got.i[k] << "\n";
       continue;
     }
     const double scale = want.scale.empty() ? 1.0 : want.scale[k];
     if (close_enough(want.f[k], got.f[k], want.tol, scale)) continue;
     if (bad++ < limit) {
-      os << want.name << " " << want.dtype << index_text(e, want.shape) << ": ref " << want.f[k]
+      os << want.name << index_text(e, want.shape) << " (" << want.dtype << "): ref " << want.f[k]
          << ", other " << got.f[k] << " (|diff| " << std::fabs(got.f[k] - want.f[k])
          << ", allowed " << want.tol.rel << "*|ref| + " << want.tol.abs << "*" << scale << ")\n";
     }

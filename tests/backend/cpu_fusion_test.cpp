@@ -1,0 +1,78 @@
+// Fusion is visible: the number of loop kernels and library calls the CPU backend runs for
+// softmax, layer_norm and a decoder layer, and the reuse of identical kernels across graphs.
+#include <gtest/gtest.h>
+
+#include "loom/ir/graph.h"
+#include "loom/loom.h"
+#include "loom/runtime/engine.h"
+
+namespace {
+
+using loom::Tensor;
+
+class CpuFusion : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    loom::sync();
+    loom::runtime::set_backend("cpu");
+  }
+  // The executable the CPU backend builds for the graph that materializing `outs` runs.
+  std::shared_ptr<const loom::backend::Executable> compiled(const std::vector<Tensor>& outs) {
+    return loom::runtime::compile_cached(loom::ir::parse(loom::pending_ir(outs)));
+  }
+};
+
+Tensor data(loom::Shape s, float scale = 0.01f) {
+  std::vector<float> v(static_cast<size_t>(s.numel()));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = scale * static_cast<float>((i * 7919) % 101) - 0.5f;
+  return loom::tensor(v, s);
+}
+
+TEST_F(CpuFusion, SoftmaxIsOneKernel) {
+  Tensor x = data({64, 128});
+  auto exe = compiled({loom::softmax(x, -1)});
+  EXPECT_EQ(exe->num_kernels(), 1);
+  EXPECT_EQ(exe->num_library_calls(), 0);
+  loom::sync();
+}
+
+TEST_F(CpuFusion, LogSoftmaxAndCrossEntropyStayFew) {
+  Tensor x = data({64, 128});
+  EXPECT_EQ(compiled({loom::log_softmax(x, 1)})->num_kernels(), 1);
+  Tensor t = loom::tensor(std::vector<int64_t>(64, 3), {64});
+  // log_softmax (1 kernel), gather (reference fallback), mean (1 kernel)
+  EXPECT_LE(compiled({loom::cross_entropy(x, t)})->num_kernels(), 3);
+  loom::sync();
+}
+
+TEST_F(CpuFusion, LayerNormIsOneKernel) {
+  Tensor x = data({4, 32, 256});
+  Tensor w = data({256}), b = data({256});
+  auto exe = compiled({loom::layer_norm(x, {256}, w, b)});
+  EXPECT_EQ(exe->num_kernels(), 1);
+  loom::sync();
+}
+
+TEST_F(CpuFusion, DecoderLayerIsOneProductAndOneKernel) {
+  Tensor x = data({4, 64, 128}), w = data({128, 128}), b = data({128});
+  // Linear (transposed weight read in place by BLAS) -> bias + GELU + residual in one loop.
+  Tensor y = loom::gelu(loom::matmul(x, loom::transpose(w, 0, 1)) + b) + x;
+  auto exe = compiled({y});
+  EXPECT_EQ(exe->num_library_calls(), 1);
+  EXPECT_EQ(exe->num_kernels(), 1);
+  // With the final LayerNorm fused behind the last layer's epilogue: still one kernel.
+  Tensor z = loom::layer_norm(y, {128});
+  auto exe2 = compiled({z});
+  EXPECT_EQ(exe2->num_library_calls(), 1);
+  EXPECT_EQ(exe2->num_kernels(), 1);
+  loom::sync();
+}
+
+TEST_F(CpuFusion, ElementwiseChainsWithLayoutOpsAreOneKernel) {
+  Tensor a = data({32, 64}), b = data({64, 32}), c = data({64});
+  Tensor y = loom::relu(a * 2 + loom::transpose(b, 0, 1)) - loom::slice(c, 0, 0, 64) * loom::exp(a);
+  EXPECT_EQ(compiled({loom::to(y, loom::DType::Float64)})->num_kernels(), 1);
+  loom::sync();
+}
+
+}  // namespace
