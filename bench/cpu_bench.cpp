@@ -5,6 +5,7 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -20,8 +21,9 @@
 #include "loom/runtime/engine.h"
 
 // Declared here as well because cblas.h is only OpenBLAS's when the BLAS alternative points at
-// it; CMake links libopenblas itself, which always has it.
+// it; CMake links libopenblas itself, which always has them.
 extern "C" int openblas_get_num_threads(void);
+extern "C" void openblas_set_num_threads(int);
 
 namespace loom::bench {
 namespace {
@@ -134,6 +136,27 @@ double time_once(const std::function<void()>& f) {
   return seconds() - t0;
 }
 
+// OpenBLAS at full width for a baseline, restored after. The cpu backend runs OpenBLAS
+// single-threaded inside its own pool, and the setting is process-wide, so without this the
+// baseline would be OpenBLAS on one core.
+class BlasThreads {
+ public:
+  BlasThreads() : previous_(openblas_get_num_threads()) {
+    openblas_set_num_threads(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  }
+  ~BlasThreads() { openblas_set_num_threads(previous_); }
+  BlasThreads(const BlasThreads&) = delete;
+  BlasThreads& operator=(const BlasThreads&) = delete;
+  int previous() const { return previous_; }
+
+ private:
+  int previous_;
+};
+
+// OpenBLAS's idle workers spin (yielding) for about 2^28 cycles before they sleep; a pause
+// after a baseline keeps them from competing with the next loom run for the two cores.
+void quiesce_blas() { std::this_thread::sleep_for(std::chrono::milliseconds(150)); }
+
 // ---- fused_elementwise ------------------------------------------------------------------
 
 // The STREAM triad, noinline so it is compiled once as its own function. Blocks of 16 with a
@@ -203,7 +226,8 @@ std::vector<Figure> fused_elementwise() {
                "first run: the one compile"});
   f.push_back({"baseline_triad_1t_gb_per_s", triad1, "GB/s",
                "same run: a[i] = b[i] + s*c[i], 64 MiB arrays, 1 thread, -O2 C++"});
-  f.push_back({"baseline_triad_2t_gb_per_s", triad2, "GB/s", "same run: the triad on 2 std::threads"});
+  f.push_back({"baseline_triad_2t_gb_per_s", triad2, "GB/s",
+               "same run: the triad on 2 std::threads"});
   double best = std::max(triad1, triad2);
   f.push_back({"ratio_vs_triad_1t", loom_gbs / triad1, "x", "loom / 1-thread triad"});
   f.push_back({"ratio_vs_best_triad", loom_gbs / best, "x",
@@ -216,8 +240,7 @@ std::vector<Figure> fused_elementwise() {
 std::vector<Figure> matmul_bench() {
   BackendScope backend("cpu");
   std::vector<Figure> f{backend.figure()};
-  f.push_back({"openblas_threads", static_cast<double>(openblas_get_num_threads()), "",
-               "threads of the sgemm baseline (OPENBLAS_NUM_THREADS)"});
+  int blas_threads = 0, loom_blas_threads = 0;
   HostRng rng(2);
   for (int64_t n : {512, 1024, 2048}) {
     std::string p = "n" + std::to_string(n) + "_";
@@ -236,12 +259,16 @@ std::vector<Figure> matmul_bench() {
                   hb.data(), n, 0.0f, hc.data(), n);
     };
     time_loom_once(loom_mm);  // compiles
-    blas_mm();                // OpenBLAS starts its threads and buffers
-    // In blocks, not interleaved: OpenBLAS's workers spin for a while after each call and
-    // would take a core from the next loom run.
     std::vector<double> lt, bt;
     for (int rep = 0; rep < reps; ++rep) lt.push_back(time_loom_once(loom_mm));
-    for (int rep = 0; rep < reps; ++rep) bt.push_back(time_once(blas_mm));
+    {
+      BlasThreads full;
+      loom_blas_threads = full.previous();
+      blas_threads = openblas_get_num_threads();
+      blas_mm();  // OpenBLAS starts its threads and buffers
+      for (int rep = 0; rep < reps; ++rep) bt.push_back(time_once(blas_mm));
+    }
+    quiesce_blas();
     // A fast wrong answer is no win: compare with sgemm's result.
     std::vector<float> got = loom::matmul(a, b).to_vector<float>();
     double err = 0, scale = 0;
@@ -257,6 +284,9 @@ std::vector<Figure> matmul_bench() {
     f.push_back({p + "ratio", lg / bg, "x", "goal >= 0.95"});
     f.push_back({p + "max_rel_diff", err / scale, "", "max |loom - sgemm| / max |sgemm|"});
   }
+  f.push_back({"baseline_openblas_threads", static_cast<double>(blas_threads), "",
+               "threads of the sgemm baseline; loom had set OpenBLAS to " +
+                   std::to_string(loom_blas_threads)});
   return f;
 }
 
@@ -493,18 +523,26 @@ std::vector<Figure> decoder_forward() {
   std::vector<double> t;
   for (int rep = 0; rep < kReps; ++rep) t.push_back(time_loom_once(forward));
   double loom_ms = median(t) * 1e3;
-  double blas_ms = sgemm_lower_bound_seconds(dec, 5) * 1e3;
+  double blas_ms = 0;
+  int blas_threads = 0;
+  {
+    BlasThreads full;
+    blas_threads = openblas_get_num_threads();
+    blas_ms = sgemm_lower_bound_seconds(dec, 5) * 1e3;
+  }
+  quiesce_blas();
   const double flop = 2.0 * kBatch * kSeq * kDim * kDim * kLayers;
 
   f.push_back({"forward_ms", loom_ms, "ms",
                "goal < 300; 50 layers, [4,512,512] f32, trace+sync, median of 7"});
   f.push_back({"first_run_ms", first * 1e3, "ms", "trace + compile + run"});
   f.push_back({"compile_ms", (m1.compile_seconds - m0.compile_seconds) * 1e3, "ms",
-               "compile time of the first run"});
+               "compile time of the first run (kernels already in the process cache excluded)"});
   f.push_back({"matmul_gflops", flop / (loom_ms * 1e-3) / kGiga, "GFLOP/s",
                "matmul flops / whole forward time"});
   f.push_back({"baseline_sgemm_only_ms", blas_ms, "ms",
-               "same run: the 50 matmuls alone on cblas_sgemm (a lower bound)"});
+               "same run: the 50 matmuls alone on cblas_sgemm, " +
+                   std::to_string(blas_threads) + " OpenBLAS threads (a lower bound)"});
   f.push_back({"ratio_vs_sgemm_only", loom_ms / blas_ms, "x", "1.0 = only the matmuls cost"});
   std::string why, version;
   double torch_ms = torch_median_ms(why, version);

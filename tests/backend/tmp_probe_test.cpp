@@ -33,6 +33,7 @@ TEST(TmpProbe, Stats) {
       }
       worst.push_back(ratio);
       loose.push_back(mx > 0 ? w.tol.abs / mx : 0);
+      if (mx > 0 && w.tol.abs / mx > 1 && std::getenv("SHOW")) std::printf("LOOSE seed %llu %s tol %g max %g\n%s\n", (unsigned long long)(1000+i), w.name.c_str(), w.tol.abs, mx, describe(1000+i).c_str());
     }
   }
   std::sort(worst.begin(), worst.end()); std::sort(loose.begin(), loose.end());

@@ -4,12 +4,14 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 
 #include "backend/cpu/codegen.h"
 #include "backend/cpu/plan.h"
 #include "backend/cpu/thread_pool.h"
 #include "loom/backend/ref_backend.h"
+#include "loom/core/config.h"
 #include "loom/core/error.h"
 
 namespace loom::backend {
@@ -26,6 +28,13 @@ class CpuExecutable final : public Executable {
  public:
   explicit CpuExecutable(const ir::Graph& g) : graph_(g), plan_(cpu::make_plan(graph_)) {
     kernels_ = cpu::compile_kernels(graph_, plan_);
+    if (config().debug >= 2) {
+      std::fprintf(stderr, "[loom] cpu plan: %zu steps, %zu kernels, %lld products\n",
+                   plan_.steps.size(), plan_.kernels.size(), static_cast<long long>(plan_.blas_calls));
+      for (const auto& k : plan_.kernels)
+        std::fprintf(stderr, "[loom]   %s outer%s chunk %lld, %zu stages\n", k.name.c_str(),
+                     k.outer.str().c_str(), static_cast<long long>(k.chunk), k.stages.size());
+    }
     first_use_.assign(plan_.steps.size(), {});
     std::vector<bool> seen(plan_.bufs.size(), false);
     auto touch = [&](size_t step, int b) {

@@ -76,7 +76,14 @@ std::vector<void*> Jit::compile(std::unique_ptr<llvm::LLVMContext> ctx,
     llvm::FunctionAnalysisManager fam;
     llvm::CGSCCAnalysisManager cgam;
     llvm::ModuleAnalysisManager mam;
-    llvm::PassBuilder pb(impl_->tm.get());
+    // Vectorize, but do not unroll or interleave: generated loops are memory-bound or
+    // polynomial-bound, and unrolled copies multiply compile time for little speed.
+    llvm::PipelineTuningOptions pto;
+    pto.LoopUnrolling = false;
+    pto.LoopInterleaving = false;
+    pto.SLPVectorization = false;
+    pto.LoopVectorization = true;
+    llvm::PassBuilder pb(impl_->tm.get(), pto);
     pb.registerModuleAnalyses(mam);
     pb.registerCGSCCAnalyses(cgam);
     pb.registerFunctionAnalyses(fam);

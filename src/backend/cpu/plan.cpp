@@ -172,6 +172,8 @@ bool blas_view(const ir::Graph& g, const std::vector<bool>& has_buf, NodeId oper
 
 namespace {
 
+constexpr size_t kMaxStages = 6;
+
 class Planner {
  public:
   explicit Planner(const ir::Graph& g) : g_(g), n_(g.size()) {}
@@ -212,7 +214,10 @@ class Planner {
           if (!blas_view(g_, has_buf_, v.node, &bv)) has_buf_[v.node] = true;
         }
       }
-      int64_t c = 1, dep = 1;
+      // Transcendentals expand to ~20 instructions: recomputing them costs code and time.
+      bool heavy = op == OpKind::Exp || op == OpKind::Log || op == OpKind::Tanh ||
+                   op == OpKind::Erf || op == OpKind::Sin || op == OpKind::Cos || op == OpKind::Pow;
+      int64_t c = heavy ? 12 : 1, dep = 1;
       for (const ir::Value& v : node.operands) {
         c += has_buf_[v.node] ? 0 : cost[v.node];
         dep = std::max(dep, has_buf_[v.node] ? 1 : depth[v.node] + 1);
@@ -341,8 +346,9 @@ class Planner {
                      (!s.reduce || trailing_reduction(s));
     if (can_merge) {
       KernelSpec& k = plan_.kernels[plan_.steps.back().kernel];
+      // A few stages per kernel: a row stays in cache, and functions stay small to compile.
       can_merge = k.chunk == 0 && mergeable_kernel_[plan_.steps.back().kernel] && k.outer == outer &&
-                  row_local(k, s);
+                  k.stages.size() < kMaxStages && row_local(k, s);
     }
     if (can_merge) {
       plan_.kernels[plan_.steps.back().kernel].stages.push_back(std::move(s));
