@@ -166,6 +166,23 @@ void CpuExecutable::run_matmul(ir::NodeId id, std::vector<Buffer>& bufs) const {
   GemmOperand b = gemm_operand(graph_, plan_, bufs, n.operands[1].node, br, elem);
   Shape batch(os.begin(), os.begin() + static_cast<long>(br));
   int64_t nb = batch.numel();
+  // A batch of products that share B, with A's rows evenly spaced across batches, is one
+  // tall product: B is packed once and the row split has more rows to share.
+  bool b_shared = std::all_of(b.batch_strides.begin(), b.batch_strides.end(),
+                              [](int64_t s) { return s == 0; });
+  bool a_even = !a.trans;
+  for (size_t d = br, span = 1; a_even && d-- > 0;) {
+    a_even = batch[d] == 1 || a.batch_strides[d] == static_cast<int64_t>(span) * m * a.ld;
+    span *= static_cast<size_t>(batch[d]);
+  }
+  if (nb > 1 && b_shared && a_even) {
+    m *= nb;
+    nb = 1;
+    batch = Shape{};
+    br = 0;
+    a.batch_strides.clear();
+    b.batch_strides.clear();
+  }
   auto& pool = cpu::ThreadPool::instance();
   // Split batches across threads, or the rows of each product when there are few batches.
   int64_t row_parts = nb >= pool.size() ? 1 : std::min<int64_t>(pool.size(), std::max<int64_t>(1, m / 64));

@@ -223,7 +223,7 @@ class Planner {
         dep = std::max(dep, has_buf_[v.node] ? 1 : depth[v.node] + 1);
       }
       // Bounded expressions keep kernels small and the code generator's recursion shallow.
-      if (!has_buf_[id] && (dep > 32 || c > 256)) has_buf_[id] = true;
+      if (!has_buf_[id] && (dep > 32 || c > 64)) has_buf_[id] = true;
       cost[id] = has_buf_[id] ? 0 : c;
       depth[id] = has_buf_[id] ? 0 : dep;
       // A shared subexpression is recomputed by each consumer unless that costs too much.
