@@ -1,6 +1,7 @@
 // Code generation: one LLVM function per kernel, all kernels of a plan in one module.
 #include "backend/cpu/codegen.h"
 
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <functional>
@@ -333,6 +334,9 @@ class Emitter {
       case OpKind::Expand:
       case OpKind::Slice:
         return eval(node.operands[0].node, operand_coords(g_, n, 0, c));
+      case OpKind::RandUniform:
+      case OpKind::RandNormal:
+        return random(node, c);
       default: break;
     }
     std::vector<Value*> xs;
@@ -341,6 +345,70 @@ class Emitter {
     if (node.op == OpKind::Convert) return convert(xs[0], g_.type(node.operands[0]).dtype, dt);
     DType in = g_.type(node.operands[node.op == OpKind::Where ? 1 : 0]).dtype;
     return round_to(elementwise(node.op, in, xs), dt);
+  }
+
+  // ---- random numbers: Philox 4x32-10, bit for bit as core/philox.h -------------------
+  std::array<Value*, 4> philox(std::array<Value*, 4> ctr, Value* k0, Value* k1) {
+    auto* i64 = b_.getInt64Ty();
+    auto* i32 = b_.getInt32Ty();
+    for (int round = 0; round < 10; ++round) {
+      Value* p0 = b_.CreateMul(b_.CreateZExt(ctr[0], i64), b_.getInt64(0xD2511F53u));
+      Value* p1 = b_.CreateMul(b_.CreateZExt(ctr[2], i64), b_.getInt64(0xCD9E8D57u));
+      Value* hi0 = b_.CreateTrunc(b_.CreateLShr(p0, 32), i32);
+      Value* hi1 = b_.CreateTrunc(b_.CreateLShr(p1, 32), i32);
+      ctr = {b_.CreateXor(b_.CreateXor(hi1, ctr[1]), k0), b_.CreateTrunc(p1, i32),
+             b_.CreateXor(b_.CreateXor(hi0, ctr[3]), k1), b_.CreateTrunc(p0, i32)};
+      k0 = b_.CreateAdd(k0, b_.getInt32(0x9E3779B9u));
+      k1 = b_.CreateAdd(k1, b_.getInt32(0xBB67AE85u));
+    }
+    return ctr;
+  }
+
+  Value* lane(const std::array<Value*, 4>& r, Value* which) {  // r[which], which in 0..3
+    Value* v = r[0];
+    for (int k = 1; k < 4; ++k) v = b_.CreateSelect(b_.CreateICmpEQ(which, b_.getInt64(k)), r[k], v);
+    return v;
+  }
+
+  Value* random(const ir::Node& node, const Coords& c) {
+    auto* i32 = b_.getInt32Ty();
+    auto* f64 = b_.getDoubleTy();
+    NodeId key = node.operands[0].node;
+    Value* seed = eval(key, Coords{Affine{0, {}}});
+    Value* offset = eval(key, Coords{Affine{1, {}}});
+    std::vector<int64_t> st = contiguous_strides(node.type.shape);
+    Affine lin;
+    for (size_t d = 0; d < c.size(); ++d) {
+      lin.c += c[d].c * st[d];
+      if (lin.a.size() < c[d].a.size()) lin.a.resize(c[d].a.size(), 0);
+      for (size_t j = 0; j < c[d].a.size(); ++j) lin.a[j] += c[d].a[j] * st[d];
+    }
+    Value* e = affine(lin);
+    bool normal = node.op == OpKind::RandNormal;
+    Value* block = b_.CreateLShr(e, normal ? 1 : 2);
+    auto r = philox({b_.CreateTrunc(block, i32), b_.CreateTrunc(b_.CreateLShr(block, 32), i32),
+                     b_.CreateTrunc(offset, i32), b_.CreateTrunc(b_.CreateLShr(offset, 32), i32)},
+                    b_.CreateTrunc(seed, i32), b_.CreateTrunc(b_.CreateLShr(seed, 32), i32));
+    auto unit = [&](Value* bits, double add) {  // ((bits >> 8) + add) * 2^-24, exact in double
+      Value* v = b_.CreateUIToFP(b_.CreateLShr(bits, 8), f64);
+      if (add != 0) v = b_.CreateFAdd(v, llvm::ConstantFP::get(f64, add));
+      return b_.CreateFMul(v, llvm::ConstantFP::get(f64, 1.0 / 16777216.0));
+    };
+    Value* x;
+    if (!normal) {
+      x = unit(lane(r, b_.CreateAnd(e, b_.getInt64(3))), 0);
+    } else {
+      Value* first = b_.CreateShl(b_.CreateAnd(e, b_.getInt64(1)), 1);
+      Value* u1 = unit(lane(r, first), 1);
+      Value* u2 = unit(lane(r, b_.CreateAdd(first, b_.getInt64(1))), 0);
+      auto call = [&](const char* fname, Value* arg) {  // libm, as the reference calls it
+        llvm::FunctionCallee f = m_.getOrInsertFunction(fname, llvm::FunctionType::get(f64, {f64}, false));
+        return b_.CreateCall(f, {arg});
+      };
+      Value* radius = call("sqrt", b_.CreateFMul(llvm::ConstantFP::get(f64, -2.0), call("log", u1)));
+      x = b_.CreateFMul(radius, call("cos", b_.CreateFMul(llvm::ConstantFP::get(f64, 6.283185307179586), u2)));
+    }
+    return convert(x, DType::Float64, node.type.dtype);
   }
 
   Value* constant(const ir::Node& node, DType dt) {

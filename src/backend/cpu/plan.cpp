@@ -67,6 +67,9 @@ Coords operand_coords(const ir::Graph& g, NodeId n, size_t k, const Coords& c) {
   const Shape& out = node.type.shape;
   const Shape& in = g.type(node.operands[k]).shape;
   switch (node.op) {
+    case OpKind::RandUniform:
+    case OpKind::RandNormal:  // the key i64[2] is read whole, at constant coordinates
+      return Coords(in.size(), Affine{});
     case OpKind::Permute: {
       Coords r(in.size());
       for (size_t i = 0; i < node.attrs.ints.size(); ++i) r[node.attrs.ints[i]] = c[i];
@@ -97,8 +100,6 @@ bool codegen_supports(const ir::Graph& g, NodeId n) {
   switch (node.op) {
     case OpKind::Gather:
     case OpKind::IndexSelect:
-    case OpKind::RandUniform:
-    case OpKind::RandNormal:
       return false;
     case OpKind::Pow:
       return is_floating(node.type.dtype);
@@ -216,7 +217,8 @@ class Planner {
       }
       // Transcendentals expand to ~20 instructions: recomputing them costs code and time.
       bool heavy = op == OpKind::Exp || op == OpKind::Log || op == OpKind::Tanh ||
-                   op == OpKind::Erf || op == OpKind::Sin || op == OpKind::Cos || op == OpKind::Pow;
+                   op == OpKind::Erf || op == OpKind::Sin || op == OpKind::Cos || op == OpKind::Pow ||
+                   op == OpKind::RandUniform || op == OpKind::RandNormal;
       int64_t c = heavy ? 12 : 1, dep = 1;
       for (const ir::Value& v : node.operands) {
         c += has_buf_[v.node] ? 0 : cost[v.node];
