@@ -159,9 +159,10 @@ std::shared_ptr<const backend::Executable> compile_cached(const ir::Graph& g) {
 }
 
 std::vector<Buffer> run_executable(const backend::Executable& exe,
-                                   std::span<const Buffer> inputs) {
+                                   std::span<const Buffer> inputs,
+                                   std::span<const uint8_t> donated) {
   double t0 = loom::detail::now_seconds();
-  std::vector<Buffer> out = exe.run(inputs);
+  std::vector<Buffer> out = donated.empty() ? exe.run(inputs) : exe.run(inputs, donated);
   auto& counters = loom::detail::counters();
   counters.executions++;
   loom::detail::add_ns(counters.execute_ns, loom::detail::now_seconds() - t0);

@@ -207,9 +207,16 @@ ir::Graph TraceContext::cut(const std::vector<TensorImpl*>& impls, std::vector<u
   return out;
 }
 
-std::vector<Buffer> TraceContext::bind(const std::vector<uint32_t>& slot_ids) {
+std::vector<Buffer> TraceContext::bind(const std::vector<uint32_t>& slot_ids,
+                                       std::vector<uint8_t>* donated) {
   std::vector<Buffer> inputs;
   inputs.reserve(slot_ids.size());
+  // Before the copies below: a buffer only its slot holds belongs to a dead tensor.
+  if (donated) {
+    donated->clear();
+    for (uint32_t s : slot_ids)
+      donated->push_back(slots_[s].buffer.defined() && slots_[s].buffer.use_count() == 1);
+  }
   for (uint32_t s : slot_ids) {
     DataSlot& d = slots_[s];
     if (d.is_scalar && !d.buffer.defined()) {
@@ -253,12 +260,14 @@ bool TraceContext::run_cached(const Hash128& key, const std::vector<TensorImpl*>
   LOOM_ASSERT(ir::fingerprint(cut(impls, &check_slots)) == e.fingerprint);
   LOOM_ASSERT(check_slots == e.slots);
 #endif
-  std::vector<Buffer> inputs = bind(e.slots);
+  std::vector<uint8_t> donated;
+  std::vector<Buffer> inputs = bind(e.slots, full_sync(impls) ? &donated : nullptr);
   runtime::count_cache_hit();
   auto& c = counters();
   c.syncs++;
   c.sync_nodes += e.nodes;
-  *out = runtime::run_executable(*exe, inputs);
+  *out = runtime::run_executable(*exe, inputs, donated);
+  count_donations(inputs, donated, *out);
   return true;
 }
 
@@ -280,18 +289,39 @@ void TraceContext::materialize(const std::vector<TensorImpl*>& requested, bool u
   if (!keyed || !run_cached(key, impls, &out)) {
     std::vector<uint32_t> slot_ids;
     ir::Graph g = cut(impls, &slot_ids);
-    std::vector<Buffer> inputs = bind(slot_ids);
+    std::vector<uint8_t> donated;
+    std::vector<Buffer> inputs = bind(slot_ids, full_sync(impls) ? &donated : nullptr);
     auto& c = counters();
     c.syncs++;
     c.sync_nodes += static_cast<int64_t>(g.size());
     add_ns(c.sync_ns, now_seconds() - t0);
     auto exe = runtime::compile_cached(g);
     if (keyed) remember(key, exe, g, std::move(slot_ids));
-    out = runtime::run_executable(*exe, inputs);
+    out = runtime::run_executable(*exe, inputs, donated);
+    count_donations(inputs, donated, out);
   } else {
     add_ns(counters().sync_ns, now_seconds() - t0);
   }
   write_back(impls, out);
+}
+
+// Donation is safe only when this sync materializes every pending tensor: afterwards the
+// pending graph, and with it every slot, is dropped.
+bool TraceContext::full_sync(const std::vector<TensorImpl*>& impls) const {
+  size_t pending_count = 0;
+  for (const TensorImpl* p = head_.next; p != &head_; p = p->next) ++pending_count;
+  return pending_count == impls.size();
+}
+
+void TraceContext::count_donations(const std::vector<Buffer>& inputs,
+                                   const std::vector<uint8_t>& donated,
+                                   const std::vector<Buffer>& out) {
+  int64_t n = 0;
+  for (size_t i = 0; i < donated.size(); ++i) {
+    if (!donated[i]) continue;
+    for (const Buffer& o : out) n += o.id() == inputs[i].id();
+  }
+  if (n) counters().donated_buffers += n;
 }
 
 void TraceContext::remember(const Hash128& key, std::shared_ptr<const backend::Executable> exe,

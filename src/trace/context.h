@@ -109,7 +109,11 @@ class TraceContext {
                   std::vector<Buffer>* out);
   void remember(const Hash128& key, std::shared_ptr<const backend::Executable> exe,
                 const ir::Graph& g, std::vector<uint32_t> slot_ids);
-  std::vector<Buffer> bind(const std::vector<uint32_t>& slot_ids);
+  // The input buffers of a cut; `donated`, when given, marks those of dead tensors.
+  std::vector<Buffer> bind(const std::vector<uint32_t>& slot_ids, std::vector<uint8_t>* donated);
+  bool full_sync(const std::vector<TensorImpl*>& impls) const;
+  void count_donations(const std::vector<Buffer>& inputs, const std::vector<uint8_t>& donated,
+                       const std::vector<Buffer>& out);
   void write_back(const std::vector<TensorImpl*>& impls, const std::vector<Buffer>& out);
   void link(TensorImpl* impl);
   void maybe_compact();

@@ -27,6 +27,12 @@ class Executable {
   virtual ~Executable() = default;
   // Throws ExecError when the inputs do not match the graph's parameters.
   virtual std::vector<Buffer> run(std::span<const Buffer> inputs) const = 0;
+  // As run, where donated[i] != 0 marks an input whose memory the caller gives up: the
+  // executable may return it as an output's buffer, possibly overwritten. Default: no reuse.
+  virtual std::vector<Buffer> run(std::span<const Buffer> inputs,
+                                  std::span<const uint8_t> donated) const {
+    return run(inputs);
+  }
   // Number of loop kernels (fused loops, fallbacks) and of library calls (matrix products)
   // one run executes: tests of fusion check them.
   virtual int64_t num_kernels() const { return 0; }

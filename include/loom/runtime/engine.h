@@ -40,7 +40,8 @@ std::vector<Buffer> run_graph(const ir::Graph& g, std::span<const Buffer> inputs
 std::shared_ptr<const backend::Executable> compile_cached(const ir::Graph& g);
 
 // Runs an executable that compile_cached returned, counting it in the metrics.
-std::vector<Buffer> run_executable(const backend::Executable& exe, std::span<const Buffer> inputs);
+std::vector<Buffer> run_executable(const backend::Executable& exe, std::span<const Buffer> inputs,
+                                   std::span<const uint8_t> donated = {});
 // Counts a cache hit found by a caller's own index into this cache (the tracer's).
 void count_cache_hit();
 // Changes whenever cached executables may no longer be valid for a graph (the cache was

@@ -22,6 +22,7 @@ struct Metrics {
   int64_t cache_entries = 0;     // entries in the compile cache now
   int64_t pending_compactions = 0;  // garbage collections of the pending graph
   int64_t host_scalars = 0;      // host scalars passed as graph inputs (not constants)
+  int64_t donated_buffers = 0;   // outputs written into the memory of dead input tensors
   double sync_seconds = 0;       // cutting, fingerprinting and cache lookup (no compile/run)
 };
 

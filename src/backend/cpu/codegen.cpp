@@ -63,8 +63,14 @@ class Emitter {
 
  private:
   // ---- loops -------------------------------------------------------------------------
+  // A loop over [lo, hi). `parallel`: its iterations touch buffers independently (each
+  // writes its own elements and reads nothing another one writes), which the loop metadata
+  // tells the vectorizer, so it needs no runtime alias checks (and in-place updates of a
+  // donated input vectorize too).
   template <class Body>
-  void loop(Value* lo, Value* hi, Body&& body) {
+  void loop(Value* lo, Value* hi, Body&& body, bool parallel = false) {
+    llvm::MDNode* saved_group = group_;
+    if (parallel) group_ = llvm::MDNode::getDistinct(ctx_, {});
     auto* pre = b_.GetInsertBlock();
     auto* head = llvm::BasicBlock::Create(ctx_, "head", fn_);
     auto* bodyb = llvm::BasicBlock::Create(ctx_, "body", fn_);
@@ -78,7 +84,15 @@ class Emitter {
     body(iv);
     Value* next = b_.CreateAdd(iv, b_.getInt64(1), "", true, true);
     iv->addIncoming(next, b_.GetInsertBlock());
-    b_.CreateBr(head);
+    llvm::BranchInst* latch = b_.CreateBr(head);
+    if (parallel) {
+      llvm::Metadata* pa[] = {llvm::MDString::get(ctx_, "llvm.loop.parallel_accesses"), group_};
+      llvm::Metadata* ops[] = {nullptr, llvm::MDNode::get(ctx_, pa)};
+      llvm::MDNode* id = llvm::MDNode::getDistinct(ctx_, ops);
+      id->replaceOperandWith(0, id);
+      latch->setMetadata(llvm::LLVMContext::MD_loop, id);
+    }
+    group_ = saved_group;
     b_.SetInsertPoint(exit);
   }
 
@@ -133,7 +147,7 @@ class Emitter {
       for (size_t d = 0; d < r; ++d) c[d] = unit(d, r);
       Value* v = computes ? compute(s.node, c) : eval(s.node, c);
       store(s.out_buf, s.out_offset, s.out_strides, c, v, g_.node(s.node).type.dtype);
-    });
+    }, /*parallel=*/true);
   }
 
   // ---- reductions --------------------------------------------------------------------
@@ -178,7 +192,7 @@ class Emitter {
         rv[level] = iv;
         Value* f = flat_in ? b_.CreateAdd(b_.CreateMul(flat_in, b_.getInt64(ext)), iv) : iv;
         nest(level + 1, f);
-      });
+      }, /*parallel=*/level + 1 == s.reduced.size());
     };
     nest(0, flat);
     Value* result = argmax ? b_.CreateLoad(b_.getInt64Ty(), idx) : b_.CreateLoad(ct, acc);
@@ -284,11 +298,14 @@ class Emitter {
 
   void store(int plan_buf, int64_t offset, const std::vector<int64_t>& strides, const Coords& c,
              Value* v, DType dt) {
-    b_.CreateStore(to_storage(v, dt), address(plan_buf, offset, strides, c, dt));
+    auto* st = b_.CreateStore(to_storage(v, dt), address(plan_buf, offset, strides, c, dt));
+    if (group_) st->setMetadata(llvm::LLVMContext::MD_access_group, group_);
   }
 
   Value* load(int plan_buf, const std::vector<int64_t>& strides, const Coords& c, DType dt) {
-    return from_storage(b_.CreateLoad(storage_type(dt), address(plan_buf, 0, strides, c, dt)), dt);
+    auto* ld = b_.CreateLoad(storage_type(dt), address(plan_buf, 0, strides, c, dt));
+    if (group_) ld->setMetadata(llvm::LLVMContext::MD_access_group, group_);
+    return from_storage(ld, dt);
   }
 
   std::string memo_key(NodeId n, const Coords& c) {
@@ -590,6 +607,7 @@ class Emitter {
   const KernelSpec* k_ = nullptr;
   llvm::Function* fn_ = nullptr;
   llvm::BasicBlock* alloca_point_ = nullptr;
+  llvm::MDNode* group_ = nullptr;  // access group of the innermost parallel loop
   std::map<int, int> local_;
   std::vector<Value*> ptrs_, vars_;
   std::unordered_map<std::string, Value*> memo_;

@@ -54,15 +54,19 @@ class CpuExecutable final : public Executable {
       if (!seen[b] && plan_.bufs[b].kind == cpu::BufferInfo::Output) unwritten_.push_back(b);
   }
 
-  std::vector<Buffer> run(std::span<const Buffer> inputs) const override {
+  std::vector<Buffer> run(std::span<const Buffer> inputs) const override { return run(inputs, {}); }
+
+  std::vector<Buffer> run(std::span<const Buffer> inputs,
+                          std::span<const uint8_t> donated) const override {
     check_inputs("cpu", graph_, inputs);
+    std::vector<uint8_t> free_donor(inputs.size(), 0);
+    for (size_t i = 0; i < donated.size() && i < inputs.size(); ++i) free_donor[i] = donated[i];
     std::vector<Buffer> bufs(plan_.bufs.size());
     for (size_t b = 0; b < plan_.bufs.size(); ++b)
       if (plan_.bufs[b].kind == cpu::BufferInfo::Input) bufs[b] = inputs[plan_.bufs[b].index];
     for (size_t b : unwritten_) bufs[b] = Buffer::allocate(plan_.bufs[b].type.nbytes());
     for (size_t si = 0; si < plan_.steps.size(); ++si) {
-      for (int b : first_use_[si])
-        bufs[b] = Buffer::allocate_uninitialized(static_cast<size_t>(plan_.bufs[b].type.nbytes()));
+      for (int b : first_use_[si]) bufs[b] = fresh_or_donated(b, inputs, free_donor);
       const Step& st = plan_.steps[si];
       switch (st.kind) {
         case Step::Kernel: run_kernel(kernels_[st.kernel], bufs); break;
@@ -82,6 +86,18 @@ class CpuExecutable final : public Executable {
   int64_t num_library_calls() const override { return plan_.blas_calls; }
 
  private:
+  // An output takes a donated input's memory when the plan allows it; else pooled memory.
+  Buffer fresh_or_donated(int b, std::span<const Buffer> inputs,
+                          std::vector<uint8_t>& free_donor) const {
+    for (int i : plan_.donors[b]) {
+      if (free_donor[i] && inputs[i].nbytes() == static_cast<size_t>(plan_.bufs[b].type.nbytes())) {
+        free_donor[i] = 0;
+        return inputs[i];
+      }
+    }
+    return Buffer::allocate_uninitialized(static_cast<size_t>(plan_.bufs[b].type.nbytes()));
+  }
+
   void run_kernel(const cpu::CompiledKernel& k, std::vector<Buffer>& bufs) const {
     if (k.outer == 0) return;
     std::vector<void*> args(k.bufs.size());

@@ -187,6 +187,7 @@ class Planner {
     }
     for (auto& [node, buf] : output_copies_) add_copy(node, buf);
     compute_releases();
+    plan_donation();
     return std::move(plan_);
   }
 
@@ -459,7 +460,8 @@ class Planner {
 
   // Buffers each step touches, for freeing temporaries after their last use.
   void compute_releases() {
-    std::vector<int> last(plan_.bufs.size(), -1);
+    std::vector<int>& last = last_use_;
+    last.assign(plan_.bufs.size(), -1);
     for (size_t si = 0; si < plan_.steps.size(); ++si) {
       const Step& st = plan_.steps[si];
       std::set<int> used;
@@ -503,8 +505,86 @@ class Planner {
     }
   }
 
+  void plan_donation() {
+    plan_.donors.assign(plan_.bufs.size(), {});
+    std::vector<int> writers(plan_.bufs.size(), 0), writer_step(plan_.bufs.size(), -1);
+    for (size_t si = 0; si < plan_.steps.size(); ++si) {
+      const Step& st = plan_.steps[si];
+      auto wrote = [&](int b) {
+        if (b < 0) return;
+        if (writers[b]++ == 0) writer_step[b] = static_cast<int>(si);
+      };
+      if (st.kind == Step::Kernel) {
+        for (const Stage& s : plan_.kernels[st.kernel].stages) wrote(s.out_buf);
+      } else {
+        wrote(plan_.buf_of[st.node]);
+      }
+    }
+    for (size_t ob = 0; ob < plan_.bufs.size(); ++ob) {
+      if (plan_.bufs[ob].kind != BufferInfo::Output || writers[ob] != 1) continue;
+      int s = writer_step[ob];
+      for (size_t ib = 0; ib < plan_.bufs.size(); ++ib) {
+        const BufferInfo& in = plan_.bufs[ib];
+        if (in.kind != BufferInfo::Input || in.type.nbytes() != plan_.bufs[ob].type.nbytes())
+          continue;
+        bool ok = last_use_[ib] < s ||
+                  (last_use_[ib] == s && plan_.steps[s].kind == Step::Kernel &&
+                   in_place(plan_.kernels[plan_.steps[s].kernel], static_cast<int>(ob),
+                            static_cast<int>(ib)));
+        if (ok) plan_.donors[ob].push_back(in.index);
+      }
+    }
+  }
+
+  // Kernel k may write `ob` over `ib`: only the stage writing ob reads ib, and only at the
+  // very addresses it writes, with elements of the same size.
+  bool in_place(const KernelSpec& k, int ob, int ib) {
+    if (itemsize(plan_.bufs[ob].type.dtype) != itemsize(plan_.bufs[ib].type.dtype)) return false;
+    for (const Stage& s : k.stages) {
+      bool writer = s.out_buf == ob;
+      if (writer && (s.reduce || s.out_offset != 0)) return false;
+      Coords sc = stage_coords(s);
+      Affine store = linear(s.out_strides, sc, s.out_offset);
+      bool ok = true;
+      std::function<void(NodeId, const Coords&)> walk = [&](NodeId n, const Coords& c) {
+        if (!ok) return;
+        const ir::Node& node = g_.node(n);
+        bool root = n == s.node && !s.reduce && plan_.buf_of[n] == s.out_buf;
+        if (s.reduce && n == s.node) return walk(node.operands[0].node, c);
+        if (has_buf_[n] && !root) {
+          if (plan_.buf_of[n] == ib)
+            ok = writer && linear(contiguous_strides(node.type.shape), c, 0) == store;
+          return;
+        }
+        if (node.op == OpKind::Reshape && !trivial_reshape(g_, n)) {
+          if (plan_.buf_of[node.operands[0].node] == ib)
+            ok = writer && linear(contiguous_strides(node.type.shape), c, 0) == store;
+          return;
+        }
+        for (size_t i = 0; i < node.operands.size(); ++i)
+          walk(node.operands[i].node, operand_coords(g_, n, i, c));
+      };
+      walk(s.node, sc);
+      if (!ok) return false;
+    }
+    return true;
+  }
+
+  static Affine linear(const std::vector<int64_t>& strides, const Coords& c, int64_t offset) {
+    Affine r;
+    r.c = offset;
+    for (size_t d = 0; d < c.size(); ++d) {
+      r.c += c[d].c * strides[d];
+      if (r.a.size() < c[d].a.size()) r.a.resize(c[d].a.size(), 0);
+      for (size_t j = 0; j < c[d].a.size(); ++j) r.a[j] += c[d].a[j] * strides[d];
+    }
+    while (!r.a.empty() && r.a.back() == 0) r.a.pop_back();
+    return r;
+  }
+
   const ir::Graph& g_;
   size_t n_;
+  std::vector<int> last_use_;  // per buffer: the last step that touches it
   std::vector<bool> has_buf_;
   std::vector<bool> mergeable_kernel_;
   std::vector<std::pair<NodeId, int>> output_copies_;

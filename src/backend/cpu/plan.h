@@ -74,6 +74,10 @@ struct Plan {
   std::vector<Step> steps;
   std::vector<int> output_bufs;  // per graph output
   int64_t blas_calls = 0;        // MatMul steps
+  // Per buffer: the parameter positions whose donated memory may hold this output (its one
+  // writer runs after the input's last read, or reads the input in place, element for
+  // element, at the addresses it writes).
+  std::vector<std::vector<int>> donors;
 };
 
 // Ops the code generator computes inline (the rest run as reference fallbacks).
