@@ -144,7 +144,7 @@ class Emitter {
       vars_.push_back(k_->chunk > 0 ? b_.CreateAdd(base, i) : i);
       memo_.clear();
       Coords c(r);
-      for (size_t d = 0; d < r; ++d) c[d] = unit(d, r);
+      for (size_t d = 0; d < r; ++d) c[d] = var(d, r);
       Value* v = computes ? compute(s.node, c) : eval(s.node, c);
       store(s.out_buf, s.out_offset, s.out_strides, c, v, g_.node(s.node).type.dtype);
     }, /*parallel=*/true);
@@ -175,7 +175,7 @@ class Emitter {
         vars_.insert(vars_.end(), rv.begin(), rv.end());
         memo_.clear();
         Coords c(r);
-        for (size_t j = 0; j < order.size(); ++j) c[order[j]] = unit(j, r);
+        for (size_t j = 0; j < order.size(); ++j) c[order[j]] = var(j, r);
         Value* x = eval(in, c);
         Value* a = b_.CreateLoad(ct, acc);
         if (argmax) {
@@ -206,7 +206,7 @@ class Emitter {
       for (size_t d = 0; d < r; ++d) {
         bool is_red = std::find(s.reduced.begin(), s.reduced.end(), static_cast<int64_t>(d)) !=
                       s.reduced.end();
-        if (!is_red) c.push_back(unit(j++, r));
+        if (!is_red) c.push_back(var(j++, r));
         else if (red.attrs.flag) c.push_back(Affine{});
       }
       store(s.out_buf, 0, s.out_strides, c, result, red.type.dtype);
@@ -266,13 +266,6 @@ class Emitter {
   }
 
   // ---- expressions -------------------------------------------------------------------
-  Affine unit(size_t j, size_t n) {
-    Affine a;
-    a.a.assign(n, 0);
-    a.a[j] = 1;
-    return a;
-  }
-
   Value* affine(const Affine& a) {
     Value* v = b_.getInt64(a.c);
     for (size_t j = 0; j < a.a.size(); ++j) {
@@ -285,15 +278,8 @@ class Emitter {
 
   Value* address(int plan_buf, int64_t offset, const std::vector<int64_t>& strides,
                  const Coords& c, DType dt) {
-    Affine lin;
-    lin.c = offset;
-    for (size_t d = 0; d < c.size(); ++d) {
-      if (strides[d] == 0) continue;
-      lin.c += c[d].c * strides[d];
-      if (lin.a.size() < c[d].a.size()) lin.a.resize(c[d].a.size(), 0);
-      for (size_t j = 0; j < c[d].a.size(); ++j) lin.a[j] += c[d].a[j] * strides[d];
-    }
-    return b_.CreateInBoundsGEP(storage_type(dt), ptrs_[local_.at(plan_buf)], affine(lin));
+    return b_.CreateInBoundsGEP(storage_type(dt), ptrs_[local_.at(plan_buf)],
+                                affine(linear(strides, c, offset)));
   }
 
   void store(int plan_buf, int64_t offset, const std::vector<int64_t>& strides, const Coords& c,
@@ -393,31 +379,24 @@ class Emitter {
     NodeId key = node.operands[0].node;
     Value* seed = eval(key, Coords{Affine{0, {}}});
     Value* offset = eval(key, Coords{Affine{1, {}}});
-    std::vector<int64_t> st = contiguous_strides(node.type.shape);
-    Affine lin;
-    for (size_t d = 0; d < c.size(); ++d) {
-      lin.c += c[d].c * st[d];
-      if (lin.a.size() < c[d].a.size()) lin.a.resize(c[d].a.size(), 0);
-      for (size_t j = 0; j < c[d].a.size(); ++j) lin.a[j] += c[d].a[j] * st[d];
-    }
-    Value* e = affine(lin);
+    Value* e = affine(linear(contiguous_strides(node.type.shape), c, 0));
     bool normal = node.op == OpKind::RandNormal;
     Value* block = b_.CreateLShr(e, normal ? 1 : 2);
     auto r = philox({b_.CreateTrunc(block, i32), b_.CreateTrunc(b_.CreateLShr(block, 32), i32),
                      b_.CreateTrunc(offset, i32), b_.CreateTrunc(b_.CreateLShr(offset, 32), i32)},
                     b_.CreateTrunc(seed, i32), b_.CreateTrunc(b_.CreateLShr(seed, 32), i32));
-    auto unit = [&](Value* bits, double add) {  // ((bits >> 8) + add) * 2^-24, exact in double
+    auto to_unit = [&](Value* bits, double add) {  // ((bits >> 8) + add) * 2^-24, exact in double
       Value* v = b_.CreateUIToFP(b_.CreateLShr(bits, 8), f64);
       if (add != 0) v = b_.CreateFAdd(v, llvm::ConstantFP::get(f64, add));
       return b_.CreateFMul(v, llvm::ConstantFP::get(f64, 1.0 / 16777216.0));
     };
     Value* x;
     if (!normal) {
-      x = unit(lane(r, b_.CreateAnd(e, b_.getInt64(3))), 0);
+      x = to_unit(lane(r, b_.CreateAnd(e, b_.getInt64(3))), 0);
     } else {
       Value* first = b_.CreateShl(b_.CreateAnd(e, b_.getInt64(1)), 1);
-      Value* u1 = unit(lane(r, first), 1);
-      Value* u2 = unit(lane(r, b_.CreateAdd(first, b_.getInt64(1))), 0);
+      Value* u1 = to_unit(lane(r, first), 1);
+      Value* u2 = to_unit(lane(r, b_.CreateAdd(first, b_.getInt64(1))), 0);
       auto call = [&](const char* fname, Value* arg) {  // libm, as the reference calls it
         llvm::FunctionCallee f = m_.getOrInsertFunction(fname, llvm::FunctionType::get(f64, {f64}, false));
         return b_.CreateCall(f, {arg});

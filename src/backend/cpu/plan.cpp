@@ -15,12 +15,6 @@ namespace {
 using ir::OpKind;
 
 Affine zero() { return {}; }
-Affine var(size_t j, size_t n) {
-  Affine a;
-  a.a.assign(n, 0);
-  a.a[j] = 1;
-  return a;
-}
 bool is_zero_on(const Affine& a, size_t lo, size_t hi) {
   for (size_t j = lo; j < std::min(hi, a.a.size()); ++j)
     if (a.a[j] != 0) return false;
@@ -50,6 +44,25 @@ Coords broadcast(const Shape& out, const Shape& in, const Coords& c) {
 bool is_elementwise(OpKind op) { return ir::has_trait(op, ir::kElementwise); }
 
 }  // namespace
+
+Affine var(size_t j, size_t n) {
+  Affine a;
+  a.a.assign(n, 0);
+  a.a[j] = 1;
+  return a;
+}
+
+Affine linear(const std::vector<int64_t>& strides, const Coords& c, int64_t offset) {
+  Affine r;
+  r.c = offset;
+  for (size_t d = 0; d < c.size(); ++d) {
+    r.c += c[d].c * strides[d];
+    if (r.a.size() < c[d].a.size()) r.a.resize(c[d].a.size(), 0);
+    for (size_t j = 0; j < c[d].a.size(); ++j) r.a[j] += c[d].a[j] * strides[d];
+  }
+  while (!r.a.empty() && r.a.back() == 0) r.a.pop_back();
+  return r;
+}
 
 bool trivial_reshape(const ir::Graph& g, NodeId n) {
   const ir::Node& node = g.node(n);
@@ -544,7 +557,7 @@ class Planner {
       bool writer = s.out_buf == ob;
       if (writer && (s.reduce || s.out_offset != 0)) return false;
       Coords sc = stage_coords(s);
-      Affine store = linear(s.out_strides, sc, s.out_offset);
+      Affine store = s.reduce ? Affine{} : linear(s.out_strides, sc, s.out_offset);
       bool ok = true;
       std::function<void(NodeId, const Coords&)> walk = [&](NodeId n, const Coords& c) {
         if (!ok) return;
@@ -568,18 +581,6 @@ class Planner {
       if (!ok) return false;
     }
     return true;
-  }
-
-  static Affine linear(const std::vector<int64_t>& strides, const Coords& c, int64_t offset) {
-    Affine r;
-    r.c = offset;
-    for (size_t d = 0; d < c.size(); ++d) {
-      r.c += c[d].c * strides[d];
-      if (r.a.size() < c[d].a.size()) r.a.resize(c[d].a.size(), 0);
-      for (size_t j = 0; j < c[d].a.size(); ++j) r.a[j] += c[d].a[j] * strides[d];
-    }
-    while (!r.a.empty() && r.a.back() == 0) r.a.pop_back();
-    return r;
   }
 
   const ir::Graph& g_;

@@ -32,6 +32,10 @@ using Coords = std::vector<Affine>;
 // The coordinates of operand k of node n, given n's coordinates, when n is index arithmetic
 // (elementwise, convert, permute, expand, slice, size-1 reshape). Precondition: fusable(n).
 Coords operand_coords(const ir::Graph& g, NodeId n, size_t k, const Coords& c);
+// Loop variable j of n, as an affine function.
+Affine var(size_t j, size_t n);
+// The linear element offset offset + sum_d strides[d] * c[d], as an affine function.
+Affine linear(const std::vector<int64_t>& strides, const Coords& c, int64_t offset);
 // Reshape that only inserts or removes size-1 dims (a pure coordinate map).
 bool trivial_reshape(const ir::Graph& g, NodeId n);
 
