@@ -46,6 +46,8 @@ TensorType infer_type(const Graph& g, OpKind op, std::span<const Value> xs, cons
                "] operand %", v.node, "#", v.index, " does not exist");
   }
   uint32_t t = in.traits;
+  LOOM_CHECK(!(t & kRegion), "[", in.name,
+             "] owns regions: build it with Builder::make_region (infer_region_types)");
   if (t & kSource) {
     LOOM_CHECK(given, "[", in.name, "] needs a result type");
     check_shape(in.name.data(), given->shape);
@@ -178,6 +180,22 @@ Value Builder::make(OpKind op, std::span<const Value> operands, Attrs attrs,
   merkle_.push_back(h);
   insert(h, id);
   return {id, 0};
+}
+
+std::vector<Value> Builder::make_region(OpKind op, std::span<const Value> operands, Attrs attrs,
+                                        std::vector<std::shared_ptr<const Graph>> regions) {
+  std::vector<TensorType> types = infer_region_types(*g_, op, operands, attrs, regions);
+  Node n;
+  n.op = op;
+  n.operands.assign(operands.begin(), operands.end());
+  n.type = types[0];
+  n.more_types.assign(types.begin() + 1, types.end());
+  n.attrs = std::move(attrs);
+  n.regions = std::move(regions);
+  NodeId id = add(std::move(n));
+  std::vector<Value> results;
+  for (uint32_t k = 0; k < types.size(); ++k) results.push_back({id, k});
+  return results;
 }
 
 NodeId Builder::add(Node n) {

@@ -274,6 +274,9 @@ class Parser {
   }
 
   void statement(Graph& g, Builder& b, Scope& scope, int depth);
+  void region_node(Builder& b, Scope& scope, std::string_view nm, size_t at, OpKind op,
+                   std::span<const Value> operands, Attrs a, const std::vector<TensorType>& types,
+                   std::vector<std::shared_ptr<const Graph>> regions);
   Graph graph(int depth);
 
   std::string_view text_;
@@ -315,15 +318,7 @@ void Parser::statement(Graph& g, Builder& b, Scope& scope, int depth) {
   while (at_keyword("graph")) regions.push_back(std::make_shared<const Graph>(graph(depth + 1)));
 
   if (has_trait(op, kRegion)) {
-    // Builder::make cannot take regions; verify checks these nodes once they have rules.
-    Node n;
-    n.op = op;
-    n.operands = std::move(operands);
-    n.attrs = std::move(a);
-    n.type = types[0];
-    n.more_types.assign(types.begin() + 1, types.end());
-    n.regions = std::move(regions);
-    define(scope, nm, g.add(std::move(n)), at);
+    region_node(b, scope, nm, at, op, operands, std::move(a), types, std::move(regions));
     return;
   }
   if (results != 1) fail(at, detail::str_cat("[", op_text, "] has one result, not ", results));
@@ -338,6 +333,29 @@ void Parser::statement(Graph& g, Builder& b, Scope& scope, int depth) {
     fail(at, detail::str_cat("[", op_text, "] result type is written ", types[0],
                              " but the operands give ", g.type(v)));
   define(scope, nm, v.node, at);
+}
+
+// A control-flow node, built and checked by the same entry point as traced code.
+void Parser::region_node(Builder& b, Scope& scope, std::string_view nm, size_t at, OpKind op,
+                         std::span<const Value> operands, Attrs a,
+                         const std::vector<TensorType>& types,
+                         std::vector<std::shared_ptr<const Graph>> regions) {
+  std::vector<Value> vs;
+  try {
+    vs = b.make_region(op, operands, std::move(a), std::move(regions));
+  } catch (const Error& e) {
+    fail(at, e.what());
+  }
+  bool same = vs.size() == types.size();
+  for (size_t k = 0; same && k < vs.size(); ++k) same = b.type(vs[k]) == types[k];
+  if (!same) {
+    std::string written, inferred;
+    for (size_t k = 0; k < types.size(); ++k) written += (k ? ", " : "") + types[k].str();
+    for (size_t k = 0; k < vs.size(); ++k) inferred += (k ? ", " : "") + b.type(vs[k]).str();
+    fail(at, detail::str_cat("[", op_name(op), "] result types are written ", written,
+                             " but the operands and regions give ", inferred));
+  }
+  define(scope, nm, vs[0].node, at);
 }
 
 // graph(%p: type, ...) { statements; return values }

@@ -1,5 +1,6 @@
 // IR text printer (docs/ir.md). Values are named by their position in the printed text,
 // parameters first, not by node id, so that printing a parsed graph reproduces the text.
+// Regions continue the numbering of the graph that holds them.
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
@@ -81,9 +82,10 @@ class Printer {
   explicit Printer(std::string& out) : out_(out) {}
 
   void graph(const Graph& g, int indent) {
-    // names_[id]: the printed number of node id.
+    // names[id]: the printed number of node id. Numbering runs on through nested regions, so
+    // a region's values never shadow the enclosing graph's names.
     std::vector<uint32_t> names(g.size(), 0);
-    uint32_t next = 0;
+    uint32_t& next = next_;
     out_ += "graph(";
     for (size_t k = 0; k < g.params().size(); ++k) {
       NodeId p = g.params()[k];
@@ -155,6 +157,7 @@ class Printer {
   }
 
   std::string& out_;
+  uint32_t next_ = 0;
 };
 
 }  // namespace

@@ -18,7 +18,8 @@ void verify_operands(const Graph& g, NodeId id, const Node& n) {
   const OpInfo& in = info(n.op);
   if (in.arity >= 0 && n.operands.size() != static_cast<size_t>(in.arity))
     bad(id, n, detail::str_cat("expected ", in.arity, " operands, got ", n.operands.size()));
-  if (in.arity < 0 && n.operands.empty()) bad(id, n, "expected at least one operand, got none");
+  if (in.arity < 0 && n.operands.empty() && !has_trait(n.op, kRegion))  // calls may take none
+    bad(id, n, "expected at least one operand, got none");
   for (Value v : n.operands) {
     if (v.node >= id) bad(id, n, detail::str_cat("operand %", v.node, " is not an earlier node"));
     if (v.index >= g.node(v.node).num_results())
@@ -43,14 +44,38 @@ void verify_attrs(NodeId id, const Node& n) {
         detail::str_cat("sets the attribute field '", field, "', which the op does not use"));
 }
 
-void verify_type(const Graph& g, NodeId id, const Node& n) {
-  if (has_trait(n.op, kRegion)) {
-    for (const auto& r : n.regions) {
-      if (!r) bad(id, n, "has a null region");
-      verify(*r);
+std::string types_of(const std::vector<TensorType>& ts) {
+  std::string s;
+  for (size_t k = 0; k < ts.size(); ++k) s += (k ? ", " : "") + ts[k].str();
+  return s;
+}
+
+// Control-flow nodes: every region verifies on its own, and the node's operands, regions and
+// recorded result types agree with the op's type rule.
+void verify_region_node(const Graph& g, NodeId id, const Node& n) {
+  for (size_t k = 0; k < n.regions.size(); ++k) {
+    if (!n.regions[k]) bad(id, n, detail::str_cat("region ", k, " is null"));
+    try {
+      verify(*n.regions[k]);
+    } catch (const Error& e) {
+      bad(id, n, detail::str_cat("in region ", k, ": ", e.what()));
     }
-    return;  // no type rules for region ops yet: infer_type cannot see regions
   }
+  std::vector<TensorType> want;
+  try {
+    want = infer_region_types(g, n.op, n.operands, n.attrs, n.regions);
+  } catch (const Error& e) {
+    bad(id, n, e.what());
+  }
+  std::vector<TensorType> got{n.type};
+  got.insert(got.end(), n.more_types.begin(), n.more_types.end());
+  if (got != want)
+    bad(id, n, detail::str_cat("recorded types ", types_of(got), " differ from the inferred ",
+                               types_of(want)));
+}
+
+void verify_type(const Graph& g, NodeId id, const Node& n) {
+  if (has_trait(n.op, kRegion)) return verify_region_node(g, id, n);
   if (!n.more_types.empty()) bad(id, n, "has several results but owns no regions");
   if (!n.regions.empty()) bad(id, n, "owns regions but is not a control-flow op");
   TensorType t;

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <vector>
 
 #include "loom/ir/builder.h"
@@ -105,12 +106,72 @@ inline Graph small_graph() {
   return g;
 }
 
+// Control flow: a scan whose body holds another scan, a while inside a call (with a captured
+// operand), and a reversed scan without carries.
+inline Graph control_flow_graph() {
+  auto region = [](std::vector<TensorType> params, auto&& body) {
+    auto r = std::make_shared<Graph>();
+    Builder b(*r);
+    std::vector<Value> ps;
+    for (const TensorType& t : params) ps.push_back(b.parameter(t));
+    r->outputs() = body(b, ps);
+    return std::shared_ptr<const Graph>(std::move(r));
+  };
+  const TensorType i64{int64, {}}, f32{float32, {}}, row{float32, {3}};
+  auto inner = region({i64, f32, f32}, [](Builder& b, std::vector<Value> p) {
+    return std::vector<Value>{b.binary(OpKind::Add, p[1], p[2]), b.binary(OpKind::Mul, p[1], p[2])};
+  });
+  auto outer = region({i64, f32, row}, [&](Builder& b, std::vector<Value> p) {
+    Attrs a;
+    a.ints = {1, 1};
+    a.i = 3;
+    Value xs[] = {p[1], p[2]};
+    return b.make_region(OpKind::Scan, xs, a, {inner});
+  });
+  auto cond = region({i64, row, row}, [](Builder& b, std::vector<Value> p) {
+    return std::vector<Value>{b.binary(OpKind::Gt, p[0], b.constant(0, int64))};
+  });
+  auto body = region({i64, row, row}, [](Builder& b, std::vector<Value> p) {
+    return std::vector<Value>{b.binary(OpKind::Sub, p[0], b.constant(1, int64)),
+                              b.binary(OpKind::Add, p[1], p[2])};
+  });
+  auto call_body = region({i64, row, row}, [&](Builder& b, std::vector<Value> p) {
+    Attrs a;
+    a.ints = {2};
+    return std::vector<Value>{b.make_region(OpKind::While, p, a, {cond, body})[1]};
+  });
+  auto rev_body = region({i64, row}, [](Builder& b, std::vector<Value> p) {
+    Value i = b.expand(b.convert(p[0], float32), {3});
+    return std::vector<Value>{b.binary(OpKind::Add, i, p[1])};
+  });
+  Graph g;
+  Builder b(g);
+  Value s = b.parameter(f32);
+  Value x = b.parameter({float32, {4, 3}});
+  Value k = b.parameter(i64);
+  Attrs a;
+  a.ints = {1, 1};
+  a.i = 4;
+  Value scan_ops[] = {s, x};
+  std::vector<Value> sc = b.make_region(OpKind::Scan, scan_ops, a, {outer});
+  Value call_ops[] = {k, b.reshape(b.slice(x, 0, 0, 1), {3}), b.reshape(b.slice(x, 0, 1, 2), {3})};
+  Value c = b.make_region(OpKind::Call, call_ops, {}, {call_body})[0];
+  Attrs ra;
+  ra.ints = {0, 1};
+  ra.i = 4;
+  ra.flag = true;
+  Value rv = b.make_region(OpKind::Scan, std::span<const Value>(&x, 1), ra, {rev_body})[0];
+  g.outputs() = {sc[1], sc[0], c, rv};
+  return g;
+}
+
 inline std::vector<Graph> sample_graphs() {
   std::vector<Graph> gs;
   gs.push_back(elementwise_graph());
   gs.push_back(structural_graph());
   gs.push_back(constants_graph());
   gs.push_back(small_graph());
+  gs.push_back(control_flow_graph());
   gs.push_back(Graph());  // no parameters, no outputs
   return gs;
 }

@@ -2,6 +2,7 @@
 // attributes and special floats, and parse errors with their line and column.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <set>
 #include <string>
 
@@ -31,9 +32,13 @@ TEST(TextTest, RoundTripsSampleGraphs) {
 
 TEST(TextTest, SampleGraphsUseEveryOp) {
   std::set<OpKind> used;
-  for (const Graph& g : testing::sample_graphs()) {
-    for (const Node& n : g.nodes()) used.insert(n.op);
-  }
+  std::function<void(const Graph&)> walk = [&](const Graph& g) {  // regions included
+    for (const Node& n : g.nodes()) {
+      used.insert(n.op);
+      for (const auto& r : n.regions) walk(*r);
+    }
+  };
+  for (const Graph& g : testing::sample_graphs()) walk(g);
   for (int k = 0; k < kNumOps; ++k)
     EXPECT_TRUE(used.count(static_cast<OpKind>(k))) << "no sample uses " << static_cast<OpKind>(k);
 }

@@ -21,6 +21,15 @@ std::unique_ptr<Backend> make_ref_backend();
 // Evaluates node `id` of `g` with its reference kernel: `operands` hold the operand values as
 // contiguous arrays of their types; returns the result. Other backends fall back on it for
 // ops they do not generate code for.
+// For a node with several results (control flow) it returns result 0.
 Buffer ref_eval_node(const ir::Graph& g, ir::NodeId id, std::span<const Buffer> operands);
+// As ref_eval_node, returning every result of the node (one Buffer each, in order).
+// Control-flow nodes compile their regions on each call: to run one many times, compile it
+// once with ref_compile_node.
+std::vector<Buffer> ref_eval_node_all(const ir::Graph& g, ir::NodeId id,
+                                      std::span<const Buffer> operands);
+// Node `id` of `g` alone (regions included) as a reference Executable: its inputs are the
+// node's operands, its outputs all of the node's results.
+std::shared_ptr<const Executable> ref_compile_node(const ir::Graph& g, ir::NodeId id);
 
 }  // namespace loom::backend

@@ -8,6 +8,7 @@
 // Not thread-safe; one Builder per Graph at a time.
 #pragma once
 
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -19,6 +20,12 @@ namespace loom::ir {
 // of kTypeGiven ops (for Convert, only its dtype is used). Throws on ill-typed input.
 TensorType infer_type(const Graph& g, OpKind op, std::span<const Value> operands,
                       const Attrs& attrs, const TensorType* given);
+// The result types of a control-flow op (kRegion) from its operands, attributes and regions
+// (docs/ir.md: call, scan, while). Throws Error naming the op, the position and both types when
+// a region does not fit its operands. infer_type rejects kRegion ops: use this instead.
+std::vector<TensorType> infer_region_types(const Graph& g, OpKind op,
+                                           std::span<const Value> operands, const Attrs& attrs,
+                                           std::span<const std::shared_ptr<const Graph>> regions);
 // Throws ShapeError naming `op` unless every extent is >= 0, the rank is at most 16 and the
 // element count is at most 2^48.
 void check_shape(const char* op, const Shape& s);
@@ -55,6 +62,12 @@ class Builder {
   Value gather(Value x, int64_t axis, Value index);
   Value index_select(Value x, int64_t axis, Value index);
   Value random(OpKind op, Value key, const TensorType& t);
+
+  // Creates a control-flow node (call, scan, while) owning `regions`: infers and checks every
+  // result type (infer_region_types), appends the node through add() (never merged with
+  // another node) and returns one Value per result.
+  std::vector<Value> make_region(OpKind op, std::span<const Value> operands, Attrs attrs,
+                                 std::vector<std::shared_ptr<const Graph>> regions);
 
   // Appends a node as is (control flow, multi-result nodes): no checks, never merged with
   // another node, but given its Merkle hash. Nodes must reach a hash-consing builder's graph

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <map>
 
 #include "backend/cpu/codegen.h"
 #include "backend/cpu/plan.h"
@@ -26,8 +27,12 @@ constexpr int64_t kParallelWork = 1 << 15;
 
 class CpuExecutable final : public Executable {
  public:
-  explicit CpuExecutable(const ir::Graph& g) : graph_(g), plan_(cpu::make_plan(graph_)) {
+  explicit CpuExecutable(const ir::Graph& g) {
+    std::vector<std::vector<ir::NodeId>> results;
+    graph_ = cpu::split_results(g, &results);
+    plan_ = cpu::make_plan(graph_, results);
     kernels_ = cpu::compile_kernels(graph_, plan_);
+    compile_region_fallbacks();
     if (config().debug >= 2) {
       std::fprintf(stderr, "[loom] cpu plan: %zu steps, %zu kernels, %lld products\n",
                    plan_.steps.size(), plan_.kernels.size(), static_cast<long long>(plan_.blas_calls));
@@ -46,6 +51,8 @@ class CpuExecutable final : public Executable {
       const Step& st = plan_.steps[si];
       if (st.kind == Step::Kernel) {
         for (int b : kernels_[st.kernel].bufs) touch(si, b);
+      } else if (st.kind == Step::Ref) {
+        for (int b : st.outs) touch(si, b);
       } else {
         touch(si, plan_.buf_of[st.node]);
       }
@@ -71,7 +78,7 @@ class CpuExecutable final : public Executable {
       switch (st.kind) {
         case Step::Kernel: run_kernel(kernels_[st.kernel], bufs); break;
         case Step::MatMul: run_matmul(st.node, bufs); break;
-        case Step::Ref: run_ref(st.node, bufs); break;
+        case Step::Ref: run_ref(st, bufs); break;
       }
       for (int b : st.release) bufs[b] = Buffer();  // back to the pool for later steps
     }
@@ -114,11 +121,29 @@ class CpuExecutable final : public Executable {
     });
   }
 
-  void run_ref(ir::NodeId id, std::vector<Buffer>& bufs) const {
+  // The reference fallback: gather and index_select, and (until loops are lowered natively)
+  // every control-flow node, which runs its regions through its ref executable.
+  void run_ref(const Step& st, std::vector<Buffer>& bufs) const {
+    const ir::NodeId id = st.node;
     std::vector<Buffer> operands;
-    for (const ir::Value& v : graph_.node(id).operands) operands.push_back(bufs[plan_.buf_of[v.node]]);
-    Buffer r = ref_eval_node(graph_, id, operands);
-    std::memcpy(bufs[plan_.buf_of[id]].data(), r.data(), graph_.node(id).type.nbytes());
+    for (const ir::Value& v : graph_.node(id).operands)
+      operands.push_back(bufs[plan_.buf_of[v.node]]);
+    auto region = region_fallbacks_.find(id);
+    std::vector<Buffer> r = region != region_fallbacks_.end()
+                                ? region->second->run(operands)
+                                : std::vector<Buffer>{ref_eval_node(graph_, id, operands)};
+    LOOM_ASSERT(r.size() == st.outs.size());
+    for (size_t k = 0; k < r.size(); ++k) {
+      if (r[k].nbytes() > 0) std::memcpy(bufs[st.outs[k]].data(), r[k].data(), r[k].nbytes());
+    }
+  }
+
+  // Control-flow nodes compile to one-node reference executables, once per executable.
+  void compile_region_fallbacks() {
+    for (const Step& st : plan_.steps) {
+      if (st.kind == Step::Ref && ir::has_trait(graph_.node(st.node).op, ir::kRegion))
+        region_fallbacks_.emplace(st.node, ref_compile_node(graph_, st.node));
+    }
   }
 
   void run_matmul(ir::NodeId id, std::vector<Buffer>& bufs) const;
@@ -126,6 +151,7 @@ class CpuExecutable final : public Executable {
   ir::Graph graph_;
   Plan plan_;
   std::vector<cpu::CompiledKernel> kernels_;
+  std::map<ir::NodeId, std::shared_ptr<const Executable>> region_fallbacks_;
   std::vector<std::vector<int>> first_use_;
   std::vector<size_t> unwritten_;
 };

@@ -190,7 +190,12 @@ constexpr size_t kMaxStages = 6;
 
 class Planner {
  public:
-  explicit Planner(const ir::Graph& g) : g_(g), n_(g.size()) {}
+  Planner(const ir::Graph& g, const std::vector<std::vector<NodeId>>& results)
+      : g_(g), n_(g.size()), results_(results) {
+    stand_in_.assign(n_, false);
+    for (const auto& rs : results_)
+      for (size_t k = 1; k < rs.size(); ++k) stand_in_[rs[k]] = true;
+  }
 
   Plan run() {
     decide_buffers();
@@ -215,6 +220,7 @@ class Planner {
     for (NodeId id = 0; id < n_; ++id) {
       const ir::Node& node = g_.node(id);
       OpKind op = node.op;
+      if (stand_in_[id]) has_buf_[id] = true;  // filled by its multi-result node's step
       bool ref = !codegen_supports(g_, id);
       if (op == OpKind::Parameter || op == OpKind::MatMul || op == OpKind::Concat || ref ||
           ir::has_trait(op, ir::kReduce))
@@ -281,11 +287,17 @@ class Planner {
 
   void plan_node(NodeId id) {
     const ir::Node& node = g_.node(id);
+    if (stand_in_[id]) return;
     if (node.op == OpKind::MatMul && codegen_supports(g_, id)) {
-      plan_.steps.push_back(Step{Step::MatMul, -1, id, {}});
+      plan_.steps.push_back(Step{Step::MatMul, -1, id, {}, {}});
       plan_.blas_calls++;
     } else if (!codegen_supports(g_, id)) {
-      plan_.steps.push_back(Step{Step::Ref, -1, id, {}});
+      Step st{Step::Ref, -1, id, {}, {plan_.buf_of[id]}};
+      if (id < results_.size() && !results_[id].empty()) {
+        st.outs.clear();
+        for (NodeId r : results_[id]) st.outs.push_back(plan_.buf_of[r]);
+      }
+      plan_.steps.push_back(std::move(st));
     } else if (node.op == OpKind::Concat) {
       plan_concat(id);
     } else if (ir::has_trait(node.op, ir::kReduce)) {
@@ -384,7 +396,8 @@ class Planner {
     k.name = "k" + std::to_string(plan_.kernels.size());
     plan_.kernels.push_back(std::move(k));
     mergeable_kernel_.push_back(mergeable);
-    plan_.steps.push_back(Step{Step::Kernel, static_cast<int>(plan_.kernels.size() - 1), 0, {}});
+    plan_.steps.push_back(
+        Step{Step::Kernel, static_cast<int>(plan_.kernels.size() - 1), 0, {}, {}});
   }
 
   // Stage coordinates as loop variables: outer dims first, then the inner ones.
@@ -487,6 +500,7 @@ class Planner {
         }
       } else {
         used.insert(plan_.buf_of[st.node]);
+        used.insert(st.outs.begin(), st.outs.end());
         for (const ir::Value& v : g_.node(st.node).operands) {
           BlasView bv;
           if (st.kind == Step::MatMul && blas_view(g_, has_buf_, v.node, &bv))
@@ -529,6 +543,8 @@ class Planner {
       };
       if (st.kind == Step::Kernel) {
         for (const Stage& s : plan_.kernels[st.kernel].stages) wrote(s.out_buf);
+      } else if (st.kind == Step::Ref) {
+        for (int b : st.outs) wrote(b);
       } else {
         wrote(plan_.buf_of[st.node]);
       }
@@ -585,6 +601,8 @@ class Planner {
 
   const ir::Graph& g_;
   size_t n_;
+  const std::vector<std::vector<NodeId>>& results_;  // see split_results
+  std::vector<bool> stand_in_;  // result k >= 1 of a multi-result node: no step of its own
   std::vector<int> last_use_;  // per buffer: the last step that touches it
   std::vector<bool> has_buf_;
   std::vector<bool> mergeable_kernel_;
@@ -594,6 +612,36 @@ class Planner {
 
 }  // namespace
 
-Plan make_plan(const ir::Graph& g) { return Planner(g).run(); }
+Plan make_plan(const ir::Graph& g, const std::vector<std::vector<NodeId>>& results) {
+  return Planner(g, results).run();
+}
+
+ir::Graph split_results(const ir::Graph& g, std::vector<std::vector<NodeId>>* results) {
+  ir::Graph out;
+  out.reserve(g.size());
+  results->clear();
+  // first[id]: the new node of old id's result 0; its results k >= 1 follow it in order.
+  std::vector<NodeId> first(g.size());
+  auto map = [&](ir::Value v) { return ir::Value{first[v.node] + v.index, 0}; };
+  for (NodeId id = 0; id < g.size(); ++id) {
+    ir::Node n = g.node(id);
+    for (ir::Value& v : n.operands) v = map(v);
+    const size_t count = n.num_results();
+    std::vector<TensorType> more = n.more_types;
+    first[id] = out.add(std::move(n));
+    if (count == 1) continue;
+    results->resize(out.size() + count - 1);
+    (*results)[first[id]].push_back(first[id]);
+    for (const TensorType& t : more) {
+      ir::Node stand_in;
+      stand_in.op = g.node(id).op;
+      stand_in.type = t;
+      (*results)[first[id]].push_back(out.add(std::move(stand_in)));
+    }
+  }
+  for (ir::Value v : g.outputs()) out.outputs().push_back(map(v));
+  results->resize(out.size());
+  return out;
+}
 
 }  // namespace loom::cpu

@@ -69,6 +69,7 @@ struct Step {
   int kernel = -1;      // Kernel
   NodeId node = 0;      // MatMul, Ref
   std::vector<int> release;  // temp buffers whose last use is this step
+  std::vector<int> outs;     // Ref: the buffers of the node's results, in order
 };
 
 struct Plan {
@@ -94,6 +95,15 @@ struct BlasView {
 };
 bool blas_view(const ir::Graph& g, const std::vector<bool>& has_buf, NodeId operand, BlasView* v);
 
-Plan make_plan(const ir::Graph& g);
+// Control-flow nodes (regions, several results) run as one Ref step that fills every result
+// (the reference fallback; native loops come later). The planner and the code generator name
+// values by node id, so split_results rewrites a graph first: each result k >= 1 of a
+// multi-result node R gets a stand-in node right after R (R's op, result k's type, no
+// operands, never run), and every use of R#k becomes a use of the stand-in. results[R] lists
+// the nodes holding R's results in order (R first); it is empty for single-result nodes.
+ir::Graph split_results(const ir::Graph& g, std::vector<std::vector<NodeId>>* results);
+
+// `results` as split_results gives it (empty: no multi-result nodes).
+Plan make_plan(const ir::Graph& g, const std::vector<std::vector<NodeId>>& results = {});
 
 }  // namespace loom::cpu

@@ -11,6 +11,7 @@
 #include <span>
 #include <vector>
 
+#include "loom/backend/backend.h"
 #include "loom/core/buffer.h"
 #include "loom/core/shape.h"
 #include "loom/ir/graph.h"
@@ -83,14 +84,24 @@ int64_t node_axis(const ir::Node& node, int64_t rank);
 // operands' values. Throws ExecError for run-time errors (e.g. an index out of range).
 using Kernel = void (*)(const ir::Node& node, std::span<const Array> in, Array& out);
 
+// A kernel of a control-flow op (kRegion): `regions` are the node's regions compiled once by
+// the executable (reference executables, in node.regions order); `out` holds one zero-filled
+// array per result, which the kernel fills or replaces by another array of the same type.
+using RegionKernel = void (*)(const ir::Node& node,
+                              std::span<const backend::Executable* const> regions,
+                              std::span<const Array> in, std::span<Array> out);
+
 struct KernelTable {
   Kernel kernels[ir::kNumOps] = {};
+  RegionKernel region_kernels[ir::kNumOps] = {};
   void set(ir::OpKind op, Kernel k) { kernels[static_cast<int>(op)] = k; }
+  void set(ir::OpKind op, RegionKernel k) { region_kernels[static_cast<int>(op)] = k; }
 };
 
 // The table, filled once by the family files below; nullptr for an op without a kernel.
 const KernelTable& kernel_table();
 Kernel find_kernel(ir::OpKind op);
+RegionKernel find_region_kernel(ir::OpKind op);
 
 void register_source_kernels(KernelTable& t);       // source.cpp: parameter constant iota
 void register_elementwise_kernels(KernelTable& t);  // elementwise.cpp
@@ -99,5 +110,6 @@ void register_layout_kernels(KernelTable& t);       // layout.cpp
 void register_index_kernels(KernelTable& t);        // index.cpp
 void register_linalg_kernels(KernelTable& t);       // linalg.cpp
 void register_random_kernels(KernelTable& t);       // random.cpp
+void register_control_flow_kernels(KernelTable& t); // control_flow.cpp: call scan while
 
 }  // namespace loom::detail::ref
