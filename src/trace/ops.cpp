@@ -117,6 +117,7 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
 }
 
 Tensor to(const Tensor& x, DType dtype) {
+  if (x.dtype() == dtype) return x;  // as torch: the same tensor, no op recorded
   OpRecord rec;
   return rec.ctx.wrap(rec.b().convert(rec.ctx.value_of(x), dtype));
 }

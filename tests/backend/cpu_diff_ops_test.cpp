@@ -80,7 +80,8 @@ TEST_F(CpuDiffReduce, IntegerSumsAccumulateInInt64) {
     o.exact("sum i32 all", sum(big));
     o.exact("sum i32 dim", sum(big, {0}));
     o.exact("sum bool", sum(input(DType::Bool, {37, 129}, 52), {1}));
-    o.exact("sum i64 wraps", sum(from_ints(DType::Int64, {2}, {std::numeric_limits<int64_t>::max(), 1})));
+    const int64_t i64_max = std::numeric_limits<int64_t>::max();
+    o.exact("sum i64 wraps", sum(from_ints(DType::Int64, {2}, {i64_max, 1})));
   });
 }
 
@@ -196,8 +197,10 @@ TEST_F(CpuDiffMatmul, ShapesBatchesAndTransposedOperands) {
     });
   }
   expect_same([&](Outs& o) {  // mixed dtypes promote first
-    check_matmul(o, "i32 @ f32", input(DType::Int32, {3, 4}, 90, -3, 3), input(DType::Float32, {4, 2}, 91));
-    check_matmul(o, "bf16 @ f16", input(DType::BFloat16, {3, 4}, 92), input(DType::Float16, {4, 2}, 93));
+    check_matmul(o, "i32 @ f32", input(DType::Int32, {3, 4}, 90, -3, 3),
+                 input(DType::Float32, {4, 2}, 91));
+    check_matmul(o, "bf16 @ f16", input(DType::BFloat16, {3, 4}, 92),
+                 input(DType::Float16, {4, 2}, 93));
   });
 }
 

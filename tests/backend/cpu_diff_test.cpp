@@ -335,7 +335,8 @@ TEST_F(CpuDiffBroadcast, NonContiguousOperands) {
       o.arith("expand 0-d", expand(input(dt, {}, 31), {3, 3}) - input(dt, {3, 3}, 32));
       o.arith("expand new dims", expand(input(dt, {5}, 33), {2, 3, 5}) + 0);
       o.trans("exp transpose", exp(transpose(x, 1, 2)));
-      o.arith("slice of transpose of slice", slice(transpose(slice(x, 0, 1, 4), 0, 1), 1, 0, 3, 2) * 3);
+      o.arith("slice of transpose of slice",
+              slice(transpose(slice(x, 0, 1, 4), 0, 1), 1, 0, 3, 2) * 3);
       o.exact("maximum permuted", maximum(pm, permute(x * 1, {2, 0, 1})));
       o.arith("transposed operands", transpose(x, 0, 1) - permute(x, {1, 0, 2}));
       // reductions of strided operands
@@ -450,7 +451,8 @@ TEST_F(CpuDiffSpecial, NanAndInfPropagateThroughElementwiseOps) {
     });
   }
   expect_same([&](Outs& o) {  // integer true division by zero gives float32 inf and nan
-    Tensor a = from_ints(DType::Int32, {4}, {1, -1, 0, 5}), z = from_ints(DType::Int32, {4}, {0, 0, 0, 0});
+    Tensor a = from_ints(DType::Int32, {4}, {1, -1, 0, 5});
+    Tensor z = from_ints(DType::Int32, {4}, {0, 0, 0, 0});
     o.exact("int / 0", a / z);
     o.exact("int64 / 0", to(a, DType::Int64) / to(z, DType::Int64));
     o.exact("int / 0 scalar", a / 0);

@@ -40,17 +40,19 @@ inline constexpr DType kFloatDTypes[] = {DType::BFloat16, DType::Float16, DType:
 inline constexpr DType kNumericDTypes[] = {DType::Int32,   DType::Int64,   DType::BFloat16,
                                            DType::Float16, DType::Float32, DType::Float64};
 
-// Whether the cpu backend is built (set_backend("cpu") succeeds). Asked once per process.
+// Whether the cpu backend is built (set_backend("cpu") succeeds). Asked once per process;
+// the selected backend is selected again afterwards.
 inline bool cpu_available() {
   static const bool available = [] {
+    const std::string selected(runtime::current_backend().name());
+    bool ok = true;
     try {
       runtime::set_backend("cpu");
-      runtime::set_backend("ref");
-      return true;
     } catch (const Error&) {
-      runtime::set_backend("ref");
-      return false;
+      ok = false;
     }
+    runtime::set_backend(selected);
+    return ok;
   }();
   return available;
 }
@@ -191,7 +193,9 @@ struct Out {
 // What a program hands back for comparison.
 class Outs {
  public:
-  void exact(std::string name, Tensor t) { items.push_back({std::move(name), std::move(t), {}, {}}); }
+  void exact(std::string name, Tensor t) {
+    items.push_back({std::move(name), std::move(t), {}, {}});
+  }
   void arith(std::string name, Tensor t) {
     Tol tol = arith_tol(t.dtype());
     items.push_back({std::move(name), std::move(t), tol, {}});
