@@ -45,9 +45,13 @@ Tensor gelu(const Tensor& x) {  // x/2 * (1 + erf(x/sqrt(2)))
 
 Tensor clamp(const Tensor& x, std::optional<double> lo, std::optional<double> hi) {
   LOOM_CHECK_T(Error, lo || hi, "[clamp] expected at least one of min and max");
+  // Integral bounds keep an integer tensor integral, as in torch.
+  auto bound = [&](double v) {
+    return is_floating(x.dtype()) || v != std::floor(v) ? Scalar(v) : Scalar(static_cast<int64_t>(v));
+  };
   Tensor r = x;
-  if (lo) r = maximum(r, full({}, *lo, detail::result_type(x, Scalar(*lo))));
-  if (hi) r = minimum(r, full({}, *hi, detail::result_type(x, Scalar(*hi))));
+  if (lo) r = maximum(r, full({}, *lo, detail::result_type(x, bound(*lo))));
+  if (hi) r = minimum(r, full({}, *hi, detail::result_type(x, bound(*hi))));
   return r;
 }
 
@@ -65,6 +69,7 @@ Tensor softmax(const Tensor& x, int64_t dim) {
   int64_t d = normalize_axis("softmax", dim, x.dim());
   Tensor xf = to(x, float_of(x));
   if (x.dim() == 0) return exp(xf - xf);
+  if (x.shape()[d] == 0) return xf;  // empty along dim: nothing to normalize, as torch
   Tensor e = exp(xf - max(xf, {d}, true));
   return e / sum(e, {d}, true);
 }
@@ -72,6 +77,7 @@ Tensor log_softmax(const Tensor& x, int64_t dim) {
   int64_t d = normalize_axis("log_softmax", dim, x.dim());
   Tensor xf = to(x, float_of(x));
   if (x.dim() == 0) return xf - xf;
+  if (x.shape()[d] == 0) return xf;
   Tensor shifted = xf - max(xf, {d}, true);
   return shifted - log(sum(exp(shifted), {d}, true));
 }

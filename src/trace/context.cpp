@@ -35,6 +35,45 @@ double seconds_per_tick() {
   return spt;
 }
 
+namespace {
+constexpr size_t kImplBlock = 256;  // TensorImpl plus shared_ptr's control block
+struct FreeList {
+  std::vector<void*> blocks;
+  ~FreeList() {
+    for (void* p : blocks) ::operator delete(p);
+  }
+};
+thread_local FreeList free_impls;
+
+template <class T>
+struct ImplAllocator {
+  using value_type = T;
+  ImplAllocator() = default;
+  template <class U>
+  ImplAllocator(const ImplAllocator<U>&) {}  // NOLINT
+  T* allocate(size_t n) {
+    static_assert(sizeof(T) <= kImplBlock);
+    LOOM_ASSERT(n == 1);
+    if (!free_impls.blocks.empty()) {
+      void* p = free_impls.blocks.back();
+      free_impls.blocks.pop_back();
+      return static_cast<T*>(p);
+    }
+    return static_cast<T*>(::operator new(kImplBlock));
+  }
+  void deallocate(T* p, size_t) {
+    if (free_impls.blocks.size() < 4096) free_impls.blocks.push_back(p);
+    else ::operator delete(p);
+  }
+  template <class U>
+  bool operator==(const ImplAllocator<U>&) const { return true; }
+};
+}  // namespace
+
+std::shared_ptr<TensorImpl> new_tensor_impl() {
+  return std::allocate_shared<TensorImpl>(ImplAllocator<TensorImpl>());
+}
+
 TensorImpl::~TensorImpl() {
   if (linked) TraceContext::get().unlink(this);
 }
@@ -125,7 +164,7 @@ ir::Value TraceContext::next_rng_key() {
 }
 
 Tensor TraceContext::wrap(ir::Value v) {
-  auto impl = std::make_shared<TensorImpl>();
+  auto impl = new_tensor_impl();
   impl->type = graph_.type(v);
   impl->value = v;
   link(impl.get());

@@ -40,6 +40,11 @@ struct TensorImpl {
   ~TensorImpl();
 };
 
+// Creates a TensorImpl from a per-thread free list (tracing makes and drops one per op;
+// the list saves the system allocator's round trip). Blocks freed on another thread join
+// that thread's list.
+std::shared_ptr<TensorImpl> new_tensor_impl();
+
 // A graph input held by the pending graph: a materialized buffer or a host scalar.
 struct DataSlot {
   Buffer buffer;  // undefined for scalars until bound

@@ -70,7 +70,7 @@ constexpr DType dtype_of() {
 
 namespace detail {
 Tensor from_buffer(Buffer b, TensorType type) {
-  auto impl = std::make_shared<TensorImpl>();
+  auto impl = detail::new_tensor_impl();
   impl->type = std::move(type);
   impl->buffer = std::move(b);
   return Tensor(std::move(impl));

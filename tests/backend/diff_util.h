@@ -40,26 +40,8 @@ inline constexpr DType kFloatDTypes[] = {DType::BFloat16, DType::Float16, DType:
 inline constexpr DType kNumericDTypes[] = {DType::Int32,   DType::Int64,   DType::BFloat16,
                                            DType::Float16, DType::Float32, DType::Float64};
 
-// Whether the cpu backend is built (set_backend("cpu") succeeds). Asked once per process;
-// the selected backend is selected again afterwards.
-inline bool cpu_available() {
-  static const bool available = [] {
-    const std::string selected(runtime::current_backend().name());
-    bool ok = true;
-    try {
-      runtime::set_backend("cpu");
-    } catch (const Error&) {
-      ok = false;
-    }
-    runtime::set_backend(selected);
-    return ok;
-  }();
-  return available;
-}
-
-// The backend compared with "ref": "cpu" once it exists. Until then the programs still run
-// ref against ref, so the harness and the program generator stay tested.
-inline std::string other_backend() { return cpu_available() ? "cpu" : "ref"; }
+// The backend compared with "ref".
+inline std::string other_backend() { return "cpu"; }
 
 // Fixture of every differential test: ref is selected for the test body, and the backend
 // selected before the test (ref unless LOOM_BACKEND or the build's default say otherwise) is
@@ -72,10 +54,6 @@ class DiffTest : public ::testing::Test {
   }
   void TearDown() override {
     runtime::set_backend(previous_);
-    // THE one place that tolerates a missing cpu backend: the test ran ref against ref and
-    // says so. Delete these two lines when src/backend/cpu lands.
-    if (!cpu_available())
-      GTEST_SKIP() << "cpu backend not built: compared ref with ref only";
   }
 
  private:

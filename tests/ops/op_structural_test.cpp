@@ -326,3 +326,18 @@ TEST(OpHarness, FactoriesMakeWhatTheySay) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(OpHarness, ClampKeepsIntegersAndSoftmaxAcceptsEmptyDims) {
+  Tensor i = loom::tensor(std::vector<int64_t>{-5, 0, 7}, {3});
+  Tensor c = loom::clamp(i, -1.0, 3.0);
+  EXPECT_EQ(c.dtype(), DType::Int64);
+  EXPECT_EQ(c.to_vector<int64_t>(), (std::vector<int64_t>{-1, 0, 3}));
+  EXPECT_EQ(loom::clamp(i, 0.5, std::nullopt).dtype(), DType::Float32);  // a fractional bound
+  Tensor e = loom::softmax(loom::zeros({2, 0}), 1);
+  EXPECT_EQ(e.shape(), (Shape{2, 0}));
+  EXPECT_EQ(loom::log_softmax(loom::zeros({0, 3}), 0).shape(), (Shape{0, 3}));
+}
+
+}  // namespace
