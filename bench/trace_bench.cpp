@@ -64,7 +64,7 @@ std::vector<Figure> trace_overhead() {
   loom::sync();
   std::vector<double> times;
   int64_t ops = 0;
-  for (int rep = 0; rep < 9; ++rep) {
+  for (int rep = 0; rep < 41; ++rep) {
     loom::reset_metrics();
     double t0 = seconds();
     {

@@ -82,9 +82,10 @@ Builder::Builder(Graph& g, bool hash_cons) : g_(&g), hash_cons_(hash_cons) { rei
 
 void Builder::reindex() {
   merkle_.clear();
-  // Keep the table's size (up to 64 Ki slots): a traced step refills it to the same size,
-  // and clearing costs less than growing it again from 64.
-  size_t keep = std::clamp<size_t>(table_.size(), 64, size_t{1} << 16);
+  // Size the table for as many nodes as the graph had before (a traced step refills it to
+  // about the same size): clearing costs less than growing it again from 64.
+  size_t keep = 64;
+  while (keep < 3 * used_ && keep < (size_t{1} << 16)) keep *= 2;
   table_.assign(keep, Slot{kEmpty, 0});
   used_ = 0;
   if (!hash_cons_) return;
