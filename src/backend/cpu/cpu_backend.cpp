@@ -227,7 +227,11 @@ void CpuExecutable::run_matmul(ir::NodeId id, std::vector<Buffer>& bufs) const {
   }
   auto& pool = cpu::ThreadPool::instance();
   // Split batches across threads, or the rows of each product when there are few batches.
-  int64_t row_parts = nb >= pool.size() ? 1 : std::min<int64_t>(pool.size(), std::max<int64_t>(1, m / 64));
+  // Two parts per thread: the pool hands them out as threads free up, which evens out a
+  // core slowed by a neighbour (a fixed half each waits for the slower one).
+  int64_t row_parts = nb >= 2 * pool.size()
+                          ? 1
+                          : std::min<int64_t>(2 * pool.size(), std::max<int64_t>(1, m / 64));
   int64_t tasks = nb * row_parts;
   auto task = [&](int t) {
     int64_t bi = t / row_parts, part = t % row_parts;
