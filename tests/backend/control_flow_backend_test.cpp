@@ -8,6 +8,7 @@
 
 #include "backend/ref_test_util.h"
 #include "ir/sample_graphs.h"
+#include "ir/region_util.h"
 #include "loom/backend/ref_backend.h"
 #include "loom/ir/builder.h"
 #include "loom/runtime/engine.h"
@@ -24,29 +25,14 @@ using reftest::decode_floats;
 using reftest::decode_ints;
 using reftest::encode_floats;
 using reftest::encode_ints;
-using Region = std::shared_ptr<const Graph>;
+using loom::ir::testing::Region;
 
 const TensorType kI64{DType::Int64, {}};
 const TensorType kF32{DType::Float32, {}};
 constexpr const char* kBackends[] = {"ref", "cpu"};
 
-template <class Body>
-Region region(std::vector<TensorType> params, Body&& body) {
-  auto r = std::make_shared<Graph>();
-  Builder b(*r);
-  std::vector<Value> ps;
-  for (const TensorType& t : params) ps.push_back(b.parameter(t));
-  r->outputs() = body(b, ps);
-  return r;
-}
-
-Attrs scan_attrs(int64_t carries, int64_t xs, int64_t length, bool reverse = false) {
-  Attrs a;
-  a.ints = {carries, xs};
-  a.i = length;
-  a.flag = reverse;
-  return a;
-}
+using loom::ir::testing::region;
+using loom::ir::testing::scan_attrs;
 
 // Runs g on each backend in turn and hands the outputs to check; restores the backend.
 template <class Check>

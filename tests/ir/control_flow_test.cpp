@@ -7,6 +7,7 @@
 #include <string>
 
 #include "ir/sample_graphs.h"
+#include "ir/region_util.h"
 #include "loom/core/error.h"
 #include "loom/ir/builder.h"
 #include "loom/passes/pass.h"
@@ -14,29 +15,13 @@
 namespace loom::ir {
 namespace {
 
-using Region = std::shared_ptr<const Graph>;
+using loom::ir::testing::Region;
 
 const TensorType kI64{int64, {}};
 const TensorType kF32{float32, {}};
 
-// A region with parameters of `params` whose outputs `body` builds.
-template <class Body>
-Region region(std::vector<TensorType> params, Body&& body) {
-  auto r = std::make_shared<Graph>();
-  Builder b(*r);
-  std::vector<Value> ps;
-  for (const TensorType& t : params) ps.push_back(b.parameter(t));
-  r->outputs() = body(b, ps);
-  return r;
-}
-
-Attrs scan_attrs(int64_t carries, int64_t xs, int64_t length, bool reverse = false) {
-  Attrs a;
-  a.ints = {carries, xs};
-  a.i = length;
-  a.flag = reverse;
-  return a;
-}
+using loom::ir::testing::region;
+using loom::ir::testing::scan_attrs;
 
 Attrs while_attrs(int64_t carried) {
   Attrs a;

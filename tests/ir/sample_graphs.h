@@ -7,6 +7,7 @@
 #include <memory>
 #include <vector>
 
+#include "ir/region_util.h"
 #include "loom/ir/builder.h"
 
 namespace loom::ir::testing {
@@ -109,14 +110,6 @@ inline Graph small_graph() {
 // Control flow: a scan whose body holds another scan, a while inside a call (with a captured
 // operand), and a reversed scan without carries.
 inline Graph control_flow_graph() {
-  auto region = [](std::vector<TensorType> params, auto&& body) {
-    auto r = std::make_shared<Graph>();
-    Builder b(*r);
-    std::vector<Value> ps;
-    for (const TensorType& t : params) ps.push_back(b.parameter(t));
-    r->outputs() = body(b, ps);
-    return std::shared_ptr<const Graph>(std::move(r));
-  };
   const TensorType i64{int64, {}}, f32{float32, {}}, row{float32, {3}};
   auto inner = region({i64, f32, f32}, [](Builder& b, std::vector<Value> p) {
     return std::vector<Value>{b.binary(OpKind::Add, p[1], p[2]), b.binary(OpKind::Mul, p[1], p[2])};
