@@ -7,3 +7,4 @@
 #include "loom/runtime/metrics.h"
 #include "loom/trace/ops.h"
 #include "loom/trace/tensor.h"
+#include "loom/trace/tree.h"
