@@ -1,5 +1,6 @@
 // loom-bench: one CLI for every benchmark of the project.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -28,12 +29,25 @@ double median_seconds(int reps, const std::function<void()>& f) {
 
 namespace {
 
+std::string json_string(const std::string& s) {
+  std::string r = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') r += '\\';
+    if (static_cast<unsigned char>(c) < 0x20) continue;  // notes are one line
+    r += c;
+  }
+  return r + "\"";
+}
+
 void print_json(const loom::bench::Benchmark& b, const std::vector<loom::bench::Figure>& figs) {
-  std::printf("{\"benchmark\": \"%s\", \"figures\": [", b.name.c_str());
+  std::printf("{\"benchmark\": %s, \"figures\": [", json_string(b.name).c_str());
   for (size_t i = 0; i < figs.size(); ++i) {
-    std::printf("%s{\"name\": \"%s\", \"value\": %.6g, \"unit\": \"%s\", \"note\": \"%s\"}",
-                i ? ", " : "", figs[i].name.c_str(), figs[i].value, figs[i].unit.c_str(),
-                figs[i].note.c_str());
+    // JSON has no inf or nan: those values print as null.
+    char value[32] = "null";
+    if (std::isfinite(figs[i].value)) std::snprintf(value, sizeof value, "%.6g", figs[i].value);
+    std::printf("%s{\"name\": %s, \"value\": %s, \"unit\": %s, \"note\": %s}", i ? ", " : "",
+                json_string(figs[i].name).c_str(), value, json_string(figs[i].unit).c_str(),
+                json_string(figs[i].note).c_str());
   }
   std::printf("]}\n");
 }
