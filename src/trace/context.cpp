@@ -152,7 +152,7 @@ ir::Value TraceContext::scalar(const Scalar& s, DType dt) {
   d.i = s.is_int ? s.ivalue : static_cast<int64_t>(s.value);
   d.is_scalar = true;
   slots_.push_back(d);
-  counters().host_scalars.fetch_add(1, std::memory_order_relaxed);
+  ++host_scalars;
   return builder_.parameter(d.type, slot);
 }
 
@@ -286,7 +286,7 @@ Hash128 TraceContext::trace_key(const std::vector<TensorImpl*>& impls) const {
 // The fast path of a sync: the outputs' Merkle hashes name the computation, so a hit needs no
 // cut and no fingerprint. Returns false when the trace cache cannot answer.
 bool TraceContext::run_cached(const Hash128& key, const std::vector<TensorImpl*>& impls,
-                              std::vector<Buffer>* out) {
+                              bool full, std::vector<Buffer>* out) {
   auto it = trace_cache_.find(key);
   if (it == trace_cache_.end()) return false;
   TraceEntry& e = it->second;
@@ -300,7 +300,7 @@ bool TraceContext::run_cached(const Hash128& key, const std::vector<TensorImpl*>
   LOOM_ASSERT(check_slots == e.slots);
 #endif
   std::vector<uint8_t> donated;
-  std::vector<Buffer> inputs = bind(e.slots, full_sync(impls) ? &donated : nullptr);
+  std::vector<Buffer> inputs = bind(e.slots, full ? &donated : nullptr);
   runtime::count_cache_hit();
   auto& c = counters();
   c.syncs++;
@@ -310,10 +310,10 @@ bool TraceContext::run_cached(const Hash128& key, const std::vector<TensorImpl*>
   return true;
 }
 
-void TraceContext::materialize(const std::vector<TensorImpl*>& requested, bool unique) {
+void TraceContext::materialize(const std::vector<TensorImpl*>& requested, bool all_pending) {
   double t0 = now_seconds();
   std::vector<TensorImpl*> impls;
-  if (unique) {
+  if (all_pending) {
     impls = requested;
   } else {
     std::unordered_set<TensorImpl*> seen;
@@ -322,14 +322,15 @@ void TraceContext::materialize(const std::vector<TensorImpl*>& requested, bool u
   }
   if (impls.empty()) return;
   flush_counters();
+  const bool full = all_pending || full_sync(impls);
   std::vector<Buffer> out;
   bool keyed = !converted_;
   Hash128 key = keyed ? trace_key(impls) : Hash128{};
-  if (!keyed || !run_cached(key, impls, &out)) {
+  if (!keyed || !run_cached(key, impls, full, &out)) {
     std::vector<uint32_t> slot_ids;
     ir::Graph g = cut(impls, &slot_ids);
     std::vector<uint8_t> donated;
-    std::vector<Buffer> inputs = bind(slot_ids, full_sync(impls) ? &donated : nullptr);
+    std::vector<Buffer> inputs = bind(slot_ids, full ? &donated : nullptr);
     auto& c = counters();
     c.syncs++;
     c.sync_nodes += static_cast<int64_t>(g.size());
@@ -341,7 +342,7 @@ void TraceContext::materialize(const std::vector<TensorImpl*>& requested, bool u
   } else {
     add_ns(counters().sync_ns, now_seconds() - t0);
   }
-  write_back(impls, out);
+  write_back(impls, out, full);
 }
 
 // Donation is safe only when this sync materializes every pending tensor: afterwards the
@@ -377,10 +378,8 @@ void TraceContext::remember(const Hash128& key, std::shared_ptr<const backend::E
   trace_cache_[key] = std::move(e);
 }
 
-void TraceContext::write_back(const std::vector<TensorImpl*>& impls, const std::vector<Buffer>& out) {
-  size_t pending_count = 0;
-  for (TensorImpl* p = head_.next; p != &head_; p = p->next) ++pending_count;
-  bool all = pending_count == impls.size();
+void TraceContext::write_back(const std::vector<TensorImpl*>& impls, const std::vector<Buffer>& out,
+                              bool all) {
   std::vector<ir::Value> done_values;
   for (size_t k = 0; k < impls.size(); ++k) {
     TensorImpl* p = impls[k];
@@ -478,6 +477,8 @@ void TraceContext::compact() {
 void TraceContext::flush_counters() {
   auto& c = counters();
   c.ops_traced += ops_traced;
+  c.host_scalars += host_scalars;
+  host_scalars = 0;
   c.trace_ns += static_cast<int64_t>(static_cast<double>(trace_ticks) * seconds_per_tick() * 1e9);
   ops_traced = 0;
   trace_ticks = 0;

@@ -75,9 +75,9 @@ class TraceContext {
   // Makes `impl` pending on v (used by in-place ops); drops its old buffer.
   void rebind(TensorImpl& impl, ir::Value v);
 
-  // Runs what the given tensors need and stores their buffers. `unique`: impls are distinct
-  // and pending (the caller checked).
-  void materialize(const std::vector<TensorImpl*>& impls, bool unique = false);
+  // Runs what the given tensors need and stores their buffers. `all_pending`: impls are the
+  // whole pending list (sync), so they are distinct and the sync is full.
+  void materialize(const std::vector<TensorImpl*>& impls, bool all_pending = false);
   void sync_all();
   // The compact graph (and its input slots) that materializing `impls` would run.
   ir::Graph cut(const std::vector<TensorImpl*>& impls, std::vector<uint32_t>* slots);
@@ -92,6 +92,7 @@ class TraceContext {
   // Per-thread trace counters, flushed into the process metrics at each sync.
   void flush_counters();
   int64_t ops_traced = 0;
+  int64_t host_scalars = 0;
   uint64_t trace_ticks = 0;
 
  private:
@@ -110,7 +111,7 @@ class TraceContext {
 
   TraceContext();
   Hash128 trace_key(const std::vector<TensorImpl*>& impls) const;
-  bool run_cached(const Hash128& key, const std::vector<TensorImpl*>& impls,
+  bool run_cached(const Hash128& key, const std::vector<TensorImpl*>& impls, bool full,
                   std::vector<Buffer>* out);
   void remember(const Hash128& key, std::shared_ptr<const backend::Executable> exe,
                 const ir::Graph& g, std::vector<uint32_t> slot_ids);
@@ -119,7 +120,7 @@ class TraceContext {
   bool full_sync(const std::vector<TensorImpl*>& impls) const;
   void count_donations(const std::vector<Buffer>& inputs, const std::vector<uint8_t>& donated,
                        const std::vector<Buffer>& out);
-  void write_back(const std::vector<TensorImpl*>& impls, const std::vector<Buffer>& out);
+  void write_back(const std::vector<TensorImpl*>& impls, const std::vector<Buffer>& out, bool all);
   void link(TensorImpl* impl);
   void maybe_compact();
   void compact();

@@ -19,11 +19,6 @@ using CpuDiffLayout = DiffTest;
 using CpuDiffIndex = DiffTest;
 using CpuDiffRandom = DiffTest;
 
-std::string str(DType dt, const Shape& s) {
-  std::ostringstream os;
-  os << TensorType{dt, s};
-  return os.str();
-}
 std::string dims_str(const std::vector<int64_t>& dims, bool keepdim) {
   std::ostringstream os;
   os << Shape(dims) << (keepdim ? " keepdim" : "");

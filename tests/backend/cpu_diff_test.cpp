@@ -23,11 +23,6 @@ using CpuDiffSpecial = DiffTest;
 constexpr double kI32Max = std::numeric_limits<int32_t>::max();
 constexpr double kI32Min = std::numeric_limits<int32_t>::min();
 
-std::string str(DType dt, const Shape& s) {
-  std::ostringstream os;
-  os << TensorType{dt, s};
-  return os.str();
-}
 
 // Every float-valued unary op of the API on x (any values) and p (positive values).
 void unary_float_ops(Outs& o, const Tensor& x, const Tensor& p) {

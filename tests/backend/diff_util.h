@@ -40,6 +40,9 @@ inline constexpr DType kFloatDTypes[] = {DType::BFloat16, DType::Float16, DType:
 inline constexpr DType kNumericDTypes[] = {DType::Int32,   DType::Int64,   DType::BFloat16,
                                            DType::Float16, DType::Float32, DType::Float64};
 
+// "f32[2,3]": a label for SCOPED_TRACE.
+inline std::string str(DType dt, const Shape& s) { return TensorType{dt, s}.str(); }
+
 // The backend compared with "ref".
 inline std::string other_backend() { return "cpu"; }
 

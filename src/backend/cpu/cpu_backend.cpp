@@ -52,7 +52,7 @@ class CpuExecutable final : public Executable {
       if (st.kind == Step::Kernel) {
         for (int b : kernels_[st.kernel].bufs) touch(si, b);
       } else if (st.kind == Step::Ref) {
-        for (int b : st.outs) touch(si, b);
+        for (int b : st.outs) seen[b] = true;  // the reference kernel returns fresh buffers
       } else {
         touch(si, plan_.buf_of[st.node]);
       }
@@ -77,7 +77,7 @@ class CpuExecutable final : public Executable {
       const Step& st = plan_.steps[si];
       switch (st.kind) {
         case Step::Kernel: run_kernel(kernels_[st.kernel], bufs); break;
-        case Step::MatMul: run_matmul(st.node, bufs); break;
+        case Step::MatMul: run_matmul(st, bufs); break;
         case Step::Ref: run_ref(st, bufs); break;
       }
       for (int b : st.release) bufs[b] = Buffer();  // back to the pool for later steps
@@ -133,9 +133,7 @@ class CpuExecutable final : public Executable {
                                 ? region->second->run(operands)
                                 : std::vector<Buffer>{ref_eval_node(graph_, id, operands)};
     LOOM_ASSERT(r.size() == st.outs.size());
-    for (size_t k = 0; k < r.size(); ++k) {
-      if (r[k].nbytes() > 0) std::memcpy(bufs[st.outs[k]].data(), r[k].data(), r[k].nbytes());
-    }
+    for (size_t k = 0; k < r.size(); ++k) bufs[st.outs[k]] = std::move(r[k]);  // fresh buffers
   }
 
   // Control-flow nodes compile to one-node reference executables, once per executable.
@@ -146,7 +144,7 @@ class CpuExecutable final : public Executable {
     }
   }
 
-  void run_matmul(ir::NodeId id, std::vector<Buffer>& bufs) const;
+  void run_matmul(const Step& st, std::vector<Buffer>& bufs) const;
 
   ir::Graph graph_;
   Plan plan_;
@@ -166,11 +164,8 @@ struct GemmOperand {
 };
 
 GemmOperand gemm_operand(const ir::Graph& g, const Plan& plan, const std::vector<Buffer>& bufs,
-                         ir::NodeId operand, size_t out_batch_rank, int64_t elem) {
-  cpu::BlasView v;
-  std::vector<bool> has_buf(g.size());
-  for (size_t i = 0; i < g.size(); ++i) has_buf[i] = plan.buf_of[i] >= 0;
-  LOOM_ASSERT(cpu::blas_view(g, has_buf, operand, &v));
+                         ir::NodeId operand, const cpu::BlasView& v, size_t out_batch_rank,
+                         int64_t elem) {
   const Shape& s = g.node(operand).type.shape;
   size_t r = s.size();
   GemmOperand o;
@@ -180,17 +175,13 @@ GemmOperand gemm_operand(const ir::Graph& g, const Plan& plan, const std::vector
     size_t od = out_batch_rank - (r - 2) + d;
     o.batch_strides[od] = s[d] == 1 ? 0 : v.strides[d];
   }
-  int64_t rows = s[r - 2], cols = s[r - 1], sr = v.strides[r - 2], sc = v.strides[r - 1];
-  if ((sc == 1 || cols == 1) && (rows == 1 || sr >= std::max<int64_t>(cols, 1))) {
-    o.ld = rows == 1 ? std::max<int64_t>(cols, 1) : sr;
-  } else {
-    o.trans = true;
-    o.ld = cols == 1 ? std::max<int64_t>(rows, 1) : sc;
-  }
+  o.trans = v.trans;
+  o.ld = v.ld;
   return o;
 }
 
-void CpuExecutable::run_matmul(ir::NodeId id, std::vector<Buffer>& bufs) const {
+void CpuExecutable::run_matmul(const Step& st, std::vector<Buffer>& bufs) const {
+  const ir::NodeId id = st.node;
   const ir::Node& n = graph_.node(id);
   const Shape& os = n.type.shape;
   size_t br = os.size() - 2;
@@ -204,8 +195,8 @@ void CpuExecutable::run_matmul(ir::NodeId id, std::vector<Buffer>& bufs) const {
     std::memset(c, 0, static_cast<size_t>(n.type.nbytes()));
     return;
   }
-  GemmOperand a = gemm_operand(graph_, plan_, bufs, n.operands[0].node, br, elem);
-  GemmOperand b = gemm_operand(graph_, plan_, bufs, n.operands[1].node, br, elem);
+  GemmOperand a = gemm_operand(graph_, plan_, bufs, n.operands[0].node, st.views[0], br, elem);
+  GemmOperand b = gemm_operand(graph_, plan_, bufs, n.operands[1].node, st.views[1], br, elem);
   Shape batch(os.begin(), os.begin() + static_cast<long>(br));
   int64_t nb = batch.numel();
   // A batch of products that share B, with A's rows evenly spaced across batches, is one

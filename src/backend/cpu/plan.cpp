@@ -179,8 +179,13 @@ bool blas_view(const ir::Graph& g, const std::vector<bool>& has_buf, NodeId oper
   const Shape& s = g.node(operand).type.shape;
   int64_t rows = s[s.size() - 2], cols = s.back();
   int64_t sr = v->strides[s.size() - 2], sc = v->strides.back();
-  bool no_trans = (sc == 1 || cols == 1) && (rows == 1 || sr >= std::max<int64_t>(cols, 1));
+  // An empty matrix is read by no one: any layout will do.
+  bool no_trans = rows == 0 || cols == 0 ||
+                  ((sc == 1 || cols == 1) && (rows == 1 || sr >= std::max<int64_t>(cols, 1)));
   bool trans = (sr == 1 || rows == 1) && (cols == 1 || sc >= std::max<int64_t>(rows, 1));
+  v->trans = !no_trans;
+  v->ld = no_trans ? (rows <= 1 || cols == 0 ? std::max<int64_t>(cols, 1) : sr)
+                   : (cols == 1 ? std::max<int64_t>(rows, 1) : sc);
   return no_trans || trans;
 }
 
@@ -289,7 +294,12 @@ class Planner {
     const ir::Node& node = g_.node(id);
     if (stand_in_[id]) return;
     if (node.op == OpKind::MatMul && codegen_supports(g_, id)) {
-      plan_.steps.push_back(Step{Step::MatMul, -1, id, {}, {}});
+      Step st{Step::MatMul, -1, id, {}, {}, {}};
+      for (const ir::Value& v : node.operands) {
+        st.views.emplace_back();
+        LOOM_ASSERT(blas_view(g_, has_buf_, v.node, &st.views.back()));
+      }
+      plan_.steps.push_back(std::move(st));
       plan_.blas_calls++;
     } else if (!codegen_supports(g_, id)) {
       Step st{Step::Ref, -1, id, {}, {plan_.buf_of[id]}};
@@ -501,13 +511,9 @@ class Planner {
       } else {
         used.insert(plan_.buf_of[st.node]);
         used.insert(st.outs.begin(), st.outs.end());
-        for (const ir::Value& v : g_.node(st.node).operands) {
-          BlasView bv;
-          if (st.kind == Step::MatMul && blas_view(g_, has_buf_, v.node, &bv))
-            used.insert(plan_.buf_of[bv.base]);
-          else
-            used.insert(plan_.buf_of[v.node]);
-        }
+        for (const BlasView& bv : st.views) used.insert(plan_.buf_of[bv.base]);
+        if (st.kind != Step::MatMul)
+          for (const ir::Value& v : g_.node(st.node).operands) used.insert(plan_.buf_of[v.node]);
       }
       for (int b : used)
         if (b >= 0) last[b] = static_cast<int>(si);
@@ -552,6 +558,7 @@ class Planner {
     for (size_t ob = 0; ob < plan_.bufs.size(); ++ob) {
       if (plan_.bufs[ob].kind != BufferInfo::Output || writers[ob] != 1) continue;
       int s = writer_step[ob];
+      if (plan_.steps[s].kind == Step::Ref) continue;  // it returns its own fresh buffers
       for (size_t ib = 0; ib < plan_.bufs.size(); ++ib) {
         const BufferInfo& in = plan_.bufs[ib];
         if (in.kind != BufferInfo::Input || in.type.nbytes() != plan_.bufs[ob].type.nbytes())

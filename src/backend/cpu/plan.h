@@ -63,6 +63,15 @@ struct KernelSpec {
   std::string name;
 };
 
+// A matmul operand as a strided view of a buffer BLAS can read without a copy.
+struct BlasView {
+  NodeId base = 0;                 // node holding the buffer
+  int64_t offset = 0;
+  std::vector<int64_t> strides;    // per dim of the operand
+  bool trans = false;              // how BLAS reads the matrix (the last two dims)
+  int64_t ld = 1;
+};
+
 struct Step {
   enum Kind { Kernel, MatMul, Ref };
   Kind kind;
@@ -70,6 +79,7 @@ struct Step {
   NodeId node = 0;      // MatMul, Ref
   std::vector<int> release;  // temp buffers whose last use is this step
   std::vector<int> outs;     // Ref: the buffers of the node's results, in order
+  std::vector<BlasView> views;  // MatMul: how BLAS reads each operand (no walks at run time)
 };
 
 struct Plan {
@@ -87,12 +97,7 @@ struct Plan {
 
 // Ops the code generator computes inline (the rest run as reference fallbacks).
 bool codegen_supports(const ir::Graph& g, NodeId n);
-// A matmul operand as a strided view of a buffer BLAS can read without a copy.
-struct BlasView {
-  NodeId base = 0;                 // node holding the buffer
-  int64_t offset = 0;
-  std::vector<int64_t> strides;    // per dim of the operand
-};
+// Fills v when BLAS can read `operand` in place (a transposed matrix is a transpose flag).
 bool blas_view(const ir::Graph& g, const std::vector<bool>& has_buf, NodeId operand, BlasView* v);
 
 // Control-flow nodes (regions, several results) run as one Ref step that fills every result
