@@ -128,7 +128,7 @@ uint64_t Builder::node_hash(const Node& n) const {
     for (int64_t d : t.shape) h.add(static_cast<uint64_t>(d));
   }
   for (const auto& r : n.regions) {
-    Hash128 rh = fingerprint(*r);
+    Hash128 rh = region_fingerprint(r);
     h.add(rh.lo);
     h.add(rh.hi);
   }

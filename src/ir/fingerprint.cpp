@@ -5,11 +5,15 @@
 // The fingerprint runs on every sync, so a node costs a handful of Hasher128 words.
 #include <cstring>
 #include <limits>
+#include <memory>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "loom/core/error.h"
 #include "loom/ir/graph.h"
+
+#include <unordered_map>
 
 namespace loom::ir {
 
@@ -136,7 +140,7 @@ void hash_node(Hasher128& h, const Node& n, const std::vector<uint32_t>& number)
   if (fb != 0) h.add(fb);
   for (const TensorType& t : n.more_types) hash_type(h, t);
   for (const auto& r : n.regions) {
-    Hash128 rh = fingerprint(*r);
+    Hash128 rh = region_fingerprint(r);
     h.add(rh.lo);
     h.add(rh.hi);
   }
@@ -165,6 +169,22 @@ bool same_node(const Node& x, const std::vector<uint32_t>& nx, const Node& y,
 }
 
 }  // namespace
+
+Hash128 region_fingerprint(const std::shared_ptr<const Graph>& r) {
+  // Regions are immutable and shared, so a fingerprint stays valid while its graph lives;
+  // the weak pointer tells a live entry from one whose address was reused.
+  struct Entry {
+    std::weak_ptr<const Graph> graph;
+    Hash128 hash;
+  };
+  thread_local std::unordered_map<const Graph*, Entry> memo;
+  auto it = memo.find(r.get());
+  if (it != memo.end() && it->second.graph.lock() == r) return it->second.hash;
+  Hash128 h = fingerprint(*r);
+  if (memo.size() >= 4096) memo.clear();
+  memo[r.get()] = Entry{r, h};
+  return h;
+}
 
 Hash128 fingerprint(const Graph& g) {
   Hasher128 h;

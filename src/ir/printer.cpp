@@ -172,4 +172,20 @@ std::string to_text(const Graph& g) {
 
 std::ostream& operator<<(std::ostream& os, const Graph& g) { return os << to_text(g); }
 
+std::string first_difference(const Graph& before, const Graph& after) {
+  const std::string a = to_text(before), b = to_text(after);
+  if (a == b) return "";
+  auto line_at = [](const std::string& s, size_t pos) {
+    size_t lo = s.rfind('\n', pos == 0 ? 0 : pos - 1);
+    lo = lo == std::string::npos ? 0 : lo + 1;
+    size_t hi = s.find('\n', pos);
+    std::string line = s.substr(lo, hi == std::string::npos ? std::string::npos : hi - lo);
+    size_t first = line.find_first_not_of(' ');
+    return first == std::string::npos ? std::string("(end)") : line.substr(first);
+  };
+  size_t k = 0;
+  while (k < a.size() && k < b.size() && a[k] == b[k]) ++k;
+  return "`" + line_at(a, k) + "` became `" + line_at(b, k) + "`";
+}
+
 }  // namespace loom::ir

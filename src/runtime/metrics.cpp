@@ -33,6 +33,8 @@ Metrics metrics() {
   m.pending_compactions = c.pending_compactions;
   m.host_scalars = c.host_scalars;
   m.donated_buffers = c.donated_buffers;
+  m.bodies_traced = c.bodies_traced;
+  m.pure_hits = c.pure_hits;
   m.trace_seconds = c.trace_ns * 1e-9;
   m.compile_seconds = c.compile_ns * 1e-9;
   m.execute_seconds = c.execute_ns * 1e-9;
@@ -44,6 +46,7 @@ void reset_metrics() {
   auto& c = detail::counters();
   for (auto* a : {&c.compiles, &c.cache_hits, &c.executions, &c.ops_traced, &c.syncs,
                   &c.sync_nodes, &c.cache_evictions, &c.pending_compactions, &c.host_scalars, &c.donated_buffers,
+                  &c.bodies_traced, &c.pure_hits,
                   &c.trace_ns, &c.compile_ns, &c.execute_ns, &c.sync_ns})
     a->store(0);
 }
@@ -60,6 +63,8 @@ std::string metrics_report() {
                 "  ops_traced          %lld\n"
                 "  host_scalars        %lld\n"
                 "  donated_buffers     %lld\n"
+                "  bodies_traced       %lld\n"
+                "  pure_hits           %lld\n"
                 "  cache_entries       %lld (%lld evicted)\n"
                 "  pending_compactions %lld\n"
                 "  trace_seconds       %.6f\n"
@@ -71,6 +76,7 @@ std::string metrics_report() {
                 static_cast<long long>(m.executions), static_cast<long long>(m.syncs),
                 static_cast<long long>(m.sync_nodes), static_cast<long long>(m.ops_traced),
                 static_cast<long long>(m.host_scalars), static_cast<long long>(m.donated_buffers),
+                static_cast<long long>(m.bodies_traced), static_cast<long long>(m.pure_hits),
                 static_cast<long long>(m.cache_entries),
                 static_cast<long long>(m.cache_evictions),
                 static_cast<long long>(m.pending_compactions), m.trace_seconds, m.sync_seconds,

@@ -112,6 +112,12 @@ void TraceContext::unlink(TensorImpl* impl) {
 }
 
 ir::Value TraceContext::data(Buffer b, const TensorType& t) {
+  if (!scopes_.empty()) {
+    auto impl = new_tensor_impl();
+    impl->type = t;
+    impl->buffer = std::move(b);
+    return scoped_value(impl);
+  }
   uint32_t slot = static_cast<uint32_t>(slots_.size());
   slots_.push_back(DataSlot{std::move(b), t});
   return builder_.parameter(t, slot);
@@ -119,7 +125,9 @@ ir::Value TraceContext::data(Buffer b, const TensorType& t) {
 
 ir::Value TraceContext::value_of(const Tensor& t) {
   LOOM_CHECK(t.defined(), "[trace] an operand is an undefined (default-constructed) Tensor");
+  if (!scopes_.empty()) return scoped_value(t.impl_ptr());
   TensorImpl& impl = *t.impl();
+  if (impl.scope != 0) escaped(impl);
   if (impl.pending()) return impl.value;
   if (impl.data_epoch == epoch_) return impl.data_value;
   auto it = slot_by_buffer_.find(impl.buffer.id());
@@ -133,7 +141,84 @@ ir::Value TraceContext::value_of(const Tensor& t) {
   return impl.data_value;
 }
 
+// Inside a body: its own tensors are its values; anything else (a tensor of an enclosing
+// scope or the pending graph, or data) becomes a captured parameter, once per tensor.
+ir::Value TraceContext::scoped_value(const std::shared_ptr<TensorImpl>& impl) {
+  Scope& s = scopes_.back();
+  if (impl->scope == s.id) return impl->value;
+  if (impl->scope != 0) {
+    bool open = false;
+    for (const Scope& o : scopes_) open = open || o.id == impl->scope;
+    if (!open) escaped(*impl);
+  }
+  auto it = s.captured.find(impl.get());
+  if (it != s.captured.end()) return it->second;
+  Capture c;
+  c.kind = Capture::Impl;
+  c.impl = impl;
+  c.param = s.builder->parameter(impl->type);
+  s.captures.push_back(c);
+  s.captured.emplace(impl.get(), c.param);
+  return c.param;
+}
+
+void TraceContext::escaped(const TensorImpl& impl) const {
+  throw TraceError(str_cat(
+      "[trace] a tensor ", impl.type, " created while tracing a loop body or an assume_pure "
+      "function is used outside of it, where it has no value; return it from the function "
+      "instead (scan ys, a carry, or the function's result)"));
+}
+
+Scope& TraceContext::push_scope(ScopeKind kind, std::string where, bool with_index) {
+  LOOM_CHECK_T(TraceError, scopes_.size() < 64, "[trace] more than 64 nested bodies while tracing ",
+               where);
+  Scope& s = scopes_.emplace_back();
+  s.id = next_scope_id_++;
+  s.kind = kind;
+  s.where = std::move(where);
+  s.graph = std::make_shared<ir::Graph>();
+  s.builder = std::make_unique<ir::Builder>(*s.graph);
+  if (with_index) {
+    s.index = s.builder->parameter(TensorType{DType::Int64, {}});
+    s.params.push_back(s.index);
+  }
+  active_ = s.builder.get();
+  return s;
+}
+
+Scope TraceContext::pop_scope() {
+  LOOM_ASSERT(!scopes_.empty());
+  Scope s = std::move(scopes_.back());
+  scopes_.pop_back();
+  active_ = scopes_.empty() ? &builder_ : scopes_.back().builder.get();
+  return s;
+}
+
+void TraceContext::check_readable(const char* what) const {
+  if (scopes_.empty()) return;
+  throw TraceError(str_cat("[", what, "] cannot read a tensor's value while tracing ",
+                           scopes_.back().where,
+                           ": the body is traced once and its values do not exist yet; return "
+                           "the tensor from the function and read it after the call"));
+}
+
+ir::Value TraceContext::loop_index() {
+  for (size_t k = scopes_.size(); k-- > 0;) {
+    Scope& s = scopes_[k];
+    if (s.kind != ScopeKind::Loop) continue;
+    LOOM_ASSERT(k + 1 == scopes_.size());
+    if (s.index.node == kNoNode) {
+      s.index = s.builder->parameter(TensorType{DType::Int64, {}});
+      s.lazy_index = true;
+    }
+    return s.index;
+  }
+  LOOM_ASSERT(false);
+  return {};
+}
+
 ir::Value TraceContext::constant(double v, DType dt) {
+  if (!scopes_.empty()) return active_->constant(v, dt);
   uint64_t bits;
   std::memcpy(&bits, &v, sizeof bits);
   for (ConstantEntry& e : constants_)
@@ -145,6 +230,19 @@ ir::Value TraceContext::constant(double v, DType dt) {
 }
 
 ir::Value TraceContext::scalar(const Scalar& s, DType dt) {
+  if (!scopes_.empty()) {
+    Scope& sc = scopes_.back();
+    // assume_pure: the number is part of what the cache assumes (the purity check compares it).
+    if (sc.kind == ScopeKind::Pure)
+      return sc.builder->constant(s.is_int ? static_cast<double>(s.ivalue) : s.value, dt);
+    Capture c;
+    c.kind = Capture::Scalar;
+    c.scalar = s;
+    c.dtype = dt;
+    c.param = sc.builder->parameter(TensorType{dt, {}});
+    sc.captures.push_back(c);
+    return c.param;
+  }
   uint32_t slot = static_cast<uint32_t>(slots_.size());
   DataSlot d;
   d.type = TensorType{dt, {}};
@@ -157,6 +255,25 @@ ir::Value TraceContext::scalar(const Scalar& s, DType dt) {
 }
 
 ir::Value TraceContext::next_rng_key() {
+  if (!scopes_.empty()) {
+    Scope& sc = scopes_.back();
+    Capture c;
+    c.kind = Capture::Rng;
+    c.param = sc.builder->parameter(TensorType{DType::Int64, {2}});
+    sc.captures.push_back(c);
+    if (sc.kind == ScopeKind::Pure) return c.param;  // a fresh key operand on every call
+    // A loop body draws from key {seed, offset * M + i + 1} in iteration i: fresh numbers
+    // in every iteration (M odd, so distinct iterations give distinct offsets).
+    ir::Builder& b = *sc.builder;
+    constexpr double kMix = static_cast<double>(0x9E3779B97F4A7ULL);  // odd, exact in double
+    ir::Value seed = b.slice(c.param, 0, 0, 1), offset = b.slice(c.param, 0, 1, 2);
+    ir::Value i1 = b.binary(ir::OpKind::Add, loop_index(), b.constant(1, DType::Int64));
+    ir::Value mixed = b.binary(ir::OpKind::Add,
+                               b.binary(ir::OpKind::Mul, offset, b.constant(kMix, DType::Int64)),
+                               b.reshape(i1, Shape{1}));
+    ir::Value parts[] = {seed, mixed};
+    return b.concat(parts, 0);
+  }
   Buffer b = Buffer::allocate(16);
   b.as<int64_t>()[0] = static_cast<int64_t>(seed_);
   b.as<int64_t>()[1] = static_cast<int64_t>(rng_offset_++);
@@ -165,6 +282,12 @@ ir::Value TraceContext::next_rng_key() {
 
 Tensor TraceContext::wrap(ir::Value v) {
   auto impl = new_tensor_impl();
+  if (!scopes_.empty()) {  // a body's tensor: not pending work of the thread
+    impl->type = scopes_.back().graph->type(v);
+    impl->value = v;
+    impl->scope = scopes_.back().id;
+    return Tensor(std::move(impl));
+  }
   impl->type = graph_.type(v);
   impl->value = v;
   link(impl.get());
@@ -173,6 +296,15 @@ Tensor TraceContext::wrap(ir::Value v) {
 }
 
 void TraceContext::rebind(TensorImpl& impl, ir::Value v) {
+  if (!scopes_.empty()) {
+    LOOM_CHECK_T(TraceError, impl.scope == scopes_.back().id, "[in-place] cannot update a tensor ",
+                 impl.type, " from outside ", scopes_.back().where,
+                 " in place inside it: pass it in the carry and return its new value");
+    impl.buffer = Buffer();
+    impl.value = v;
+    return;
+  }
+  if (impl.scope != 0) escaped(impl);
   LOOM_ASSERT(graph_.type(v) == impl.type);
   impl.buffer = Buffer();
   impl.value = v;
@@ -311,6 +443,9 @@ bool TraceContext::run_cached(const Hash128& key, const std::vector<TensorImpl*>
 }
 
 void TraceContext::materialize(const std::vector<TensorImpl*>& requested, bool all_pending) {
+  check_readable("materialize");
+  for (TensorImpl* p : requested)
+    if (p->scope != 0) escaped(*p);
   double t0 = now_seconds();
   std::vector<TensorImpl*> impls;
   if (all_pending) {
@@ -412,6 +547,7 @@ void TraceContext::write_back(const std::vector<TensorImpl*>& impls, const std::
 }
 
 void TraceContext::sync_all() {
+  check_readable("sync");
   flush_counters();
   std::vector<TensorImpl*> impls;
   for (TensorImpl* p = head_.next; p != &head_; p = p->next) impls.push_back(p);

@@ -10,12 +10,15 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "loom/backend/backend.h"
 #include "loom/core/buffer.h"
 #include "loom/ir/builder.h"
+#include "loom/trace/control_flow.h"
 #include "loom/trace/ops.h"
 #include "loom/trace/tensor.h"
 
@@ -31,6 +34,7 @@ struct TensorImpl {
   ir::Value data_value{kNoNode, 0};
   uint64_t data_epoch = 0;
   bool requires_grad = false;
+  uint32_t scope = 0;  // the trace scope whose graph holds `value` (0: the pending graph)
   // Intrusive list of pending tensors of the owning context.
   TensorImpl* prev = nullptr;
   TensorImpl* next = nullptr;
@@ -54,13 +58,54 @@ struct DataSlot {
   bool is_scalar = false;
 };
 
+// What a traced body reads from outside it: each becomes a parameter of the body's region and
+// an operand of the node that runs it, resolved in the enclosing scope when the body closes
+// (and again on every assume_pure cache hit).
+struct Capture {
+  enum Kind { Impl, Scalar, Rng };
+  Kind kind = Impl;
+  std::shared_ptr<TensorImpl> impl;  // Impl: a tensor of an enclosing scope, or data
+  loom::Scalar scalar{0.0};          // Scalar: a host number of a loop body (a graph input)
+  DType dtype = DType::Float32;
+  ir::Value param;                   // its parameter in the scope's graph
+};
+
+// A body being traced: its own graph and builder, nested inside the pending graph or
+// another scope. Loop bodies (scan, while, fori) forward host scalars and random keys to the
+// enclosing scope as inputs; assume_pure bodies bake host scalars in as constants (they are
+// part of what the cache assumes) and take random keys as inputs of every call.
+struct Scope {
+  uint32_t id = 0;
+  ScopeKind kind = ScopeKind::Loop;
+  std::string where;  // "the body of scan called at ..." for error messages
+  std::shared_ptr<ir::Graph> graph;
+  std::unique_ptr<ir::Builder> builder;
+  std::vector<ir::Value> params;  // the explicit parameters, in order
+  std::vector<Capture> captures;
+  std::unordered_map<const TensorImpl*, ir::Value> captured;
+  ir::Value index{UINT32_MAX, 0};  // the iteration index (i64[]), when the body has one
+  bool lazy_index = false;         // index created on demand (while: a hidden counter)
+};
+
 class TraceContext {
  public:
   static TraceContext& get();
   ~TraceContext();
 
-  ir::Builder& builder() { return builder_; }
+  // The builder of the innermost scope (the pending graph's outside any body).
+  ir::Builder& builder() { return *active_; }
   const ir::Graph& graph() const { return graph_; }
+
+  // Trace scopes. push_scope opens a body: later ops record into its graph. `with_index`:
+  // the body's first parameter is a loop index (scan). pop_scope closes the innermost one.
+  Scope& push_scope(ScopeKind kind, std::string where, bool with_index);
+  Scope pop_scope();
+  bool in_scope() const { return !scopes_.empty(); }
+  // Throws a TraceError naming `what` and the innermost body when a value is read while a
+  // body is being traced (its values do not exist yet).
+  void check_readable(const char* what) const;
+  // The iteration index of the innermost loop body (created on demand in while bodies).
+  ir::Value loop_index();
 
   // The graph value of t: its pending node, or a Parameter node for its data.
   ir::Value value_of(const Tensor& t);
@@ -110,6 +155,8 @@ class TraceContext {
   static constexpr size_t kTraceCacheEntries = 4096;
 
   TraceContext();
+  ir::Value scoped_value(const std::shared_ptr<TensorImpl>& impl);
+  [[noreturn]] void escaped(const TensorImpl& impl) const;
   Hash128 trace_key(const std::vector<TensorImpl*>& impls) const;
   bool run_cached(const Hash128& key, const std::vector<TensorImpl*>& impls, bool full,
                   std::vector<Buffer>* out);
@@ -146,6 +193,9 @@ class TraceContext {
     ir::Value value;
   };
   std::vector<ConstantEntry> constants_;  // a handful: composites use few distinct numbers
+  std::vector<Scope> scopes_;
+  ir::Builder* active_ = &builder_;
+  uint32_t next_scope_id_ = 1;
   uint64_t seed_ = 0x5eed;
   uint64_t rng_offset_ = 0;
 };

@@ -45,6 +45,7 @@ int64_t load_i(const Buffer& b, DType dt, int64_t k) {
 
 const Buffer& materialized(const Tensor& t, const char* what) {
   TensorImpl& impl = checked(t, what);
+  TraceContext::get().check_readable(what);
   if (impl.pending()) TraceContext::get().materialize({&impl});
   return impl.buffer;
 }
@@ -99,6 +100,7 @@ std::vector<T> Tensor::to_vector() const {
 
 template <class T>
 T Tensor::item() const {
+  TraceContext::get().check_readable("item");
   LOOM_CHECK_T(ShapeError, numel() == 1, "[item] expected a tensor with one element, got ",
                TensorType{dtype(), shape()});
   return to_vector<T>()[0];
@@ -173,7 +175,10 @@ void Tensor::backward() const {
 }
 Tensor Tensor::detach() const {
   TensorImpl& self = checked(*this, "detach");
-  if (self.pending()) return TraceContext::get().wrap(self.value);
+  if (self.pending()) {
+    TraceContext& ctx = TraceContext::get();
+    return ctx.wrap(ctx.value_of(*this));
+  }
   return detail::from_buffer(self.buffer, self.type);
 }
 
@@ -252,6 +257,7 @@ void sync() { TraceContext::get().sync_all(); }
 int64_t pending_graph_size() { return static_cast<int64_t>(TraceContext::get().graph().size()); }
 std::string pending_ir(const std::vector<Tensor>& outputs) {
   std::vector<TensorImpl*> impls;
+  TraceContext::get().check_readable("pending_ir");
   for (const Tensor& t : outputs) impls.push_back(&checked(t, "pending_ir"));
   std::vector<uint32_t> slots;
   return ir::to_text(TraceContext::get().cut(impls, &slots));

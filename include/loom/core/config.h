@@ -4,6 +4,8 @@
 //   LOOM_BACKEND=ref select the backend ("ref"; later backends add names)
 //   LOOM_CACHE_SIZE  entries of the in-memory compile cache (default 1024)
 //   LOOM_CACHE_DIR   directory of the on-disk cache (used by later backends)
+//   LOOM_CHECK_PURITY=1  assume_pure re-traces on every cache hit and raises a TraceError
+//                    when the function traced differently (slow; for debugging)
 // Thread-safe: initialized once, then read-only.
 #pragma once
 
@@ -18,6 +20,7 @@ struct Config {
   std::string backend;
   int64_t cache_size = 1024;
   std::string cache_dir;
+  bool check_purity = false;
 };
 
 const Config& config();

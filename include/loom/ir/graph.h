@@ -97,6 +97,12 @@ Graph prune(const Graph& g, std::span<const Value> roots, bool renumber_params =
 // The 128-bit structural fingerprint: ops, attributes, types, operand wiring, parameter
 // indices, outputs and regions. Independent of node ids, names, pointers and map order.
 Hash128 fingerprint(const Graph& g);
+// The fingerprint of a region (an immutable shared graph), memoized per thread while the
+// region lives: a node that reuses a cached body does not rehash it.
+Hash128 region_fingerprint(const std::shared_ptr<const Graph>& region);
+// The first difference between two graphs as IR text ("%7 = add(%5, %6) : f32[4]" against
+// "%7 = mul(%5, %6) : f32[4]"), or "" when their texts are equal. For error messages.
+std::string first_difference(const Graph& before, const Graph& after);
 // Structural equality, the contract the fingerprint approximates (same result as comparing
 // fingerprints, barring collisions).
 bool structurally_equal(const Graph& a, const Graph& b);

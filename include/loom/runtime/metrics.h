@@ -23,6 +23,8 @@ struct Metrics {
   int64_t pending_compactions = 0;  // garbage collections of the pending graph
   int64_t host_scalars = 0;      // host scalars passed as graph inputs (not constants)
   int64_t donated_buffers = 0;   // outputs written into the memory of dead input tensors
+  int64_t bodies_traced = 0;     // loop bodies and assume_pure functions traced
+  int64_t pure_hits = 0;         // assume_pure calls answered from its cache (fn not run)
   double sync_seconds = 0;       // cutting, fingerprinting and cache lookup (no compile/run)
 };
 

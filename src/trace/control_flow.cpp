@@ -1,0 +1,452 @@
+// scan, while_loop, fori_loop and assume_pure: bodies traced in their own scope, closed into
+// a region (its parameters: the explicit ones, then what the body captured), and run by one
+// scan, while or call node whose operands supply them.
+#include "loom/trace/control_flow.h"
+
+#include <cstring>
+#include <mutex>
+#include <unordered_map>
+
+#include "loom/core/config.h"
+#include "loom/core/hash.h"
+#include "runtime/metrics_impl.h"
+#include "trace/context.h"
+
+namespace loom::detail {
+
+namespace {
+
+std::string where_text(const Site& site) {
+  std::string file = site.loc.file_name();
+  size_t slash = file.rfind('/');
+  if (slash != std::string::npos) file = file.substr(slash + 1);
+  return str_cat("the ", site.role, " of ", site.api, " called at ", file, ":", site.loc.line(),
+                 " (in ", site.loc.function_name(), ")");
+}
+
+// A closed scope: its graph, explicit parameters, captures and outputs.
+struct Traced {
+  std::shared_ptr<ir::Graph> graph;
+  std::vector<ir::Value> params;
+  std::vector<Capture> captures;
+  ir::Value index{kNoNode, 0};
+  bool lazy_index = false;
+  std::vector<ir::Value> outs;
+  std::vector<TensorType> out_types;
+};
+
+// Pops the scope if the traced function throws.
+struct ScopeGuard {
+  TraceContext& ctx;
+  bool armed = true;
+  ~ScopeGuard() {
+    if (armed) ctx.pop_scope();
+  }
+};
+
+Traced trace(ScopeKind kind, const Site& site, bool with_index,
+             const std::vector<TensorType>& types, const FlatFn& fn) {
+  TraceContext& ctx = TraceContext::get();
+  Scope& scope = ctx.push_scope(kind, where_text(site), with_index);
+  ScopeGuard guard{ctx};
+  std::vector<Tensor> params;
+  params.reserve(types.size() + 1);
+  if (with_index) params.push_back(ctx.wrap(scope.index));
+  for (const TensorType& t : types) {
+    ir::Value p = scope.builder->parameter(t);
+    scope.params.push_back(p);
+    params.push_back(ctx.wrap(p));
+  }
+  std::vector<Tensor> outs = fn(params);
+  Traced r;
+  for (size_t k = 0; k < outs.size(); ++k) {
+    LOOM_CHECK_T(TraceError, outs[k].defined(), "[", site.api, "] output ", k, " of ",
+                 where_text(site), " is an undefined (default-constructed) Tensor");
+    r.outs.push_back(ctx.value_of(outs[k]));  // captures outside tensors it returns
+  }
+  guard.armed = false;
+  Scope s = ctx.pop_scope();
+  r.graph = s.graph;
+  r.params = std::move(s.params);
+  r.captures = std::move(s.captures);
+  r.index = s.index;
+  r.lazy_index = s.lazy_index;
+  for (ir::Value v : r.outs) r.out_types.push_back(r.graph->type(v));
+  counters().bodies_traced++;
+  return r;
+}
+
+// One parameter of a finished region: a parameter of the traced graph, or (node kNoNode) a
+// fresh one the body does not use (while: the other region's captures).
+struct Slot {
+  ir::Value src{kNoNode, 0};
+  TensorType type;
+};
+
+// The region of a traced body: parameters exactly `plan`, then the nodes the outputs need,
+// in their traced order. `count_output`: also return plan[counter] + 1 (while's hidden
+// iteration counter).
+std::shared_ptr<const ir::Graph> finalize(const Traced& t, const std::vector<Slot>& plan,
+                                          int counter = -1) {
+  const ir::Graph& src = *t.graph;
+  std::vector<uint8_t> live(src.size(), 0);
+  for (ir::Value v : t.outs) live[v.node] = 1;
+  for (size_t id = src.size(); id-- > 0;)
+    if (live[id])
+      for (ir::Value v : src.node(static_cast<ir::NodeId>(id)).operands) live[v.node] = 1;
+  auto g = std::make_shared<ir::Graph>();
+  std::vector<ir::NodeId> remap(src.size(), kNoNode);
+  std::vector<ir::NodeId> slot_node;
+  for (size_t k = 0; k < plan.size(); ++k) {
+    ir::Node p;
+    p.op = ir::OpKind::Parameter;
+    p.type = plan[k].type;
+    p.attrs.i = static_cast<int64_t>(k);
+    slot_node.push_back(g->add(std::move(p)));
+    if (plan[k].src.node != kNoNode) remap[plan[k].src.node] = slot_node.back();
+  }
+  for (size_t id = 0; id < src.size(); ++id) {
+    const ir::Node& n = src.node(static_cast<ir::NodeId>(id));
+    if (!live[id] || n.op == ir::OpKind::Parameter) continue;
+    ir::Node copy = n;
+    for (ir::Value& v : copy.operands) {
+      LOOM_ASSERT(remap[v.node] != kNoNode);
+      v.node = remap[v.node];
+    }
+    remap[id] = g->add(std::move(copy));
+  }
+  for (ir::Value v : t.outs) {
+    LOOM_ASSERT(remap[v.node] != kNoNode);
+    g->outputs().push_back({remap[v.node], v.index});
+  }
+  if (counter >= 0) {
+    ir::Builder b(*g, false);
+    ir::Value c{slot_node[counter], 0};
+    g->outputs().push_back(b.binary(ir::OpKind::Add, c, b.constant(1, DType::Int64)));
+  }
+  return g;
+}
+
+TensorType capture_type(const Traced& t, const Capture& c) { return t.graph->type(c.param); }
+
+// The operand that supplies a capture, in the (now innermost) enclosing scope.
+ir::Value capture_operand(TraceContext& ctx, const Capture& c) {
+  switch (c.kind) {
+    case Capture::Impl: return ctx.value_of(Tensor(c.impl));
+    case Capture::Scalar: return ctx.scalar(c.scalar, c.dtype);
+    case Capture::Rng: return ctx.next_rng_key();
+  }
+  return {};
+}
+
+std::vector<Tensor> wrap_all(TraceContext& ctx, const std::vector<ir::Value>& vs, size_t n) {
+  std::vector<Tensor> out;
+  out.reserve(n);
+  for (size_t k = 0; k < n; ++k) out.push_back(ctx.wrap(vs[k]));
+  return out;
+}
+
+void check_leaves(const Site& site, const std::vector<Tensor>& leaves,
+                  const std::vector<std::string>& paths) {
+  for (size_t k = 0; k < leaves.size(); ++k)
+    LOOM_CHECK_T(TraceError, leaves[k].defined(), "[", site.api, "] ", paths[k],
+                 " is an undefined (default-constructed) Tensor");
+}
+
+// The body must give back each carried leaf with its type.
+void check_carried(const Site& site, const std::vector<Tensor>& init,
+                   const std::vector<std::string>& paths, const Traced& t) {
+  for (size_t k = 0; k < init.size(); ++k) {
+    const TensorType before{init[k].dtype(), init[k].shape()};
+    const TensorType& after = t.out_types[k];
+    LOOM_CHECK_T(DTypeError, before.dtype == after.dtype, "[", site.api, "] ", where_text(site),
+                 " changed the dtype of ", paths[k], ": it enters as ", before,
+                 " and the body returned ", after, " (convert it inside the body)");
+    LOOM_CHECK_T(ShapeError, before.shape == after.shape, "[", site.api, "] ", where_text(site),
+                 " changed the shape of ", paths[k], ": it enters as ", before,
+                 " and the body returned ", after);
+  }
+}
+
+}  // namespace
+
+struct Body {
+  std::shared_ptr<const ir::Graph> region;  // parameters: the argument leaves, then captures
+  std::vector<Capture> captures;
+  size_t num_outputs = 0;
+};
+
+void structure_changed(const Site& site, const std::string& what, const std::string& before,
+                       const std::string& after) {
+  throw TraceError(str_cat("[", site.api, "] ", where_text(site), " changed the structure of the ",
+                           what, ": it enters as ", before, " and the body returned ", after));
+}
+
+// ---- scan ------------------------------------------------------------------------------
+
+std::vector<Tensor> scan_flat(const Site& site, const ScanOptions& opts, const FlatFn& fn,
+                              const std::vector<Tensor>& init,
+                              const std::vector<std::string>& init_paths,
+                              const std::vector<Tensor>& xs,
+                              const std::vector<std::string>& xs_paths) {
+  check_leaves(site, init, init_paths);
+  check_leaves(site, xs, xs_paths);
+  int64_t length = opts.length;
+  for (size_t k = 0; k < xs.size(); ++k) {
+    LOOM_CHECK_T(ShapeError, xs[k].dim() >= 1, "[", site.api, "] ", xs_paths[k], " is ",
+                 TensorType{xs[k].dtype(), xs[k].shape()},
+                 ": every xs leaf needs a leading dim to scan over");
+    LOOM_CHECK_T(ShapeError, xs[k].size(0) == xs[0].size(0), "[", site.api,
+                 "] the xs leaves differ in their leading dim: ", xs_paths[0], " has ",
+                 xs[0].size(0), " (", TensorType{xs[0].dtype(), xs[0].shape()}, ") but ",
+                 xs_paths[k], " has ", xs[k].size(0), " (",
+                 TensorType{xs[k].dtype(), xs[k].shape()}, ")");
+  }
+  if (!xs.empty()) {
+    LOOM_CHECK_T(ShapeError, opts.length < 0 || opts.length == xs[0].size(0), "[", site.api,
+                 "] length = ", opts.length, " but the xs leaves have leading dim ",
+                 xs[0].size(0));
+    length = xs[0].size(0);
+  }
+  LOOM_CHECK_T(ShapeError, length >= 0, "[", site.api,
+               "] xs has no tensors: pass the trip count as ScanOptions::length");
+  std::vector<TensorType> types;
+  for (const Tensor& t : init) types.push_back({t.dtype(), t.shape()});
+  for (const Tensor& x : xs) {
+    Shape s(x.shape().begin() + 1, x.shape().end());
+    types.push_back({x.dtype(), s});
+  }
+  Traced t = trace(ScopeKind::Loop, site, true, types, fn);
+  LOOM_ASSERT(t.outs.size() >= init.size());
+  check_carried(site, init, init_paths, t);
+  std::vector<Slot> plan;
+  for (ir::Value p : t.params) plan.push_back({p, t.graph->type(p)});
+  for (const Capture& c : t.captures) plan.push_back({c.param, capture_type(t, c)});
+  std::shared_ptr<const ir::Graph> region = finalize(t, plan);
+
+  TraceContext& ctx = TraceContext::get();
+  std::vector<ir::Value> operands;
+  for (const Tensor& x : init) operands.push_back(ctx.value_of(x));
+  for (const Tensor& x : xs) operands.push_back(ctx.value_of(x));
+  for (const Capture& c : t.captures) operands.push_back(capture_operand(ctx, c));
+  ir::Attrs a;
+  a.ints = {static_cast<int64_t>(init.size()), static_cast<int64_t>(xs.size())};
+  a.i = length;
+  a.flag = opts.reverse;
+  std::vector<ir::Value> r = ctx.builder().make_region(ir::OpKind::Scan, operands, a, {region});
+  return wrap_all(ctx, r, r.size());
+}
+
+// ---- while_loop ------------------------------------------------------------------------
+
+std::vector<Tensor> while_flat(const Site& site, const FlatFn& cond, const FlatFn& body,
+                               const std::vector<Tensor>& carried,
+                               const std::vector<std::string>& paths) {
+  check_leaves(site, carried, paths);
+  LOOM_CHECK_T(TraceError, !carried.empty(), "[", site.api, "] carry at least one tensor");
+  std::vector<TensorType> types;
+  for (const Tensor& t : carried) types.push_back({t.dtype(), t.shape()});
+  const Site cond_site{site.api, "cond", site.loc};
+  Traced tc = trace(ScopeKind::Loop, cond_site, false, types, cond);
+  const TensorType bool_scalar{DType::Bool, Shape{}};
+  LOOM_CHECK_T(DTypeError, tc.out_types.size() == 1 && tc.out_types[0] == bool_scalar,
+               "[", site.api, "] ", where_text(cond_site), " must return a bool scalar (bool[]), got ",
+               tc.out_types.empty() ? std::string("nothing") : tc.out_types[0].str(),
+               " (compare with <, >, ==, ... and reduce to one element)");
+  Traced tb = trace(ScopeKind::Loop, site, false, types, body);
+  LOOM_ASSERT(tb.outs.size() == carried.size());
+  check_carried(site, carried, paths, tb);
+
+  // Both regions take all operands: the carried values, the hidden counter (when a random
+  // op needs the iteration), then the captures of either region.
+  const bool counter = tc.lazy_index || tb.lazy_index;
+  std::vector<Capture> caps;
+  std::vector<TensorType> cap_types;
+  std::vector<size_t> body_pos;
+  for (const Capture& c : tc.captures) {
+    caps.push_back(c);
+    cap_types.push_back(capture_type(tc, c));
+  }
+  for (const Capture& c : tb.captures) {
+    size_t j = caps.size();
+    if (c.kind == Capture::Impl)
+      for (size_t i = 0; i < tc.captures.size(); ++i)
+        if (caps[i].kind == Capture::Impl && caps[i].impl == c.impl) j = i;
+    if (j == caps.size()) {
+      caps.push_back(c);
+      cap_types.push_back(capture_type(tb, c));
+    }
+    body_pos.push_back(j);
+  }
+  const TensorType i64{DType::Int64, {}};
+  auto plan_of = [&](const Traced& t, bool is_body) {
+    std::vector<Slot> plan;
+    for (ir::Value p : t.params) plan.push_back({p, t.graph->type(p)});
+    if (counter) plan.push_back({t.lazy_index ? t.index : ir::Value{kNoNode, 0}, i64});
+    size_t base = plan.size();
+    for (const TensorType& ty : cap_types) plan.push_back({ir::Value{kNoNode, 0}, ty});
+    for (size_t i = 0; i < t.captures.size(); ++i)
+      plan[base + (is_body ? body_pos[i] : i)].src = t.captures[i].param;
+    return plan;
+  };
+  const int n = static_cast<int>(carried.size());
+  std::shared_ptr<const ir::Graph> cond_region = finalize(tc, plan_of(tc, false));
+  std::shared_ptr<const ir::Graph> body_region = finalize(tb, plan_of(tb, true), counter ? n : -1);
+
+  TraceContext& ctx = TraceContext::get();
+  std::vector<ir::Value> operands;
+  for (const Tensor& x : carried) operands.push_back(ctx.value_of(x));
+  if (counter) operands.push_back(ctx.constant(0, DType::Int64));
+  for (const Capture& c : caps) operands.push_back(capture_operand(ctx, c));
+  ir::Attrs a;
+  a.ints = {n + (counter ? 1 : 0)};
+  std::vector<ir::Value> r =
+      ctx.builder().make_region(ir::OpKind::While, operands, a, {cond_region, body_region});
+  return wrap_all(ctx, r, carried.size());
+}
+
+// ---- fori_loop -------------------------------------------------------------------------
+
+bool fori_static(const LoopBound& lower, const LoopBound& upper) {
+  const std::pair<const LoopBound*, const char*> bounds[] = {{&lower, "lower"}, {&upper, "upper"}};
+  for (auto [b, name] : bounds) {
+    LOOM_CHECK_T(DTypeError, !b->is_float, "[fori_loop] the ", name,
+                 " bound must be an integer, got the floating-point number ", b->fvalue);
+    if (b->tensor.defined()) {
+      TensorType t{b->tensor.dtype(), b->tensor.shape()};
+      LOOM_CHECK_T(DTypeError, t.shape.empty() && (t.dtype == DType::Int32 || t.dtype == DType::Int64),
+                   "[fori_loop] the ", name, " bound must be an integer scalar (i32[] or i64[]), got ",
+                   t);
+    }
+  }
+  return !lower.tensor.defined() && !upper.tensor.defined();
+}
+
+Tensor fori_index(const Tensor& index, const LoopBound& lower) {
+  return lower.value == 0 ? index : index + lower.value;
+}
+
+// ---- assume_pure -----------------------------------------------------------------------
+
+class PureCache {
+ public:
+  struct Entry {
+    std::string signature;
+    std::vector<StaticArg> statics;
+    std::vector<TensorType> types;
+    std::vector<uint8_t> grads;
+    std::shared_ptr<const Body> body;
+    std::shared_ptr<const void> like;
+  };
+  PureOptions opts;
+  std::source_location loc;
+  std::mutex mu;
+  std::unordered_multimap<uint64_t, Entry> entries;
+};
+
+std::shared_ptr<PureCache> make_pure_cache(const PureOptions& opts, std::source_location loc) {
+  auto c = std::make_shared<PureCache>();
+  c->opts = opts;
+  c->loc = loc;
+  return c;
+}
+
+namespace {
+
+std::shared_ptr<const Body> pure_body(const Traced& t) {
+  auto b = std::make_shared<Body>();
+  std::vector<Slot> plan;
+  for (ir::Value p : t.params) plan.push_back({p, t.graph->type(p)});
+  for (const Capture& c : t.captures) plan.push_back({c.param, capture_type(t, c)});
+  b->region = finalize(t, plan);
+  b->captures = t.captures;
+  b->num_outputs = t.outs.size();
+  return b;
+}
+
+bool same_bytes(const TensorImpl& a, const TensorImpl& b) {
+  if (a.pending() || b.pending() || !(a.type == b.type)) return false;
+  const size_t n = static_cast<size_t>(a.type.nbytes());
+  return n == 0 || std::memcmp(a.buffer.data(), b.buffer.data(), n) == 0;
+}
+
+// LOOM_CHECK_PURITY: the fresh trace must equal the cached one, captures included.
+void check_pure(const Site& site, const Body& cached, const Body& fresh) {
+  if (!ir::structurally_equal(*cached.region, *fresh.region)) {
+    std::string diff = ir::first_difference(*cached.region, *fresh.region);
+    throw TraceError(str_cat("[assume_pure] ", where_text(site),
+                             " traced differently on a cache hit, so the cached trace would give "
+                             "wrong results: it is not pure (it reads host state that is not a "
+                             "static argument). First difference: ",
+                             diff.empty() ? std::string("the graphs differ in structure") : diff));
+  }
+  for (size_t k = 0; k < cached.captures.size(); ++k) {
+    const Capture &a = cached.captures[k], &b = fresh.captures[k];
+    bool same = a.kind == b.kind &&
+                (a.kind != Capture::Impl || a.impl == b.impl || same_bytes(*a.impl, *b.impl));
+    LOOM_CHECK_T(TraceError, same, "[assume_pure] ", where_text(site),
+                 " read a different outside tensor (", a.impl ? a.impl->type.str() : "a key",
+                 ") on a cache hit than when it was traced: pass it as an argument");
+  }
+}
+
+}  // namespace
+
+std::vector<Tensor> pure_call(PureCache& cache, const std::string& signature,
+                              std::vector<StaticArg> statics, const std::vector<Tensor>& leaves,
+                              const FlatFn& fn, std::shared_ptr<const void>* like) {
+  const Site site{"assume_pure", "function", cache.loc};
+  std::vector<TensorType> types;
+  std::vector<uint8_t> grads;
+  Hasher128 h;
+  h.add_string(signature);
+  for (const StaticArg& s : statics) h.add(s.hash);
+  for (size_t k = 0; k < leaves.size(); ++k) {
+    LOOM_CHECK_T(TraceError, leaves[k].defined(), "[assume_pure] tensor argument ", k,
+                 " is an undefined (default-constructed) Tensor");
+    types.push_back({leaves[k].dtype(), leaves[k].shape()});
+    grads.push_back(leaves[k].requires_grad());
+    h.add(static_cast<uint64_t>(types.back().dtype) | (uint64_t{grads.back()} << 8));
+    for (int64_t d : types.back().shape) h.add(static_cast<uint64_t>(d));
+  }
+  const uint64_t key = h.finish().lo;
+  std::shared_ptr<const Body> body;
+  {
+    std::lock_guard<std::mutex> lock(cache.mu);
+    auto [lo, hi] = cache.entries.equal_range(key);
+    for (auto it = lo; it != hi && !body; ++it) {
+      const PureCache::Entry& e = it->second;
+      bool same = e.signature == signature && e.types == types && e.grads == grads &&
+                  e.statics.size() == statics.size();
+      for (size_t k = 0; same && k < statics.size(); ++k)
+        same = *e.statics[k].type == *statics[k].type &&
+               e.statics[k].equal(e.statics[k].value.get(), statics[k].value.get());
+      if (same) {
+        body = e.body;
+        *like = e.like;
+      }
+    }
+  }
+  if (body) {
+    counters().pure_hits++;
+    if (cache.opts.check_purity || config().check_purity) {
+      std::shared_ptr<const Body> fresh = pure_body(trace(ScopeKind::Pure, site, false, types, fn));
+      check_pure(site, *body, *fresh);
+    }
+  } else {
+    body = pure_body(trace(ScopeKind::Pure, site, false, types, fn));
+    std::lock_guard<std::mutex> lock(cache.mu);
+    cache.entries.emplace(key, PureCache::Entry{signature, std::move(statics), types, grads, body,
+                                                *like});
+  }
+  if (body->num_outputs == 0) return {};
+  TraceContext& ctx = TraceContext::get();
+  std::vector<ir::Value> operands;
+  for (const Tensor& t : leaves) operands.push_back(ctx.value_of(t));
+  for (const Capture& c : body->captures) operands.push_back(capture_operand(ctx, c));
+  std::vector<ir::Value> r =
+      ctx.builder().make_region(ir::OpKind::Call, operands, ir::Attrs{}, {body->region});
+  return wrap_all(ctx, r, r.size());
+}
+
+}  // namespace loom::detail
