@@ -13,6 +13,7 @@ namespace loom::passes::detail {
 std::unique_ptr<Pass> make_dce();
 std::unique_ptr<Pass> make_cse();
 std::unique_ptr<Pass> make_simplify();
+std::unique_ptr<Pass> make_inline();
 
 // A constant's value as kernels see it: rounded to its float dtype, or nullopt when an
 // integer or bool constant holds a value its dtype cannot (whose meaning the backends leave

@@ -65,13 +65,14 @@ std::unique_ptr<Pass> make_pass(std::string_view name) {
   if (name == "dce") return detail::make_dce();
   if (name == "cse") return detail::make_cse();
   if (name == "simplify") return detail::make_simplify();
+  if (name == "inline") return detail::make_inline();
   throw Error(loom::detail::str_cat("[passes] unknown pass '", name,
-                                    "'; expected one of dce, cse, simplify"));
+                                    "'; expected one of dce, cse, simplify, inline"));
 }
 
 Pipeline default_pipeline() {
   Pipeline p;
-  p.add(make_pass("simplify")).add(make_pass("cse")).add(make_pass("dce"));
+  p.add(make_pass("inline")).add(make_pass("simplify")).add(make_pass("cse")).add(make_pass("dce"));
   return p;
 }
 

@@ -271,7 +271,9 @@ TEST(ControlFlowIr, PassesKeepRegionNodes) {
       "  %y = add(%c, %z) : f32[4]\n"
       "  return %y, %c2\n}");
   const Graph* body = g.node(3).regions[0].get();
-  EXPECT_TRUE(passes::default_pipeline().run(g));
+  passes::Pipeline keep;  // the default pipeline without inline
+  keep.add(passes::make_pass("simplify")).add(passes::make_pass("cse")).add(passes::make_pass("dce"));
+  EXPECT_TRUE(keep.run(g));
   EXPECT_NO_THROW(verify(g));
   EXPECT_EQ(to_text(g),
             "graph(%0: f32[4]) {\n"
@@ -281,6 +283,29 @@ TEST(ControlFlowIr, PassesKeepRegionNodes) {
             "    %6 = exp(%5) : f32[4]\n    return %6\n  }\n"
             "  return %1, %4\n}\n");
   EXPECT_EQ(g.node(1).regions[0].get(), body);  // regions are immutable and shared
+}
+
+TEST(ControlFlowIr, InlineReplacesCallsNestedOnesTooButNotInsideLoops) {
+  Graph g = parse(
+      "graph(%x: f32[4]) {\n"
+      "  %c:2 = call(%x, %x) : f32[4], f32[4] graph(%a: f32[4], %b: f32[4]) {\n"
+      "    %d = call(%a) : f32[4] graph(%p: f32[4]) {\n"
+      "      %e = exp(%p) : f32[4]\n      return %e\n    }\n"
+      "    %m = mul(%d, %b) : f32[4]\n    return %m, %a\n  }\n"
+      "  %z = constant() {value=0} : f32[]\n"
+      "  %s = scan(%z) {counts=[1,0], length=3} : f32[] graph(%i: i64[], %q: f32[]) {\n"
+      "    %k = call(%q) : f32[] graph(%r: f32[]) {\n      return %r\n    }\n"
+      "    return %k\n  }\n"
+      "  %y = add(%c#0, %c#1) : f32[4]\n"
+      "  return %y, %s\n}");
+  EXPECT_TRUE(passes::default_pipeline().run(g));
+  EXPECT_NO_THROW(verify(g));
+  std::string text = to_text(g);
+  EXPECT_NE(text.find("%1 = exp(%0) : f32[4]\n  %2 = mul(%1, %0) : f32[4]\n"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("= add(%2, %0) : f32[4]"), std::string::npos) << text;
+  EXPECT_NE(text.find("call("), std::string::npos) << text;  // the one inside the scan body stays
+  EXPECT_EQ(text.find("call(%0"), std::string::npos) << text;
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 // Graph-to-graph passes and the pipeline that runs them.
 //
 //   ir::Graph g = ir::parse(text);
-//   passes::Pipeline p = passes::default_pipeline();  // simplify, cse, dce
+//   passes::Pipeline p = passes::default_pipeline();  // inline, simplify, cse, dce
 //   bool changed = p.run(g);
 //
 // A pass rewrites a verified graph in place, keeps its parameters and the meaning and order
@@ -47,10 +47,11 @@ class Pipeline {
 // "dce": drops nodes no output needs (parameters stay).
 // "cse": merges identical nodes.
 // "simplify": algebraic identities and constant folding of scalar constants.
+// "inline": replaces call nodes (assume_pure) by their bodies, so kernels fuse across them.
 // Throws Error for any other name.
 std::unique_ptr<Pass> make_pass(std::string_view name);
 
-// simplify, cse, dce: the pipeline the runtime runs before compiling.
+// inline, simplify, cse, dce: the pipeline the runtime runs before compiling.
 Pipeline default_pipeline();
 
 }  // namespace loom::passes
