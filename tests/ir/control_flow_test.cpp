@@ -285,7 +285,7 @@ TEST(ControlFlowIr, PassesKeepRegionNodes) {
   EXPECT_EQ(g.node(1).regions[0].get(), body);  // regions are immutable and shared
 }
 
-TEST(ControlFlowIr, InlineReplacesCallsNestedOnesTooButNotInsideLoops) {
+TEST(ControlFlowIr, InlineReplacesCallsNestedOnesAndInsideLoops) {
   Graph g = parse(
       "graph(%x: f32[4]) {\n"
       "  %c:2 = call(%x, %x) : f32[4], f32[4] graph(%a: f32[4], %b: f32[4]) {\n"
@@ -304,8 +304,8 @@ TEST(ControlFlowIr, InlineReplacesCallsNestedOnesTooButNotInsideLoops) {
   EXPECT_NE(text.find("%1 = exp(%0) : f32[4]\n  %2 = mul(%1, %0) : f32[4]\n"), std::string::npos)
       << text;
   EXPECT_NE(text.find("= add(%2, %0) : f32[4]"), std::string::npos) << text;
-  EXPECT_NE(text.find("call("), std::string::npos) << text;  // the one inside the scan body stays
-  EXPECT_EQ(text.find("call(%0"), std::string::npos) << text;
+  EXPECT_EQ(text.find("call("), std::string::npos) << text;  // the scan body's call too
+  EXPECT_NE(text.find("scan("), std::string::npos) << text;
 }
 
 }  // namespace

@@ -566,6 +566,22 @@ TEST_P(ControlFlowTest, ScanInsideAssumePureAndCapturelessLambdasShareACache) {
   EXPECT_EQ(loom::metrics().pure_hits, traced ? 2 : 3);
 }
 
+TEST_P(ControlFlowTest, AssumePureInsideScanBodies) {
+  Tensor scale = floats({3}, {});
+  auto f = loom::assume_pure([&](const Tensor& c, const Tensor& x) { return c * scale + x; });
+  auto run = [&](const Tensor& xs) {
+    return loom::scan([&](const Tensor& c, const Tensor& x) {
+      Tensor n = f(c, x);
+      return std::pair{n, n};
+    }, loom::zeros({}), xs);
+  };
+  auto [c, ys] = run(floats({1, 2, 3}, {3}));
+  EXPECT_EQ(fv(ys), (std::vector<float>{1, 5, 18}));
+  auto [c2, ys2] = run(floats({1, 1}, {2}));  // a hit inside the second scan's body
+  EXPECT_EQ(fv(ys2), (std::vector<float>{1, 4}));
+  EXPECT_EQ(c2.item<float>(), 4);
+}
+
 TEST_P(ControlFlowTest, PurityCheckNamesTheFirstDifferingOp) {
   int counter = 0;
   // Reads a host counter: the cached trace would bake in the first value.
