@@ -29,4 +29,11 @@ inline Attrs scan_attrs(int64_t carries, int64_t xs, int64_t length, bool revers
   return a;
 }
 
+// A while carrying the first `carried` operands (the rest are captured).
+inline Attrs while_attrs(int64_t carried) {
+  Attrs a;
+  a.ints = {carried};
+  return a;
+}
+
 }  // namespace loom::ir::testing

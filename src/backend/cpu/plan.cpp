@@ -302,7 +302,8 @@ class Planner {
       plan_.steps.push_back(std::move(st));
       plan_.blas_calls++;
     } else if (!codegen_supports(g_, id)) {
-      Step st{Step::Ref, -1, id, {}, {plan_.buf_of[id]}};
+      Step::Kind kind = ir::has_trait(node.op, ir::kRegion) ? Step::Loop : Step::Ref;
+      Step st{kind, -1, id, {}, {plan_.buf_of[id]}};
       if (id < results_.size() && !results_[id].empty()) {
         st.outs.clear();
         for (NodeId r : results_[id]) st.outs.push_back(plan_.buf_of[r]);
@@ -549,7 +550,7 @@ class Planner {
       };
       if (st.kind == Step::Kernel) {
         for (const Stage& s : plan_.kernels[st.kernel].stages) wrote(s.out_buf);
-      } else if (st.kind == Step::Ref) {
+      } else if (st.kind == Step::Ref || st.kind == Step::Loop) {
         for (int b : st.outs) wrote(b);
       } else {
         wrote(plan_.buf_of[st.node]);
@@ -559,6 +560,8 @@ class Planner {
       if (plan_.bufs[ob].kind != BufferInfo::Output || writers[ob] != 1) continue;
       int s = writer_step[ob];
       if (plan_.steps[s].kind == Step::Ref) continue;  // it returns its own fresh buffers
+      // A loop writes its results on every iteration while reading its operands: only an
+      // input it never reads (last read by an earlier step) may lend it memory.
       for (size_t ib = 0; ib < plan_.bufs.size(); ++ib) {
         const BufferInfo& in = plan_.bufs[ib];
         if (in.kind != BufferInfo::Input || in.type.nbytes() != plan_.bufs[ob].type.nbytes())

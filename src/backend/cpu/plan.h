@@ -1,5 +1,8 @@
 // The CPU backend's plan of one graph: which values get buffers, and the steps that fill
-// them (fused loop kernels, BLAS products, reference fallbacks, copies). No LLVM here.
+// them (fused loop kernels, BLAS products, reference fallbacks, copies, control-flow loops).
+// No LLVM here. The plan of a region (a scan or while body, a call) is made the same way:
+// its parameters are its Input buffers and its outputs its Output buffers, which the loop
+// binds to the carries, slices and results of each iteration (cpu/program.h).
 //
 // Fusion model: every value of a kernel is computed at coordinates that are affine functions
 // of the kernel's loop variables. Elementwise ops (with broadcasting), converts, permute,
@@ -72,13 +75,16 @@ struct BlasView {
   int64_t ld = 1;
 };
 
+// Kernel: a fused loop kernel. MatMul: a BLAS product. Ref: the reference kernel of an op
+// the code generator lacks (gather, index_select). Loop: a control-flow node (call, scan,
+// while) whose regions are compiled as nested plans and run natively (cpu/program.h).
 struct Step {
-  enum Kind { Kernel, MatMul, Ref };
+  enum Kind { Kernel, MatMul, Ref, Loop };
   Kind kind;
   int kernel = -1;      // Kernel
-  NodeId node = 0;      // MatMul, Ref
+  NodeId node = 0;      // MatMul, Ref, Loop
   std::vector<int> release;  // temp buffers whose last use is this step
-  std::vector<int> outs;     // Ref: the buffers of the node's results, in order
+  std::vector<int> outs;     // Ref, Loop: the buffers of the node's results, in order
   std::vector<BlasView> views;  // MatMul: how BLAS reads each operand (no walks at run time)
 };
 
@@ -95,17 +101,19 @@ struct Plan {
   std::vector<std::vector<int>> donors;
 };
 
-// Ops the code generator computes inline (the rest run as reference fallbacks).
+// Ops the code generator computes inline (the rest run as reference fallbacks, or as Loop
+// steps when they have regions).
 bool codegen_supports(const ir::Graph& g, NodeId n);
 // Fills v when BLAS can read `operand` in place (a transposed matrix is a transpose flag).
 bool blas_view(const ir::Graph& g, const std::vector<bool>& has_buf, NodeId operand, BlasView* v);
 
-// Control-flow nodes (regions, several results) run as one Ref step that fills every result
-// (the reference fallback; native loops come later). The planner and the code generator name
-// values by node id, so split_results rewrites a graph first: each result k >= 1 of a
-// multi-result node R gets a stand-in node right after R (R's op, result k's type, no
-// operands, never run), and every use of R#k becomes a use of the stand-in. results[R] lists
-// the nodes holding R's results in order (R first); it is empty for single-result nodes.
+// Control-flow nodes (regions, several results) run as one Loop step that fills every
+// result (its buffers are allocated like any other output). The planner and the code
+// generator name values by node id, so split_results rewrites a graph first: each result
+// k >= 1 of a multi-result node R gets a stand-in node right after R (R's op, result k's
+// type, no operands, never run), and every use of R#k becomes a use of the stand-in.
+// results[R] lists the nodes holding R's results in order (R first); it is empty for
+// single-result nodes.
 ir::Graph split_results(const ir::Graph& g, std::vector<std::vector<NodeId>>* results);
 
 // `results` as split_results gives it (empty: no multi-result nodes).

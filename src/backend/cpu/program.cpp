@@ -1,0 +1,210 @@
+// Compiling a graph into a Program, and the steps every program shares: kernels and BLAS
+// products on raw buffer pointers.
+#include "backend/cpu/program.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "backend/cpu/thread_pool.h"
+#include "loom/core/error.h"
+
+namespace loom::cpu {
+
+Program::Program() = default;
+Program::Program(Program&&) noexcept = default;
+Program::~Program() = default;
+
+namespace {
+
+// Outer points below which a kernel runs on one thread: splitting costs a wake-up.
+constexpr int64_t kParallelWork = 1 << 15;
+// Kernels with up to this many buffers build their argument table on the stack.
+constexpr size_t kInlineArgs = 16;
+
+int64_t align64(int64_t n) { return (n + 63) / 64 * 64; }
+
+void lay_out_frame(Program& p) {
+  const size_t nb = p.plan.bufs.size();
+  int64_t at = align64(static_cast<int64_t>(nb * sizeof(void*)));
+  p.temp_offset.assign(nb, -1);
+  for (size_t b = 0; b < nb; ++b) {
+    if (p.plan.bufs[b].kind != BufferInfo::Temp) continue;
+    p.temp_offset[b] = at;
+    at += align64(p.plan.bufs[b].type.nbytes());
+  }
+  for (size_t si = 0; si < p.loops.size(); ++si) {
+    if (!p.loops[si]) continue;
+    p.loop_offset[si] = at;
+    at += align64(p.loops[si]->scratch_bytes);
+  }
+  p.frame_bytes = at;
+}
+
+}  // namespace
+
+Program compile_program(const ir::Graph& g, bool region) {
+  Program p;
+  std::vector<std::vector<ir::NodeId>> results;
+  p.graph = split_results(g, &results);
+  p.plan = make_plan(p.graph, results);
+  p.kernels = compile_kernels(p.graph, p.plan);
+  p.loops.resize(p.plan.steps.size());
+  p.loop_offset.assign(p.plan.steps.size(), -1);
+  for (size_t si = 0; si < p.plan.steps.size(); ++si)
+    if (p.plan.steps[si].kind == Step::Loop) p.loops[si] = compile_loop(p, si);
+  for (ir::NodeId id : p.graph.params()) p.param_bufs.push_back(p.plan.buf_of[id]);
+  if (region) lay_out_frame(p);
+  return p;
+}
+
+namespace {
+
+struct KernelJob {
+  const CompiledKernel* k;
+  void* const* args;
+  int64_t tasks;
+  void operator()(int t) const {
+    int64_t lo = k->outer * t / tasks, hi = k->outer * (t + 1) / tasks;
+    if (lo < hi) k->fn(args, lo, hi);
+  }
+};
+
+}  // namespace
+
+void run_kernel(const CompiledKernel& k, void* const* ptr) {
+  if (k.outer == 0) return;
+  const size_t n = k.bufs.size();
+  void* inline_args[kInlineArgs];
+  std::vector<void*> heap;
+  void** args = inline_args;
+  if (n > kInlineArgs) {
+    heap.resize(n);
+    args = heap.data();
+  }
+  for (size_t j = 0; j < n; ++j) args[j] = ptr[k.bufs[j]];
+  auto& pool = ThreadPool::instance();
+  int64_t tasks = std::min<int64_t>(pool.size(), k.outer);
+  if (tasks < 2 || k.outer * k.work < kParallelWork) {
+    k.fn(args, 0, k.outer);
+    return;
+  }
+  KernelJob job{&k, args, tasks};
+  // One captured pointer: std::function keeps it inline (no allocation in a loop body).
+  pool.run(static_cast<int>(tasks), [j = &job](int t) { (*j)(t); });
+}
+
+namespace {
+
+// One operand of a product: base pointer, batch strides aligned to the output's batch dims,
+// and BLAS layout of its matrix.
+struct GemmOperand {
+  const char* base = nullptr;
+  SmallVector<int64_t, 8> batch_strides;  // inline up to rank 10: no allocation
+  bool trans = false;
+  int64_t ld = 1;
+};
+
+GemmOperand gemm_operand(const Program& p, void* const* ptr, ir::NodeId operand,
+                         const BlasView& v, size_t out_batch_rank, int64_t elem) {
+  const Shape& s = p.graph.node(operand).type.shape;
+  size_t r = s.size();
+  GemmOperand o;
+  o.base = static_cast<const char*>(ptr[p.plan.buf_of[v.base]]) + v.offset * elem;
+  o.batch_strides.resize(out_batch_rank, 0);
+  for (size_t d = 0; d + 2 < r; ++d) {
+    size_t od = out_batch_rank - (r - 2) + d;
+    o.batch_strides[od] = s[d] == 1 ? 0 : v.strides[d];
+  }
+  o.trans = v.trans;
+  o.ld = v.ld;
+  return o;
+}
+
+// The products of one MatMul step, split into tasks over batches and row ranges.
+struct GemmJob {
+  GemmOperand a, b;
+  char* c;
+  const int64_t* batch;
+  size_t br;
+  int64_t m, nn, k, elem, row_parts;
+  bool f64;
+
+  void operator()(int t) const {
+    int64_t bi = t / row_parts, part = t % row_parts;
+    int64_t r0 = m * part / row_parts, r1 = m * (part + 1) / row_parts;
+    if (r0 == r1) return;
+    int64_t oa = 0, ob = 0, rest = bi;
+    for (size_t d = br; d-- > 0;) {
+      int64_t coord = rest % batch[d];
+      rest /= batch[d];
+      oa += coord * a.batch_strides[d];
+      ob += coord * b.batch_strides[d];
+    }
+    int64_t a_row = a.trans ? 1 : a.ld;  // elements between consecutive rows of A
+    const char* pa = a.base + (oa + r0 * a_row) * elem;
+    const char* pb = b.base + ob * elem;
+    char* pc = c + (bi * m * nn + r0 * nn) * elem;
+    auto ta = a.trans ? CblasTrans : CblasNoTrans, tb = b.trans ? CblasTrans : CblasNoTrans;
+    if (f64) {
+      cblas_dgemm(CblasRowMajor, ta, tb, r1 - r0, nn, k, 1.0, reinterpret_cast<const double*>(pa),
+                  a.ld, reinterpret_cast<const double*>(pb), b.ld, 0.0,
+                  reinterpret_cast<double*>(pc), nn);
+    } else {
+      cblas_sgemm(CblasRowMajor, ta, tb, r1 - r0, nn, k, 1.0f, reinterpret_cast<const float*>(pa),
+                  a.ld, reinterpret_cast<const float*>(pb), b.ld, 0.0f,
+                  reinterpret_cast<float*>(pc), nn);
+    }
+  }
+};
+
+}  // namespace
+
+void run_matmul(const Program& p, const Step& st, void* const* ptr) {
+  const ir::NodeId id = st.node;
+  const ir::Node& n = p.graph.node(id);
+  const Shape& os = n.type.shape;
+  size_t br = os.size() - 2;
+  int64_t m = os[br], nn = os[br + 1];
+  int64_t k = p.graph.type(n.operands[0]).shape.back();
+  bool f64 = n.type.dtype == DType::Float64;
+  int64_t elem = f64 ? 8 : 4;
+  char* c = static_cast<char*>(ptr[p.plan.buf_of[id]]);
+  if (m == 0 || nn == 0) return;
+  if (k == 0) {
+    std::memset(c, 0, static_cast<size_t>(n.type.nbytes()));
+    return;
+  }
+  GemmOperand a = gemm_operand(p, ptr, n.operands[0].node, st.views[0], br, elem);
+  GemmOperand b = gemm_operand(p, ptr, n.operands[1].node, st.views[1], br, elem);
+  int64_t nb = 1;
+  for (size_t d = 0; d < br; ++d) nb *= os[d];
+  // A batch of products that share B, with A's rows evenly spaced across batches, is one
+  // tall product: B is packed once and the row split has more rows to share.
+  bool b_shared = std::all_of(b.batch_strides.begin(), b.batch_strides.end(),
+                              [](int64_t s) { return s == 0; });
+  bool a_even = !a.trans;
+  for (size_t d = br, span = 1; a_even && d-- > 0;) {
+    a_even = os[d] == 1 || a.batch_strides[d] == static_cast<int64_t>(span) * m * a.ld;
+    span *= static_cast<size_t>(os[d]);
+  }
+  if (nb > 1 && b_shared && a_even) {
+    m *= nb;
+    nb = 1;
+    br = 0;
+  }
+  auto& pool = ThreadPool::instance();
+  // Split batches across threads, or the rows of each product when there are few batches.
+  // Two parts per thread: the pool hands them out as threads free up, which evens out a
+  // core slowed by a neighbour (a fixed half each waits for the slower one).
+  int64_t row_parts = nb >= 2 * pool.size()
+                          ? 1
+                          : std::min<int64_t>(2 * pool.size(), std::max<int64_t>(1, m / 64));
+  int64_t tasks = nb * row_parts;
+  GemmJob job{a, b, c, os.data(), br, m, nn, k, elem, row_parts, f64};
+  if (tasks == 1) job(0);
+  else pool.run(static_cast<int>(tasks), [j = &job](int t) { (*j)(t); });
+}
+
+}  // namespace loom::cpu

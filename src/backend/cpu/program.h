@@ -1,0 +1,72 @@
+// A graph compiled for the CPU (its plan, kernels and loops) and the pieces that run its
+// steps on a table of raw pointers, one per plan buffer. The top-level executable
+// (cpu_backend.cpp) fills the table from pooled Buffers; a region (scan or while body, while
+// cond, call body) runs on a *frame*: one block holding its pointer table, its temporaries
+// and the scratch of the loops nested in it, set up once per loop run. An iteration then
+// rebinds the pointers of the parameters (carry, slice of xs, index) and outputs (next carry,
+// slice of ys) and calls the compiled steps: no allocation and no lookups per iteration.
+//
+// Immutable after compile_program; several threads may run one Program at once (per-run state
+// lives in the caller's pointer table and frames).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "backend/cpu/codegen.h"
+#include "backend/cpu/plan.h"
+
+namespace loom::cpu {
+
+struct LoopProgram;
+
+struct Program {
+  ir::Graph graph;  // split_results of the source graph
+  Plan plan;
+  std::vector<CompiledKernel> kernels;
+  std::vector<std::unique_ptr<LoopProgram>> loops;  // per step: its loop (Loop steps only)
+  // Frame layout (regions): the pointer table at 0, then each Temp buffer at temp_offset[b]
+  // (-1 for parameters and outputs, which the loop binds), then each loop's scratch.
+  std::vector<int64_t> temp_offset;
+  std::vector<int64_t> loop_offset;  // per step
+  int64_t frame_bytes = 0;
+  std::vector<int> param_bufs;  // per graph parameter: its buffer
+
+  Program();
+  Program(Program&&) noexcept;
+  ~Program();
+};
+
+// A control-flow node: its regions compiled once, and where its operands and results live in
+// the enclosing plan. Scratch (one block per run): the scan's second carry buffers or the
+// while's second state, then each region's frame.
+struct LoopProgram {
+  ir::OpKind op = ir::OpKind::Call;
+  std::vector<int> operands, results;  // buffers of the enclosing plan
+  std::vector<int64_t> result_bytes;
+  std::vector<Program> regions;        // call, scan: body; while: cond, body
+  int64_t carries = 0, length = 0;     // scan: carries; while: carried state
+  bool reverse = false;
+  std::vector<int64_t> slice_bytes;    // scan: per xs, the bytes of one slice
+  std::vector<int64_t> y_bytes;        // scan: per ys, the bytes of one step's y
+  std::vector<int64_t> carry_offset;   // scratch offset of each carry's second buffer
+  std::vector<int64_t> region_offset;  // scratch offset of each region's frame
+  int64_t scratch_bytes = 0;
+};
+
+// Splits, plans and compiles g (and, recursively, the regions of its control-flow nodes).
+// `region`: lay out a frame for g (a region run by a loop).
+Program compile_program(const ir::Graph& g, bool region);
+
+// The loop of Loop step `si` of p (p's plan and kernels are ready); in loops.cpp.
+std::unique_ptr<LoopProgram> compile_loop(const Program& p, size_t si);
+
+// Runs kernel k on the buffers `ptr` points to, across the thread pool when it is big.
+void run_kernel(const CompiledKernel& k, void* const* ptr);
+// Runs a MatMul step of p.
+void run_matmul(const Program& p, const Step& st, void* const* ptr);
+// Runs a Loop step's loop; `scratch` holds l.scratch_bytes (64-byte aligned).
+void run_loop(const LoopProgram& l, void* const* ptr, char* scratch);
+
+}  // namespace loom::cpu
