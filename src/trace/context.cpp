@@ -128,6 +128,7 @@ ir::Value TraceContext::value_of(const Tensor& t) {
   if (!scopes_.empty()) return scoped_value(t.impl_ptr());
   TensorImpl& impl = *t.impl();
   if (impl.scope != 0) escaped(impl);
+  if (impl.requires_grad && grad_enabled_) return leaf_value(t.impl_ptr());
   if (impl.pending()) return impl.value;
   if (impl.data_epoch == epoch_) return impl.data_value;
   auto it = slot_by_buffer_.find(impl.buffer.id());
@@ -288,6 +289,7 @@ Tensor TraceContext::wrap(ir::Value v) {
     impl->scope = scopes_.back().id;
     return Tensor(std::move(impl));
   }
+  if (any_grad_ && resolve(v.node) == kActive && !grad_enabled_) v = detached(v).impl()->value;
   impl->type = graph_.type(v);
   impl->value = v;
   link(impl.get());
@@ -306,6 +308,13 @@ void TraceContext::rebind(TensorImpl& impl, ir::Value v) {
   }
   if (impl.scope != 0) escaped(impl);
   LOOM_ASSERT(graph_.type(v) == impl.type);
+  if (any_grad_ && resolve(v.node) == kActive) {
+    LOOM_CHECK_T(AutodiffError, !(grad_enabled_ && impl.requires_grad),
+                 "[in-place] a leaf tensor ", impl.type,
+                 " that requires grad cannot be updated in place outside NoGradGuard (its "
+                 "gradient would refer to the old value); update it under loom::NoGradGuard");
+    if (!grad_enabled_) v = detached(v).impl()->value;
+  }
   impl.buffer = Buffer();
   impl.value = v;
   impl.data_epoch = 0;  // its old data node no longer holds its value
@@ -518,6 +527,13 @@ void TraceContext::write_back(const std::vector<TensorImpl*>& impls, const std::
   std::vector<ir::Value> done_values;
   for (size_t k = 0; k < impls.size(); ++k) {
     TensorImpl* p = impls[k];
+    if (!all && any_grad_ && resolve(p->value.node) == kActive) {
+      // A value backward() may still differentiate through: it keeps its node (and stays
+      // pending), holding the computed buffer for reads.
+      p->buffer = out[k];
+      done_values.push_back({kNoNode, 0});
+      continue;
+    }
     done_values.push_back(p->value);
     p->buffer = out[k];
     p->value = {kNoNode, 0};
@@ -533,6 +549,7 @@ void TraceContext::write_back(const std::vector<TensorImpl*>& impls, const std::
   // compacted: the trace cache stands aside meanwhile.
   for (size_t k = 0; k < impls.size(); ++k) {
     ir::Value v = done_values[k];
+    if (v.node == kNoNode) continue;
     ir::Node& n = graph_.mutable_node(v.node);
     if (n.num_results() != 1 || n.op == ir::OpKind::Parameter) continue;
     uint32_t slot = static_cast<uint32_t>(slots_.size());
@@ -559,6 +576,9 @@ void TraceContext::sync_all() {
 }
 
 void TraceContext::reset_graph() {
+  grad_state_.clear();
+  grad_leaves_.clear();
+  any_grad_ = false;
   converted_ = false;
   ++epoch_;
   graph_.clear();
@@ -598,6 +618,17 @@ void TraceContext::compact() {
     remap[id] = fresh.add(std::move(n));
   }
   for (TensorImpl* p : live) p->value.node = remap[p->value.node];
+  std::vector<uint8_t> state(fresh.size(), kUnknown);
+  for (size_t id = 0; id < grad_state_.size() && id < remap.size(); ++id)
+    if (remap[id] != kNoNode) state[remap[id]] = grad_state_[id];
+  grad_state_ = std::move(state);
+  std::unordered_map<ir::NodeId, std::weak_ptr<TensorImpl>> leaves;
+  for (auto& [id, w] : grad_leaves_) {
+    auto impl = w.lock();
+    if (!impl || remap[id] == kNoNode) continue;
+    leaves[remap[id]] = w;
+  }
+  grad_leaves_ = std::move(leaves);
   graph_ = std::move(fresh);
   slots_ = std::move(fresh_slots);
   slot_by_buffer_.clear();

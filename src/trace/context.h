@@ -35,6 +35,7 @@ struct TensorImpl {
   uint64_t data_epoch = 0;
   bool requires_grad = false;
   uint32_t scope = 0;  // the trace scope whose graph holds `value` (0: the pending graph)
+  Tensor grad;         // accumulated by backward() (leaves that require grad)
   // Intrusive list of pending tensors of the owning context.
   TensorImpl* prev = nullptr;
   TensorImpl* next = nullptr;
@@ -134,6 +135,22 @@ class TraceContext {
     seed_ = seed;
     rng_offset_ = 0;
   }
+  // Autograd. A node of the pending graph may carry gradient ("active") when it depends on
+  // a leaf that requires grad, computed when tensors are wrapped (grad mode on); leaves are
+  // the parameters of such tensors (a slot of their own) or pending tensors marked by
+  // requires_grad_. Under NoGradGuard a result that would be active is cut off by an
+  // identity node, so hash-consing never shares a node between the two modes.
+  bool grad_enabled() const { return grad_enabled_; }
+  void set_grad_enabled(bool on) { grad_enabled_ = on; }
+  bool active(ir::Value v);
+  // A tensor with the value of v that carries no gradient.
+  Tensor detached(ir::Value v);
+  // Adjoints of `wrt` (leaves) for out with seed (undefined: ones, out must have one element).
+  std::vector<Tensor> gradients(const Tensor& out, const Tensor& seed,
+                                const std::vector<Tensor>& wrt, const char* what);
+  // backward(): accumulates into the grad of every live leaf that out depends on.
+  void backward(const Tensor& out, const Tensor& seed);
+
   // Per-thread trace counters, flushed into the process metrics at each sync.
   void flush_counters();
   int64_t ops_traced = 0;
@@ -156,6 +173,9 @@ class TraceContext {
 
   TraceContext();
   ir::Value scoped_value(const std::shared_ptr<TensorImpl>& impl);
+  ir::Value leaf_value(const std::shared_ptr<TensorImpl>& impl);
+  uint8_t resolve(ir::NodeId id);
+  std::vector<std::pair<ir::NodeId, std::shared_ptr<TensorImpl>>> live_leaves(ir::NodeId below);
   [[noreturn]] void escaped(const TensorImpl& impl) const;
   Hash128 trace_key(const std::vector<TensorImpl*>& impls) const;
   bool run_cached(const Hash128& key, const std::vector<TensorImpl*>& impls, bool full,
@@ -193,6 +213,12 @@ class TraceContext {
     ir::Value value;
   };
   std::vector<ConstantEntry> constants_;  // a handful: composites use few distinct numbers
+  // Autograd state per node of the pending graph: 0 unknown, 1 active, 2 not.
+  enum : uint8_t { kUnknown = 0, kActive = 1, kInactive = 2 };
+  std::vector<uint8_t> grad_state_;
+  std::unordered_map<ir::NodeId, std::weak_ptr<TensorImpl>> grad_leaves_;
+  bool grad_enabled_ = true;
+  bool any_grad_ = false;  // a leaf entered the pending graph since its last reset
   std::vector<Scope> scopes_;
   ir::Builder* active_ = &builder_;
   uint32_t next_scope_id_ = 1;

@@ -233,6 +233,7 @@ std::vector<Tensor> scan_flat(const Site& site, const ScanOptions& opts, const F
   a.ints = {static_cast<int64_t>(init.size()), static_cast<int64_t>(xs.size())};
   a.i = length;
   a.flag = opts.reverse;
+  a.f = opts.remat ? 1 : 0;
   std::vector<ir::Value> r = ctx.builder().make_region(ir::OpKind::Scan, operands, a, {region});
   return wrap_all(ctx, r, r.size());
 }

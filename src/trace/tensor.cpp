@@ -46,7 +46,8 @@ int64_t load_i(const Buffer& b, DType dt, int64_t k) {
 const Buffer& materialized(const Tensor& t, const char* what) {
   TensorImpl& impl = checked(t, what);
   TraceContext::get().check_readable(what);
-  if (impl.pending()) TraceContext::get().materialize({&impl});
+  // A value autograd may still differentiate stays pending with its buffer once computed.
+  if (impl.pending() && !impl.buffer.defined()) TraceContext::get().materialize({&impl});
   return impl.buffer;
 }
 
@@ -161,23 +162,31 @@ Tensor& Tensor::requires_grad_(bool on) {
   LOOM_CHECK_T(DTypeError, !on || is_floating(self.type.dtype),
                "[requires_grad_] only floating-point tensors can require gradients, got ",
                self.type);
+  TraceContext& ctx = TraceContext::get();
+  LOOM_CHECK_T(AutodiffError, !(self.pending() && self.scope == 0 && !self.requires_grad &&
+                                ctx.active(self.value)),
+               "[requires_grad_] only leaf tensors can be made to require grad; this ", self.type,
+               " is computed from tensors that require grad (detach() it first)");
   self.requires_grad = on;
   return *this;
 }
-bool Tensor::requires_grad() const { return checked(*this, "requires_grad").requires_grad; }
-Tensor Tensor::grad() const {
-  checked(*this, "grad");
-  return Tensor();
+bool Tensor::requires_grad() const {
+  TensorImpl& self = checked(*this, "requires_grad");
+  return self.requires_grad ||
+         (self.pending() && self.scope == 0 && TraceContext::get().active(self.value));
 }
-void Tensor::backward() const {
-  checked(*this, "backward");
-  throw AutodiffError("[backward] reverse-mode autodiff is not available in this build yet");
+Tensor Tensor::grad() const { return checked(*this, "grad").grad; }
+void Tensor::backward() const { TraceContext::get().backward(*this, Tensor()); }
+void Tensor::backward(const Tensor& gradient) const {
+  LOOM_CHECK(gradient.defined(), "[backward] the gradient is an undefined Tensor");
+  TraceContext::get().backward(*this, gradient);
 }
 Tensor Tensor::detach() const {
   TensorImpl& self = checked(*this, "detach");
   if (self.pending()) {
     TraceContext& ctx = TraceContext::get();
-    return ctx.wrap(ctx.value_of(*this));
+    if (self.scope != 0) return ctx.wrap(ctx.value_of(*this));
+    return ctx.detached(self.value);
   }
   return detail::from_buffer(self.buffer, self.type);
 }

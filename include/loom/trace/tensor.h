@@ -55,10 +55,14 @@ class Tensor {
   Tensor& add_(const Tensor& other);
   Tensor& zero_();
 
+  // Autograd (loom/trace/autograd.h): requires_grad_ makes a leaf; requires_grad() is also
+  // true for tensors computed from leaves; backward() differentiates a one-element tensor
+  // (backward(gradient) any tensor) and accumulates into the leaves' grad().
   Tensor& requires_grad_(bool on = true);
   bool requires_grad() const;
   Tensor grad() const;
   void backward() const;
+  void backward(const Tensor& gradient) const;
   Tensor detach() const;
 
   detail::TensorImpl* impl() const { return impl_.get(); }

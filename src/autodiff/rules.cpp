@@ -1,0 +1,356 @@
+// The VJP rules, one per op of ops.def, and the backward sweep. Each rule gets the node, its
+// operands and results (values of the same graph) and the adjoint of each result, and
+// returns the adjoint of each operand with the operand's type.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <unordered_map>
+
+#include "autodiff/autodiff_impl.h"
+#include "loom/core/error.h"
+
+namespace loom::autodiff {
+
+using ir::OpKind;
+using ir::Value;
+
+namespace {
+
+struct Ctx {
+  ir::Builder& b;
+  const ir::Node& n;  // a copy: rules append nodes, which may move the graph's arena
+  Value g;            // adjoint of result 0
+  Value x(size_t k) const { return n.operands[k]; }
+  const TensorType& t(Value v) const { return b.type(v); }
+  Value y() const { return Value{id, 0}; }
+  ir::NodeId id;
+  Value c(double v) const { return b.constant(v, t(g).dtype); }
+  Value mul(Value a, Value c2) { return b.binary(OpKind::Mul, a, c2); }
+  Value div(Value a, Value c2) { return b.binary(OpKind::Div, a, c2); }
+  Value add(Value a, Value c2) { return b.binary(OpKind::Add, a, c2); }
+  Value sub(Value a, Value c2) { return b.binary(OpKind::Sub, a, c2); }
+  Value neg(Value a) { return b.unary(OpKind::Neg, a); }
+  Value where(Value cond, Value a, Value c2) { return b.where(cond, a, c2); }
+  Value cmp(OpKind op, Value a, Value c2) { return b.binary(op, a, c2); }
+  Value zero_like(Value v) { return b.expand(c(0), t(v).shape); }
+  Value to_shape(size_t k, Value grad) { return unbroadcast(b, grad, t(x(k)).shape); }
+};
+
+std::vector<int64_t> keep_shape(const Shape& in, const std::vector<int64_t>& axes) {
+  std::vector<int64_t> s(in.begin(), in.end());
+  for (int64_t a : axes) s[static_cast<size_t>(a)] = 1;
+  return s;
+}
+
+// The adjoint of slice(x, axis, start, end, step): g placed back at its positions, zeros
+// elsewhere, built from concatenations (no scatter op).
+Value unslice(ir::Builder& b, Value g, const Shape& xs, int64_t axis, int64_t start, int64_t end,
+              int64_t step) {
+  const TensorType& gt = b.type(g);
+  const int64_t n = gt.shape[axis], len = xs[axis];
+  auto zeros_with = [&](int64_t extent) {
+    Shape s = gt.shape;
+    s[axis] = extent;
+    return zeros(b, {gt.dtype, s});
+  };
+  Value spread = g;
+  if (step > 1 && n > 0) {
+    // [.., n, ..] -> [.., n, step, ..] with zeros after each element, then merged and cut.
+    Shape with(gt.shape.begin(), gt.shape.end());
+    with.insert(static_cast<size_t>(axis) + 1, 1);
+    Value g1 = b.reshape(g, with);
+    Shape zs = with;
+    zs[axis + 1] = step - 1;
+    Value parts[] = {g1, zeros(b, {gt.dtype, zs})};
+    Value inter = b.concat(parts, axis + 1);
+    Shape merged = gt.shape;
+    merged[axis] = n * step;
+    spread = b.slice(b.reshape(inter, merged), axis, 0, (n - 1) * step + 1, 1);
+  }
+  const int64_t covered = n == 0 ? 0 : (n - 1) * step + 1;
+  std::vector<Value> parts;
+  if (start > 0) parts.push_back(zeros_with(start));
+  if (n > 0) parts.push_back(spread);
+  const int64_t after = len - start - covered;
+  if (after > 0) parts.push_back(zeros_with(after));
+  (void)end;
+  if (parts.empty()) return zeros(b, {gt.dtype, xs});
+  return b.concat(parts, axis);
+}
+
+std::vector<Adjoint> elementwise_rule(Ctx& c) {
+  const OpKind op = c.n.op;
+  switch (op) {
+    case OpKind::Neg: return {c.neg(c.g)};
+    case OpKind::Abs: {
+      Value x = c.x(0);
+      Value sign = c.where(c.cmp(OpKind::Gt, x, c.c(0)), c.c(1),
+                           c.where(c.cmp(OpKind::Lt, x, c.c(0)), c.c(-1), c.c(0)));
+      return {c.mul(c.g, sign)};
+    }
+    case OpKind::Exp: return {c.mul(c.g, c.y())};
+    case OpKind::Log: return {c.div(c.g, c.x(0))};
+    case OpKind::Sqrt: return {c.div(c.g, c.mul(c.y(), c.c(2)))};
+    case OpKind::Tanh: return {c.mul(c.g, c.sub(c.c(1), c.mul(c.y(), c.y())))};
+    case OpKind::Sin: return {c.mul(c.g, c.b.unary(OpKind::Cos, c.x(0)))};
+    case OpKind::Cos: return {c.neg(c.mul(c.g, c.b.unary(OpKind::Sin, c.x(0))))};
+    case OpKind::Erf: {
+      Value x = c.x(0);
+      Value e = c.b.unary(OpKind::Exp, c.neg(c.mul(x, x)));
+      return {c.mul(c.g, c.mul(e, c.c(2.0 / std::sqrt(M_PI))))};
+    }
+    case OpKind::Convert: {
+      const TensorType& in = c.t(c.x(0));
+      if (!is_floating(in.dtype) || !is_floating(c.t(c.g).dtype)) return {std::nullopt};
+      return {c.b.convert(c.g, in.dtype)};
+    }
+    case OpKind::Add: return {c.to_shape(0, c.g), c.to_shape(1, c.g)};
+    case OpKind::Sub: return {c.to_shape(0, c.g), c.to_shape(1, c.neg(c.g))};
+    case OpKind::Mul: return {c.to_shape(0, c.mul(c.g, c.x(1))), c.to_shape(1, c.mul(c.g, c.x(0)))};
+    case OpKind::Div:
+      return {c.to_shape(0, c.div(c.g, c.x(1))),
+              c.to_shape(1, c.neg(c.div(c.mul(c.g, c.y()), c.x(1))))};
+    case OpKind::Pow: {
+      Value a = c.x(0), p = c.x(1);
+      Value da = c.mul(c.g, c.mul(p, c.b.binary(OpKind::Pow, a, c.sub(p, c.c(1)))));
+      // d/dp a^p = a^p log a; 0 where a == 0 and p >= 0 (as PyTorch).
+      Value lg = c.mul(c.y(), c.b.unary(OpKind::Log, a));
+      Value zero_base = c.b.binary(OpKind::And, c.cmp(OpKind::Eq, a, c.c(0)),
+                                   c.cmp(OpKind::Ge, p, c.c(0)));
+      Value dp = c.mul(c.g, c.where(zero_base, c.c(0), lg));
+      return {c.to_shape(0, da), c.to_shape(1, dp)};
+    }
+    case OpKind::Maximum:
+    case OpKind::Minimum: {
+      // The larger (smaller) operand takes the gradient; ties split it evenly (PyTorch).
+      Value a = c.x(0), bb = c.x(1);
+      OpKind wins = op == OpKind::Maximum ? OpKind::Gt : OpKind::Lt;
+      Value half = c.mul(c.g, c.c(0.5));
+      Value tie = c.cmp(OpKind::Eq, a, bb);
+      Value ga = c.where(tie, half, c.where(c.cmp(wins, a, bb), c.g, c.c(0)));
+      Value gb = c.where(tie, half, c.where(c.cmp(wins, bb, a), c.g, c.c(0)));
+      return {c.to_shape(0, ga), c.to_shape(1, gb)};
+    }
+    case OpKind::Where:
+      return {std::nullopt, c.to_shape(1, c.where(c.x(0), c.g, c.c(0))),
+              c.to_shape(2, c.where(c.x(0), c.c(0), c.g))};
+    default: break;
+  }
+  LOOM_ASSERT(false);
+  return {};
+}
+
+std::vector<Adjoint> reduce_rule(Ctx& c) {
+  const ir::Node& n = c.n;
+  const Shape& xs = c.t(c.x(0)).shape;
+  std::vector<int64_t> axes(n.attrs.ints.begin(), n.attrs.ints.end());
+  Shape kept(keep_shape(xs, axes));
+  Value g = c.b.expand(c.b.reshape(c.g, kept), xs);
+  if (n.op == OpKind::ReduceSum) return {g};
+  // max / min: the elements equal to the result share the gradient evenly.
+  Value y = c.b.expand(c.b.reshape(c.y(), kept), xs);
+  Value hit = c.b.convert(c.cmp(OpKind::Eq, c.x(0), y), c.t(c.g).dtype);
+  Value count = c.b.expand(c.b.reduce(OpKind::ReduceSum, hit, axes, true), xs);
+  return {c.div(c.mul(g, hit), count)};
+}
+
+Value transpose_last(ir::Builder& b, Value v) {
+  size_t r = b.type(v).shape.size();
+  std::vector<int64_t> perm(r);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::swap(perm[r - 1], perm[r - 2]);
+  return b.permute(v, perm);
+}
+
+std::vector<Adjoint> layout_rule(Ctx& c) {
+  const ir::Node& n = c.n;
+  const Shape& xs = c.t(c.x(0)).shape;
+  switch (n.op) {
+    case OpKind::Reshape: return {c.b.reshape(c.g, xs)};
+    case OpKind::Permute: {
+      std::vector<int64_t> inv(n.attrs.ints.size());
+      for (size_t i = 0; i < inv.size(); ++i) inv[static_cast<size_t>(n.attrs.ints[i])] = static_cast<int64_t>(i);
+      return {c.b.permute(c.g, inv)};
+    }
+    case OpKind::Expand: return {unbroadcast(c.b, c.g, xs)};
+    case OpKind::Slice:
+      return {unslice(c.b, c.g, xs, n.attrs.i, n.attrs.ints[0], n.attrs.ints[1], n.attrs.ints[2])};
+    case OpKind::Concat: {
+      std::vector<Adjoint> r;
+      int64_t off = 0;
+      for (Value v : n.operands) {
+        int64_t len = c.t(v).shape[n.attrs.i];
+        r.push_back(c.b.slice(c.g, n.attrs.i, off, off + len, 1));
+        off += len;
+      }
+      return r;
+    }
+    default: break;
+  }
+  LOOM_ASSERT(false);
+  return {};
+}
+
+std::vector<Adjoint> index_rule(Ctx& c) {
+  ir::Builder& b = c.b;
+  const ir::Node& n = c.n;
+  const TensorType& xt = c.t(c.x(0));
+  const TensorType& it = c.t(c.x(1));
+  const int64_t axis = n.attrs.i;
+  const int64_t C = xt.shape[axis];
+  if (n.op == OpKind::IndexSelect) {
+    // dx = onehot(idx)^T applied along `axis`: move the axis last, multiply, move it back.
+    const int64_t m = it.shape[0];
+    Value idx = b.expand(b.reshape(c.x(1), Shape{m, 1}), Shape{m, C});
+    Value hot = b.convert(b.binary(OpKind::Eq, idx, b.iota({it.dtype, Shape{m, C}}, 1)), xt.dtype);
+    size_t r = xt.shape.size();
+    std::vector<int64_t> perm;
+    for (size_t d = 0; d < r; ++d)
+      if (static_cast<int64_t>(d) != axis) perm.push_back(static_cast<int64_t>(d));
+    perm.push_back(axis);
+    Value gl = b.permute(c.g, perm);  // [..., m]
+    Value dl = b.matmul(b.reshape(gl, [&] {
+      Shape s = b.type(gl).shape;
+      int64_t rows = s.numel() / std::max<int64_t>(m, 1);
+      return Shape{m == 0 ? 0 : rows, m};
+    }()), hot);
+    Shape back = b.type(gl).shape;
+    back[r - 1] = C;
+    Value d = b.reshape(dl, back);
+    std::vector<int64_t> inv(r);
+    for (size_t i = 0; i < r; ++i) inv[static_cast<size_t>(perm[i])] = static_cast<int64_t>(i);
+    return {b.permute(d, inv), std::nullopt};
+  }
+  // gather: dx[.., c, ..] = sum_k g[.., k, ..] * (idx[.., k, ..] == c), then zeros up to x's
+  // extents off the axis (the index may be smaller there).
+  Shape with(it.shape.begin(), it.shape.end());
+  with.insert(static_cast<size_t>(axis) + 1, 1);
+  Shape full = with;
+  full[axis + 1] = C;
+  Value idx = b.expand(b.reshape(c.x(1), with), full);
+  Value hit = b.binary(OpKind::Eq, idx, b.iota({it.dtype, full}, axis + 1));
+  Value g = b.expand(b.reshape(c.g, with), full);
+  Value d = b.reduce(OpKind::ReduceSum, b.where(hit, g, b.constant(0, xt.dtype)), {axis}, false);
+  for (size_t dim = 0; dim < xt.shape.size(); ++dim) {
+    Shape cur = b.type(d).shape;
+    if (cur[dim] == xt.shape[dim]) continue;
+    Shape pad = cur;
+    pad[dim] = xt.shape[dim] - cur[dim];
+    Value parts[] = {d, zeros(b, {xt.dtype, pad})};
+    d = b.concat(parts, static_cast<int64_t>(dim));
+  }
+  return {d, std::nullopt};
+}
+
+}  // namespace
+
+Value zeros(ir::Builder& b, const TensorType& t) { return b.expand(b.constant(0, t.dtype), t.shape); }
+
+Value unbroadcast(ir::Builder& b, Value g, const Shape& shape) {
+  const Shape& gs = b.type(g).shape;
+  if (gs == shape) return g;
+  const size_t lead = gs.size() - shape.size();
+  std::vector<int64_t> axes;
+  for (size_t d = 0; d < gs.size(); ++d)
+    if (d < lead || (shape[d - lead] == 1 && gs[d] != 1)) axes.push_back(static_cast<int64_t>(d));
+  Value s = axes.empty() ? g : b.reduce(OpKind::ReduceSum, g, axes, true);
+  return b.reshape(s, shape);
+}
+
+RuleKind rule_kind(OpKind op) {
+  switch (op) {
+    case OpKind::Parameter: case OpKind::Constant: case OpKind::Iota: case OpKind::Not:
+    case OpKind::And: case OpKind::Or: case OpKind::Eq: case OpKind::Ne: case OpKind::Lt:
+    case OpKind::Le: case OpKind::Gt: case OpKind::Ge: case OpKind::ArgMax:
+    case OpKind::RandUniform: case OpKind::RandNormal:
+      return RuleKind::NotDifferentiable;
+    case OpKind::Call: case OpKind::Scan: case OpKind::While:
+      return RuleKind::ControlFlow;
+    case OpKind::Neg: case OpKind::Abs: case OpKind::Exp: case OpKind::Log: case OpKind::Sqrt:
+    case OpKind::Tanh: case OpKind::Sin: case OpKind::Cos: case OpKind::Erf: case OpKind::Convert:
+    case OpKind::Add: case OpKind::Sub: case OpKind::Mul: case OpKind::Div: case OpKind::Pow:
+    case OpKind::Maximum: case OpKind::Minimum: case OpKind::Where: case OpKind::ReduceSum:
+    case OpKind::ReduceMax: case OpKind::ReduceMin: case OpKind::MatMul: case OpKind::Reshape:
+    case OpKind::Permute: case OpKind::Expand: case OpKind::Slice: case OpKind::Concat:
+    case OpKind::Gather: case OpKind::IndexSelect:
+      return RuleKind::Differentiable;
+  }
+  throw AutodiffError(loom::detail::str_cat("[autodiff] op #", static_cast<int>(op), " has no rule"));
+}
+
+std::vector<Adjoint> vjp(ir::Builder& b, ir::NodeId id, std::span<const Adjoint> result_adjoints) {
+  const ir::Node n = b.graph().node(id);  // copied: rules append nodes
+  const RuleKind kind = rule_kind(n.op);
+  if (kind == RuleKind::NotDifferentiable || !is_floating(n.type.dtype))
+    return std::vector<Adjoint>(n.operands.size());
+  if (kind == RuleKind::ControlFlow) return detail::control_flow_vjp(b, id, result_adjoints);
+  LOOM_ASSERT(result_adjoints.size() == 1 && result_adjoints[0]);
+  Ctx c{b, n, *result_adjoints[0], id};
+  std::vector<Adjoint> r;
+  const uint32_t traits = ir::info(n.op).traits;
+  if (n.op == OpKind::MatMul) {
+    Value da = b.matmul(c.g, transpose_last(b, c.x(1)));
+    Value db = b.matmul(transpose_last(b, c.x(0)), c.g);
+    r = {unbroadcast(b, da, c.t(c.x(0)).shape), unbroadcast(b, db, c.t(c.x(1)).shape)};
+  } else if (traits & ir::kElementwise) {
+    r = elementwise_rule(c);
+  } else if (traits & ir::kReduce) {
+    r = reduce_rule(c);
+  } else if (traits & ir::kLayout) {
+    r = layout_rule(c);
+  } else if (traits & ir::kIndex) {
+    r = index_rule(c);
+  } else {
+    LOOM_ASSERT(false);
+  }
+  // Integer operands (an index, a where condition) take no adjoint.
+  for (size_t k = 0; k < r.size(); ++k)
+    if (r[k] && !is_floating(b.type(n.operands[k]).dtype)) r[k].reset();
+  return r;
+}
+
+std::vector<Adjoint> backward(ir::Builder& b, std::span<const Value> roots,
+                              std::span<const Value> seeds, std::span<const Value> wrt,
+                              const std::vector<uint8_t>* active) {
+  const ir::Graph& g = b.graph();
+  std::unordered_map<uint64_t, Value> adj;
+  auto key = [](Value v) { return (static_cast<uint64_t>(v.node) << 32) | v.index; };
+  auto accumulate = [&](Value v, Value a) {
+    auto [it, fresh] = adj.emplace(key(v), a);
+    if (!fresh) it->second = b.binary(OpKind::Add, it->second, a);
+  };
+  ir::NodeId top = 0;
+  for (size_t k = 0; k < roots.size(); ++k) {
+    accumulate(roots[k], seeds[k]);
+    top = std::max(top, roots[k].node);
+  }
+  std::vector<uint8_t> stop(g.size(), 0);
+  for (Value w : wrt) stop[w.node] = 1;
+  for (ir::NodeId id = top + 1; id-- > 0;) {
+    if (stop[id] || (active && (id >= active->size() || !(*active)[id]))) continue;
+    const uint32_t results = static_cast<uint32_t>(g.node(id).num_results());
+    std::vector<Adjoint> radj(results);
+    bool any = false;
+    for (uint32_t r = 0; r < results; ++r) {
+      auto it = adj.find(key({id, r}));
+      if (it != adj.end()) {
+        radj[r] = it->second;
+        any = true;
+      }
+    }
+    if (!any || g.node(id).op == OpKind::Parameter) continue;
+    if (results == 1 && rule_kind(g.node(id).op) != RuleKind::ControlFlow && !radj[0]) continue;
+    std::vector<Adjoint> oadj = vjp(b, id, radj);
+    const ir::Node& n = b.graph().node(id);
+    for (size_t k = 0; k < oadj.size(); ++k)
+      if (oadj[k]) accumulate(n.operands[k], *oadj[k]);
+  }
+  std::vector<Adjoint> out;
+  for (Value w : wrt) {
+    auto it = adj.find(key(w));
+    out.push_back(it == adj.end() ? Adjoint{} : Adjoint{it->second});
+  }
+  return out;
+}
+
+}  // namespace loom::autodiff

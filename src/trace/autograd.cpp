@@ -1,0 +1,193 @@
+// Autograd on the pending graph: which nodes may carry gradient, leaves, backward() and the
+// functional gradients behind loom::grad and loom::value_and_grad. The VJP rules and the
+// sweep are the autodiff room's; this file decides what to differentiate and where the
+// gradients go. Backward nodes join the pending graph, so a training step is one graph.
+#include <algorithm>
+
+#include "loom/autodiff/autodiff.h"
+#include "loom/trace/autograd.h"
+#include "trace/context.h"
+
+namespace loom {
+
+namespace detail {
+
+uint8_t TraceContext::resolve(ir::NodeId id) {
+  if (grad_state_.size() < graph_.size()) grad_state_.resize(graph_.size(), kUnknown);
+  if (grad_state_[id] != kUnknown) return grad_state_[id];
+  // Post-order over the unresolved operands (a traced op adds a few nodes at a time).
+  std::vector<ir::NodeId> stack{id};
+  while (!stack.empty()) {
+    ir::NodeId n = stack.back();
+    if (grad_state_[n] != kUnknown) {
+      stack.pop_back();
+      continue;
+    }
+    bool ready = true, active = false;
+    for (ir::Value v : graph_.node(n).operands) {
+      uint8_t st = grad_state_[v.node];
+      if (st == kUnknown) {
+        stack.push_back(v.node);
+        ready = false;
+      }
+      active = active || st == kActive;
+    }
+    if (!ready) continue;
+    grad_state_[n] = active ? kActive : kInactive;
+    stack.pop_back();
+  }
+  return grad_state_[id];
+}
+
+bool TraceContext::active(ir::Value v) { return any_grad_ && resolve(v.node) == kActive; }
+
+ir::Value TraceContext::leaf_value(const std::shared_ptr<TensorImpl>& impl) {
+  ir::Value v;
+  if (impl->pending()) {
+    v = impl->value;
+  } else if (impl->data_epoch == epoch_ && grad_state_.size() > impl->data_value.node &&
+             grad_state_[impl->data_value.node] == kActive) {
+    return impl->data_value;
+  } else {
+    // A slot of its own: a parameter node no other tensor shares.
+    v = data(impl->buffer, impl->type);
+    impl->data_value = v;
+    impl->data_epoch = epoch_;
+  }
+  if (grad_state_.size() < graph_.size()) grad_state_.resize(graph_.size(), kUnknown);
+  if (grad_state_[v.node] != kActive) {
+    grad_state_[v.node] = kActive;
+    grad_leaves_[v.node] = impl;
+  }
+  any_grad_ = true;
+  return v;
+}
+
+Tensor TraceContext::detached(ir::Value v) {
+  if (active(v)) {
+    // An identity node of its own (never merged) that carries no gradient.
+    ir::Node n;
+    n.op = ir::OpKind::Convert;
+    n.operands = {v};
+    n.type = graph_.type(v);
+    v = {builder_.add(std::move(n)), 0};
+    grad_state_.resize(std::max(grad_state_.size(), graph_.size()), kUnknown);
+    grad_state_[v.node] = kInactive;
+  }
+  bool prev = grad_enabled_;
+  grad_enabled_ = true;  // v is inactive now: wrap leaves it alone
+  Tensor r = wrap(v);
+  grad_enabled_ = prev;
+  return r;
+}
+
+std::vector<std::pair<ir::NodeId, std::shared_ptr<TensorImpl>>> TraceContext::live_leaves(
+    ir::NodeId below) {
+  std::vector<std::pair<ir::NodeId, std::shared_ptr<TensorImpl>>> r;
+  for (auto& [id, w] : grad_leaves_)
+    if (auto impl = w.lock(); impl && id <= below) r.emplace_back(id, std::move(impl));
+  std::sort(r.begin(), r.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  return r;
+}
+
+std::vector<Tensor> TraceContext::gradients(const Tensor& out, const Tensor& seed,
+                                            const std::vector<Tensor>& wrt, const char* what) {
+  LOOM_CHECK_T(TraceError, scopes_.empty(), "[", what, "] cannot differentiate while tracing ",
+               scopes_.empty() ? std::string() : scopes_.back().where,
+               "; differentiate the result of the call instead");
+  LOOM_CHECK(out.defined(), "[", what, "] called on an undefined Tensor");
+  TensorImpl& o = *out.impl();
+  LOOM_CHECK_T(AutodiffError, o.scope == 0 && o.pending() && active(o.value), "[", what,
+               "] the tensor ", o.type,
+               " does not require grad: no tensor it was computed from requires grad "
+               "(requires_grad_()), it was computed under NoGradGuard, or sync() already ran its "
+               "graph (call backward before sync)");
+  ir::Value s;
+  if (!seed.defined()) {
+    LOOM_CHECK_T(AutodiffError, o.type.shape.numel() == 1, "[", what,
+                 "] a gradient can be created implicitly only for a tensor with one element; "
+                 "got ", o.type, ": pass a gradient of that shape");
+    s = builder_.expand(builder_.constant(1, o.type.dtype), o.type.shape);
+  } else {
+    LOOM_CHECK_T(ShapeError, seed.shape() == o.type.shape, "[", what, "] gradient ",
+                 TensorType{seed.dtype(), seed.shape()}, " does not match the tensor ", o.type);
+    bool prev = grad_enabled_;
+    grad_enabled_ = false;
+    s = builder_.convert(value_of(seed), o.type.dtype);
+    grad_enabled_ = prev;
+  }
+  std::vector<ir::Value> wrt_values;
+  for (const Tensor& w : wrt) wrt_values.push_back(value_of(w));
+  std::vector<uint8_t> act(graph_.size(), 0);
+  for (ir::NodeId id = 0; id < graph_.size(); ++id) act[id] = resolve(id) == kActive;
+  bool prev = grad_enabled_;
+  grad_enabled_ = false;
+  std::vector<Tensor> grads;
+  try {
+    ir::Value roots[] = {o.value}, seeds[] = {s};
+    std::vector<autodiff::Adjoint> adj = autodiff::backward(builder_, roots, seeds, wrt_values, &act);
+    for (const autodiff::Adjoint& a : adj) grads.push_back(a ? wrap(*a) : Tensor());
+  } catch (...) {
+    grad_enabled_ = prev;
+    throw;
+  }
+  grad_enabled_ = prev;
+  return grads;
+}
+
+void TraceContext::backward(const Tensor& out, const Tensor& seed) {
+  LOOM_CHECK(out.defined(), "[backward] called on an undefined Tensor");
+  std::vector<Tensor> wrt;
+  std::vector<std::shared_ptr<TensorImpl>> owners;
+  const bool pending = out.impl()->pending() && out.impl()->scope == 0;
+  for (auto& [id, impl] : live_leaves(pending ? out.impl()->value.node : 0)) {
+    // The leaf's node, as a tensor: backward stops there.
+    auto view = new_tensor_impl();
+    view->type = impl->type;
+    view->value = {id, 0};
+    wrt.emplace_back(std::move(view));
+    owners.push_back(impl);
+  }
+  std::vector<Tensor> grads = gradients(out, seed, wrt, "backward");
+  NoGradGuard guard;
+  for (size_t k = 0; k < grads.size(); ++k) {
+    if (!grads[k].defined()) continue;
+    Tensor& g = owners[k]->grad;
+    g = g.defined() ? g + grads[k] : grads[k];
+  }
+}
+
+}  // namespace detail
+
+NoGradGuard::NoGradGuard() : previous_(detail::TraceContext::get().grad_enabled()) {
+  detail::TraceContext::get().set_grad_enabled(false);
+}
+NoGradGuard::~NoGradGuard() { detail::TraceContext::get().set_grad_enabled(previous_); }
+
+bool grad_enabled() { return detail::TraceContext::get().grad_enabled(); }
+
+namespace detail {
+std::vector<Tensor> functional_gradients(const Tensor& out, const std::vector<Tensor>& wrt) {
+  return TraceContext::get().gradients(out, Tensor(), wrt, "grad");
+}
+Tensor fresh_leaf(const Tensor& x) {
+  LOOM_CHECK(x.defined(), "[grad] an argument leaf is an undefined Tensor");
+  Tensor leaf;
+  if (x.is_pending()) {
+    // A node of its own, so that two arguments never share a leaf.
+    TraceContext& ctx = TraceContext::get();
+    ir::Node n;
+    n.op = ir::OpKind::Convert;
+    n.operands = {ctx.value_of(x)};
+    n.type = TensorType{x.dtype(), x.shape()};
+    NoGradGuard guard;
+    leaf = ctx.wrap({ctx.builder().add(std::move(n)), 0});
+  } else {
+    leaf = x.detach();
+  }
+  leaf.requires_grad_();
+  return leaf;
+}
+}  // namespace detail
+
+}  // namespace loom
