@@ -466,7 +466,8 @@ void TraceContext::materialize(const std::vector<TensorImpl*>& requested, bool a
   }
   if (impls.empty()) return;
   flush_counters();
-  const bool full = all_pending || full_sync(impls);
+  // A read of the last pending tensors drops the graph too, unless autograd may still need it.
+  const bool full = all_pending || (!any_grad_ && full_sync(impls));
   std::vector<Buffer> out;
   bool keyed = !converted_;
   Hash128 key = keyed ? trace_key(impls) : Hash128{};

@@ -176,6 +176,7 @@ bool Tensor::requires_grad() const {
          (self.pending() && self.scope == 0 && TraceContext::get().active(self.value));
 }
 Tensor Tensor::grad() const { return checked(*this, "grad").grad; }
+void Tensor::reset_grad() { checked(*this, "reset_grad").grad = Tensor(); }
 void Tensor::backward() const { TraceContext::get().backward(*this, Tensor()); }
 void Tensor::backward(const Tensor& gradient) const {
   LOOM_CHECK(gradient.defined(), "[backward] the gradient is an undefined Tensor");

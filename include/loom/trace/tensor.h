@@ -61,6 +61,7 @@ class Tensor {
   Tensor& requires_grad_(bool on = true);
   bool requires_grad() const;
   Tensor grad() const;
+  void reset_grad();  // grad() becomes undefined (PyTorch's zero_grad(set_to_none=True))
   void backward() const;
   void backward(const Tensor& gradient) const;
   Tensor detach() const;
