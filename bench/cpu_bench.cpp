@@ -451,7 +451,7 @@ std::string torch_script() {
 }
 
 // Runs the PyTorch reference and returns its median in ms, or a negative value with `why`.
-double torch_median_ms(std::string& why, std::string& version) {
+double torch_median_ms(std::string& why, std::string& version, const std::string& extra = "") {
   const char* python = "/usr/bin/python3";
   if (std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") != 0) {
     why = "PyTorch not installed for /usr/bin/python3 (apt-get install python3-torch)";
@@ -463,7 +463,7 @@ double torch_median_ms(std::string& why, std::string& version) {
     return -1;
   }
   std::string cmd = std::string(python) + " '" + script + "' --layers " +
-                    std::to_string(kLayers) + " --reps 7 2>&1";
+                    std::to_string(kLayers) + " --reps 7 " + extra + " 2>&1";
   FILE* pipe = popen(cmd.c_str(), "r");
   if (!pipe) {
     why = "could not start " + std::string(python);
@@ -556,6 +556,73 @@ std::vector<Figure> decoder_forward() {
   }
   return f;
 }
+
+// ---- decoder_train_step ----------------------------------------------------------------
+
+// The seed decoder's training step: forward, loss = mean of the output, backward into every
+// weight and bias (the gradients materialized by the sync), as PyTorch's loss.backward().
+std::vector<Figure> decoder_train_step() {
+  BackendScope backend("cpu");
+  std::vector<Figure> f{backend.figure()};
+  if (backend.is("ref")) {
+    f.push_back({"skipped", 0, "", "the ref backend needs minutes; run with the cpu backend"});
+    return f;
+  }
+  HostRng rng(4);
+  Decoder dec(rng);
+  for (int l = 0; l < kLayers; ++l) {
+    dec.w[l].requires_grad_();
+    dec.b[l].requires_grad_();
+  }
+  Tensor x = materialized(rng.normal_vec(kBatch * kSeq * kDim, 1.0), {kBatch, kSeq, kDim});
+  auto step = [&] {
+    for (int l = 0; l < kLayers; ++l) {
+      dec.w[l].reset_grad();
+      dec.b[l].reset_grad();
+    }
+    double t0 = seconds();
+    loom::mean(dec.forward(x)).backward();
+    loom::sync();
+    return seconds() - t0;
+  };
+  Metrics m0 = loom::metrics();
+  double first = step();
+  Metrics m1 = loom::metrics();
+  constexpr int kReps = 5;
+  std::vector<double> t;
+  for (int rep = 0; rep < kReps; ++rep) t.push_back(step());
+  double loom_ms = median(t) * 1e3;
+  double blas_ms = 0;
+  {
+    BlasThreads full;
+    blas_ms = 3 * sgemm_lower_bound_seconds(dec, 3) * 1e3;  // forward, dX and dW products
+  }
+  quiesce_blas();
+  f.push_back({"train_step_ms", loom_ms, "ms",
+               "goal < 900; forward + backward, 50 layers, [4,512,512] f32, median of 5"});
+  f.push_back({"first_step_ms", first * 1e3, "ms", "trace + compile + run"});
+  f.push_back({"compile_ms", (m1.compile_seconds - m0.compile_seconds) * 1e3, "ms", "first step"});
+  f.push_back({"baseline_3x_sgemm_ms", blas_ms, "ms",
+               "same run: 3 x the forward's 50 matmuls on cblas_sgemm (a lower bound)"});
+  std::string why, version;
+  double torch_ms = torch_median_ms(why, version, "--train");
+  if (torch_ms > 0) {
+    f.push_back({"baseline_torch_ms", torch_ms, "ms",
+                 json_safe("same run: PyTorch " + version + " loss.backward(), median of 7")});
+    f.push_back({"ratio_vs_torch", loom_ms / torch_ms, "x", "< 1 = faster than PyTorch"});
+  } else {
+    f.push_back({"baseline_torch_ms", 0, "ms", json_safe("not measured: " + why)});
+  }
+  for (int l = 0; l < kLayers; ++l) {
+    dec.w[l].reset_grad();
+    dec.b[l].reset_grad();
+  }
+  return f;
+}
+
+Register r5("decoder_train_step",
+            "seed decoder forward + backward (50 layers) vs 3x the sgemm bound and PyTorch",
+            decoder_train_step);
 
 Register r1("fused_elementwise",
             "8 fused elementwise ops on 64 MiB f32 arrays vs a STREAM triad (1 and 2 threads)",

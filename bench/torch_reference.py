@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
-"""PyTorch reference for `loom-bench decoder_forward`.
+"""PyTorch reference for `loom-bench decoder_forward` and `decoder_train_step` (--train).
 
 The seed decoder (LAYERS x [Linear(512,512) -> GELU -> residual], then LayerNorm(512)) forward
 on a [4,512,512] float32 input under torch.no_grad(), with torch's default thread settings:
 Debian's torch 1.13 runs its matmuls on OpenBLAS's own thread pool, so set_num_threads(2)
 oversubscribes a 2-core machine and runs 2-6x slower; the default is the fair peer.
+With --train, one step is the forward, loss = mean of the output, and the backward (gradients
+of every weight and bias), as loom-bench decoder_train_step measures it.
 Prints `key value` lines; loom-bench reads `median_ms`. Run with /usr/bin/python3.
 """
 import argparse
@@ -18,6 +20,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layers", type=int, default=50)
     parser.add_argument("--reps", type=int, default=7)
+    parser.add_argument("--train", action="store_true")
     args = parser.parse_args()
 
     torch.manual_seed(0)
@@ -38,12 +41,26 @@ def main():
         return norm(h)
 
     times = []
-    with torch.no_grad():
-        forward(x)  # warm-up: allocator and OpenBLAS thread start
+    if args.train:
+        params = [p for lin in linears for p in lin.parameters()]
+
+        def step():
+            for p in params:
+                p.grad = None
+            forward(x).mean().backward()
+
+        step()  # warm-up
         for _ in range(args.reps):
             t0 = time.perf_counter()
-            forward(x)
+            step()
             times.append(time.perf_counter() - t0)
+    else:
+        with torch.no_grad():
+            forward(x)  # warm-up: allocator and OpenBLAS thread start
+            for _ in range(args.reps):
+                t0 = time.perf_counter()
+                forward(x)
+                times.append(time.perf_counter() - t0)
 
     print(f"torch_version {torch.__version__}")
     print(f"torch_threads {torch.get_num_threads()}")

@@ -78,7 +78,7 @@ struct RegionMemo {
   std::shared_ptr<const Graph> vjp;
 };
 
-Value zeros_or(ir::Builder& b, const Adjoint& a, const TensorType& t) {
+Value zeros_or(ir::Builder& b, const Adjoint& a, const TensorType t) {
   return a ? *a : zeros(b, t);
 }
 
@@ -216,13 +216,12 @@ std::vector<Adjoint> scan_vjp(ir::Builder& b, NodeId id, std::span<const Adjoint
   bb = std::make_shared<Graph>(std::move(pruned));
 
   // The reverse scan's operands.
-  const Node& fwd = b.graph().node(id);
   std::vector<Value> ops;
-  for (int64_t i = 0; i < c; ++i) ops.push_back(zeros_or(b, radj[i], fwd.result_type(i)));
+  for (int64_t i = 0; i < c; ++i) ops.push_back(zeros_or(b, radj[i], n.result_type(i)));
   for (int64_t i = 0; i < k; ++i) ops.push_back(zeros(b, b.type(n.operands[c + x + i])));
   for (Value s : stacks) ops.push_back(s);
   for (int64_t i = 0; i < x; ++i) ops.push_back(n.operands[c + i]);
-  for (int64_t i = 0; i < y; ++i) ops.push_back(zeros_or(b, radj[c + i], b.graph().node(id).result_type(c + i)));
+  for (int64_t i = 0; i < y; ++i) ops.push_back(zeros_or(b, radj[c + i], n.result_type(c + i)));
   for (int64_t i = 0; i < k; ++i) ops.push_back(n.operands[c + x + i]);
   ir::Attrs a;
   a.ints = {c + k, static_cast<int64_t>(stacks.size()) + x + y};

@@ -33,7 +33,7 @@ struct Ctx {
   Value where(Value cond, Value a, Value c2) { return b.where(cond, a, c2); }
   Value cmp(OpKind op, Value a, Value c2) { return b.binary(op, a, c2); }
   Value zero_like(Value v) { return b.expand(c(0), t(v).shape); }
-  Value to_shape(size_t k, Value grad) { return unbroadcast(b, grad, t(x(k)).shape); }
+  Value to_shape(size_t k, Value grad) { return unbroadcast(b, grad, Shape(t(x(k)).shape)); }
 };
 
 std::vector<int64_t> keep_shape(const Shape& in, const std::vector<int64_t>& axes) {
@@ -46,7 +46,7 @@ std::vector<int64_t> keep_shape(const Shape& in, const std::vector<int64_t>& axe
 // elsewhere, built from concatenations (no scatter op).
 Value unslice(ir::Builder& b, Value g, const Shape& xs, int64_t axis, int64_t start, int64_t end,
               int64_t step) {
-  const TensorType& gt = b.type(g);
+  const TensorType gt = b.type(g);
   const int64_t n = gt.shape[axis], len = xs[axis];
   auto zeros_with = [&](int64_t extent) {
     Shape s = gt.shape;
@@ -100,7 +100,7 @@ std::vector<Adjoint> elementwise_rule(Ctx& c) {
       return {c.mul(c.g, c.mul(e, c.c(2.0 / std::sqrt(M_PI))))};
     }
     case OpKind::Convert: {
-      const TensorType& in = c.t(c.x(0));
+      const TensorType in = c.t(c.x(0));
       if (!is_floating(in.dtype) || !is_floating(c.t(c.g).dtype)) return {std::nullopt};
       return {c.b.convert(c.g, in.dtype)};
     }
@@ -142,7 +142,7 @@ std::vector<Adjoint> elementwise_rule(Ctx& c) {
 
 std::vector<Adjoint> reduce_rule(Ctx& c) {
   const ir::Node& n = c.n;
-  const Shape& xs = c.t(c.x(0)).shape;
+  const Shape xs = c.t(c.x(0)).shape;
   std::vector<int64_t> axes(n.attrs.ints.begin(), n.attrs.ints.end());
   Shape kept(keep_shape(xs, axes));
   Value g = c.b.expand(c.b.reshape(c.g, kept), xs);
@@ -164,7 +164,7 @@ Value transpose_last(ir::Builder& b, Value v) {
 
 std::vector<Adjoint> layout_rule(Ctx& c) {
   const ir::Node& n = c.n;
-  const Shape& xs = c.t(c.x(0)).shape;
+  const Shape xs = c.t(c.x(0)).shape;
   switch (n.op) {
     case OpKind::Reshape: return {c.b.reshape(c.g, xs)};
     case OpKind::Permute: {
@@ -194,8 +194,8 @@ std::vector<Adjoint> layout_rule(Ctx& c) {
 std::vector<Adjoint> index_rule(Ctx& c) {
   ir::Builder& b = c.b;
   const ir::Node& n = c.n;
-  const TensorType& xt = c.t(c.x(0));
-  const TensorType& it = c.t(c.x(1));
+  const TensorType xt = c.t(c.x(0));
+  const TensorType it = c.t(c.x(1));
   const int64_t axis = n.attrs.i;
   const int64_t C = xt.shape[axis];
   if (n.op == OpKind::IndexSelect) {
@@ -244,10 +244,10 @@ std::vector<Adjoint> index_rule(Ctx& c) {
 
 }  // namespace
 
-Value zeros(ir::Builder& b, const TensorType& t) { return b.expand(b.constant(0, t.dtype), t.shape); }
+Value zeros(ir::Builder& b, const TensorType t) { return b.expand(b.constant(0, t.dtype), t.shape); }
 
-Value unbroadcast(ir::Builder& b, Value g, const Shape& shape) {
-  const Shape& gs = b.type(g).shape;
+Value unbroadcast(ir::Builder& b, Value g, const Shape shape) {
+  const Shape gs = b.type(g).shape;
   if (gs == shape) return g;
   const size_t lead = gs.size() - shape.size();
   std::vector<int64_t> axes;
@@ -289,9 +289,22 @@ std::vector<Adjoint> vjp(ir::Builder& b, ir::NodeId id, std::span<const Adjoint>
   std::vector<Adjoint> r;
   const uint32_t traits = ir::info(n.op).traits;
   if (n.op == OpKind::MatMul) {
+    const Shape as = c.t(c.x(0)).shape;
+    const Shape bs = c.t(c.x(1)).shape;
     Value da = b.matmul(c.g, transpose_last(b, c.x(1)));
-    Value db = b.matmul(transpose_last(b, c.x(0)), c.g);
-    r = {unbroadcast(b, da, c.t(c.x(0)).shape), unbroadcast(b, db, c.t(c.x(1)).shape)};
+    Value db;
+    if (bs.size() == 2 && as.size() > 2) {
+      // A batched against one B (x @ W): dB = A^T g over all rows at once, one product
+      // instead of a batch of them and a sum.
+      const int64_t k = as.back(), cols = bs.back();
+      const int64_t rows = as.numel() / std::max<int64_t>(k, 1);
+      Value a2 = b.reshape(c.x(0), Shape{rows, k});
+      Value g2 = b.reshape(c.g, Shape{rows, cols});
+      db = b.matmul(transpose_last(b, a2), g2);
+    } else {
+      db = unbroadcast(b, b.matmul(transpose_last(b, c.x(0)), c.g), bs);
+    }
+    r = {unbroadcast(b, da, as), db};
   } else if (traits & ir::kElementwise) {
     r = elementwise_rule(c);
   } else if (traits & ir::kReduce) {

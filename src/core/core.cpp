@@ -1,6 +1,7 @@
 // Implementations of the core vocabulary: dtype names and promotion, shapes, buffers,
 // hashing output, configuration, and the internal-assertion handler.
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <cstdlib>
@@ -130,7 +131,18 @@ size_t size_class(size_t nbytes) {
 }
 }  // namespace
 
+namespace {
+std::atomic<int64_t> live_bytes_now{0}, live_bytes_peak{0};
+void count_live(int64_t delta) {
+  int64_t now = live_bytes_now.fetch_add(delta, std::memory_order_relaxed) + delta;
+  int64_t peak = live_bytes_peak.load(std::memory_order_relaxed);
+  while (now > peak && !live_bytes_peak.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+  }
+}
+}  // namespace
+
 Buffer::Storage::~Storage() {
+  count_live(-static_cast<int64_t>(capacity));
   if (capacity >= Pool::kMinPooled && Pool::get().give(ptr, capacity)) return;
   std::free(ptr);
 }
@@ -145,6 +157,7 @@ Buffer Buffer::allocate_uninitialized(size_t nbytes) {
   b.storage_->ptr = p;
   b.storage_->nbytes = nbytes;
   b.storage_->capacity = cap;
+  count_live(static_cast<int64_t>(cap));
   return b;
 }
 
@@ -156,6 +169,9 @@ Buffer Buffer::allocate(size_t nbytes) {
 
 size_t Buffer::pool_free_bytes() { return Pool::get().held(); }
 size_t Buffer::pool_hits() { return Pool::get().hits(); }
+size_t Buffer::live_bytes() { return static_cast<size_t>(live_bytes_now.load()); }
+size_t Buffer::peak_bytes() { return static_cast<size_t>(live_bytes_peak.load()); }
+void Buffer::reset_peak() { live_bytes_peak.store(live_bytes_now.load()); }
 
 std::string Hash128::hex() const {
   char buf[33];

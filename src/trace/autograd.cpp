@@ -125,7 +125,12 @@ std::vector<Tensor> TraceContext::gradients(const Tensor& out, const Tensor& see
   std::vector<Tensor> grads;
   try {
     ir::Value roots[] = {o.value}, seeds[] = {s};
+    const size_t before = graph_.size();
     std::vector<autodiff::Adjoint> adj = autodiff::backward(builder_, roots, seeds, wrt_values, &act);
+    // Gradients carry no gradient themselves (no higher order): the nodes the sweep added are
+    // inactive, so wrapping them needs no cut.
+    grad_state_.resize(std::max(grad_state_.size(), graph_.size()), kUnknown);
+    for (size_t id = before; id < graph_.size(); ++id) grad_state_[id] = kInactive;
     for (const autodiff::Adjoint& a : adj) grads.push_back(a ? wrap(*a) : Tensor());
   } catch (...) {
     grad_enabled_ = prev;

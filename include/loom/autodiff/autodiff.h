@@ -38,10 +38,11 @@ std::vector<Adjoint> backward(ir::Builder& b, std::span<const ir::Value> roots,
                               std::span<const ir::Value> seeds, std::span<const ir::Value> wrt,
                               const std::vector<uint8_t>* active = nullptr);
 
+// (Both take their shape by value: builder calls may move the graph's nodes.)
 // Sums g over the dims that broadcasting added to reach g's shape from `shape`.
-ir::Value unbroadcast(ir::Builder& b, ir::Value g, const Shape& shape);
+ir::Value unbroadcast(ir::Builder& b, ir::Value g, Shape shape);
 // A tensor of zeros of type t.
-ir::Value zeros(ir::Builder& b, const TensorType& t);
+ir::Value zeros(ir::Builder& b, TensorType t);
 
 // The VJP region of a region graph (a call body or a scan body): parameters are the body's
 // parameters followed by one adjoint per body output; outputs are one adjoint per body

@@ -26,6 +26,11 @@ class Buffer {
   // Bytes held by the caching pool now (free blocks), and blocks served from it so far.
   static size_t pool_free_bytes();
   static size_t pool_hits();
+  // Bytes held by live buffers now, and the most since reset_peak() (the runtime's own
+  // measure of memory, for benchmarks: it excludes the pool's free blocks).
+  static size_t live_bytes();
+  static size_t peak_bytes();
+  static void reset_peak();
 
   void* data() { return storage_ ? storage_->ptr : nullptr; }
   const void* data() const { return storage_ ? storage_->ptr : nullptr; }
