@@ -10,3 +10,6 @@
 #include "loom/trace/ops.h"
 #include "loom/trace/tensor.h"
 #include "loom/trace/tree.h"
+#include "loom/nn/nn.h"
+#include "loom/nn/scan_layers.h"
+#include "loom/optim/optim.h"

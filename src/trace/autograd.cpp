@@ -39,6 +39,14 @@ uint8_t TraceContext::resolve(ir::NodeId id) {
   return grad_state_[id];
 }
 
+void TraceContext::own_node(TensorImpl& impl) {
+  ir::Node n;
+  n.op = ir::OpKind::Convert;
+  n.operands = {impl.value};
+  n.type = impl.type;
+  impl.value = {builder_.add(std::move(n)), 0};
+}
+
 bool TraceContext::active(ir::Value v) { return any_grad_ && resolve(v.node) == kActive; }
 
 ir::Value TraceContext::leaf_value(const std::shared_ptr<TensorImpl>& impl) {

@@ -318,6 +318,7 @@ void TraceContext::rebind(TensorImpl& impl, ir::Value v) {
   impl.buffer = Buffer();
   impl.value = v;
   impl.data_epoch = 0;  // its old data node no longer holds its value
+  if (impl.requires_grad) own_node(impl);  // a leaf shares its node with no other tensor
   if (!impl.linked) link(&impl);
   maybe_compact();
 }

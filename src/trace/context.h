@@ -129,6 +129,9 @@ class TraceContext {
   ir::Graph cut(const std::vector<TensorImpl*>& impls, std::vector<uint32_t>* slots);
 
   void unlink(TensorImpl* impl);
+  void link_pending(TensorImpl* impl) { link(impl); }
+  // The id of the innermost open scope (0: the pending graph).
+  uint32_t current_scope() const { return scopes_.empty() ? 0 : scopes_.back().id; }
   // The next random key {seed, offset} as an i64[2] graph input.
   ir::Value next_rng_key();
   void manual_seed(uint64_t seed) {
@@ -143,6 +146,9 @@ class TraceContext {
   bool grad_enabled() const { return grad_enabled_; }
   void set_grad_enabled(bool on) { grad_enabled_ = on; }
   bool active(ir::Value v);
+  // Gives a pending tensor a node of its own (an identity never merged with another node),
+  // so that a leaf made of it shares its node with no other tensor.
+  void own_node(TensorImpl& impl);
   // A tensor with the value of v that carries no gradient.
   Tensor detached(ir::Value v);
   // Adjoints of `wrt` (leaves) for out with seed (undefined: ones, out must have one element).

@@ -167,6 +167,7 @@ Tensor& Tensor::requires_grad_(bool on) {
                                 ctx.active(self.value)),
                "[requires_grad_] only leaf tensors can be made to require grad; this ", self.type,
                " is computed from tensors that require grad (detach() it first)");
+  if (on && !self.requires_grad && self.pending() && self.scope == 0) ctx.own_node(self);
   self.requires_grad = on;
   return *this;
 }
