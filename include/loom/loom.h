@@ -6,6 +6,7 @@
 #include "loom/core/shape.h"
 #include "loom/runtime/metrics.h"
 #include "loom/trace/autograd.h"
+#include "loom/trace/compile.h"
 #include "loom/trace/control_flow.h"
 #include "loom/trace/ops.h"
 #include "loom/trace/tensor.h"

@@ -23,7 +23,10 @@ SGD::SGD(std::vector<Tensor> params, double lr, double momentum, double weight_d
     : Optimizer(std::move(params), lr), momentum_(momentum), weight_decay_(weight_decay) {
   LOOM_CHECK(momentum >= 0 && weight_decay >= 0, "[SGD] momentum and weight_decay must be >= 0, got ",
              momentum, " and ", weight_decay);
-  buf_.resize(params_.size());
+  // Zeros, updated in place: buf = momentum * buf + g is PyTorch's first-step buf = g, and an
+  // in-place update is what compile's trace_once replays.
+  if (momentum_ != 0)
+    for (const Tensor& p : params_) buf_.push_back(loom::zeros(p.shape(), p.dtype()));
 }
 
 void SGD::step() {
@@ -34,7 +37,7 @@ void SGD::step() {
     if (!g.defined()) continue;
     if (weight_decay_ != 0) g = g + p * weight_decay_;
     if (momentum_ != 0) {
-      buf_[i] = buf_[i].defined() ? buf_[i] * momentum_ + g : g;
+      buf_[i].copy_(buf_[i] * momentum_ + g);
       g = buf_[i];
     }
     p.copy_(p - g * lr_);
@@ -52,19 +55,22 @@ AdamW::AdamW(std::vector<Tensor> params, double lr, double beta1, double beta2, 
     m_.push_back(loom::zeros(p.shape(), p.dtype()));
     v_.push_back(loom::zeros(p.shape(), p.dtype()));
   }
+  step_ = loom::zeros({}, DType::Float64);
 }
 
 void AdamW::step() {
   NoGradGuard guard;
-  ++t_;
-  const double c1 = 1 - std::pow(beta1_, static_cast<double>(t_));
-  const double c2 = 1 - std::pow(beta2_, static_cast<double>(t_));
+  // The step count is a tensor updated in place, so the bias corrections are computed in the
+  // graph (compile's trace_once replays them; a host count would be frozen).
+  step_.add_(loom::ones({}, DType::Float64));
   for (size_t i = 0; i < params_.size(); ++i) {
     Tensor& p = params_[i];
     Tensor g = p.grad();
     if (!g.defined()) continue;
-    m_[i] = m_[i] * beta1_ + g * (1 - beta1_);
-    v_[i] = v_[i] * beta2_ + g * g * (1 - beta2_);
+    Tensor c1 = loom::to(1.0 - loom::exp(step_ * std::log(beta1_)), p.dtype());
+    Tensor c2 = loom::to(1.0 - loom::exp(step_ * std::log(beta2_)), p.dtype());
+    m_[i].copy_(m_[i] * beta1_ + g * (1 - beta1_));
+    v_[i].copy_(v_[i] * beta2_ + g * g * (1 - beta2_));
     Tensor update = (m_[i] / c1) / (loom::sqrt(v_[i] / c2) + eps_);
     p.copy_(p * (1 - lr_ * weight_decay_) - update * lr_);
   }

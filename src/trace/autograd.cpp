@@ -59,6 +59,7 @@ ir::Value TraceContext::leaf_value(const std::shared_ptr<TensorImpl>& impl) {
   } else {
     // A slot of its own: a parameter node no other tensor shares.
     v = data(impl->buffer, impl->type);
+    slots_.back().owner = impl;
     impl->data_value = v;
     impl->data_epoch = epoch_;
   }

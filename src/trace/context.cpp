@@ -137,6 +137,7 @@ ir::Value TraceContext::value_of(const Tensor& t) {
   } else {
     slot_by_buffer_[impl.buffer.id()] = static_cast<uint32_t>(slots_.size());
     impl.data_value = data(impl.buffer, impl.type);
+    slots_.back().owner = t.impl_ptr();
   }
   impl.data_epoch = epoch_;
   return impl.data_value;
@@ -196,6 +197,10 @@ Scope TraceContext::pop_scope() {
 }
 
 void TraceContext::check_readable(const char* what) const {
+  if (step_ && step_->full_graph)
+    throw TraceError(str_cat("[", what, "] the compiled step '", *step_->name,
+                             "' has full_graph = true, but reading a tensor's value inside it forces "
+                             "a graph cut; return the tensor from the step and read it after"));
   if (scopes_.empty()) return;
   throw TraceError(str_cat("[", what, "] cannot read a tensor's value while tracing ",
                            scopes_.back().where,
@@ -278,7 +283,16 @@ ir::Value TraceContext::next_rng_key() {
   Buffer b = Buffer::allocate(16);
   b.as<int64_t>()[0] = static_cast<int64_t>(seed_);
   b.as<int64_t>()[1] = static_cast<int64_t>(rng_offset_++);
-  return data(std::move(b), TensorType{DType::Int64, {2}});
+  ir::Value v = data(std::move(b), TensorType{DType::Int64, {2}});
+  slots_.back().is_rng = true;
+  return v;
+}
+
+Buffer TraceContext::next_rng_buffer() {
+  Buffer b = Buffer::allocate(16);
+  b.as<int64_t>()[0] = static_cast<int64_t>(seed_);
+  b.as<int64_t>()[1] = static_cast<int64_t>(rng_offset_++);
+  return b;
 }
 
 Tensor TraceContext::wrap(ir::Value v) {
@@ -308,6 +322,7 @@ void TraceContext::rebind(TensorImpl& impl, ir::Value v) {
   }
   if (impl.scope != 0) escaped(impl);
   LOOM_ASSERT(graph_.type(v) == impl.type);
+  if (step_ && step_->recording && !impl.pending()) step_->updated.push_back(impl.shared_from_this());
   if (any_grad_ && resolve(v.node) == kActive) {
     LOOM_CHECK_T(AutodiffError, !(grad_enabled_ && impl.requires_grad),
                  "[in-place] a leaf tensor ", impl.type,
@@ -563,6 +578,12 @@ void TraceContext::write_back(const std::vector<TensorImpl*>& impls, const std::
     n.attrs.i = slot;
     converted_ = true;
   }
+}
+
+std::vector<TensorImpl*> TraceContext::pending_impls() const {
+  std::vector<TensorImpl*> r;
+  for (TensorImpl* p = head_.next; p != &head_; p = p->next) r.push_back(p);
+  return r;
 }
 
 void TraceContext::sync_all() {

@@ -26,7 +26,7 @@ namespace loom::detail {
 
 inline constexpr uint32_t kNoNode = UINT32_MAX;
 
-struct TensorImpl {
+struct TensorImpl : std::enable_shared_from_this<TensorImpl> {
   TensorType type;
   Buffer buffer;               // the value, once materialized
   ir::Value value{kNoNode, 0};  // the pending value, while pending
@@ -57,6 +57,8 @@ struct DataSlot {
   double f = 0;
   int64_t i = 0;
   bool is_scalar = false;
+  bool is_rng = false;                 // a random key: compile's replay draws a fresh one
+  std::weak_ptr<TensorImpl> owner;     // the tensor whose data this is (compile's replay)
 };
 
 // What a traced body reads from outside it: each becomes a parameter of the body's region and
@@ -157,6 +159,23 @@ class TraceContext {
   // backward(): accumulates into the grad of every live leaf that out depends on.
   void backward(const Tensor& out, const Tensor& seed);
 
+  // compile(): a step being traced. full_graph: reads raise; recording: tensors updated in
+  // place are collected (trace_once).
+  struct StepState {
+    const std::string* name = nullptr;
+    bool full_graph = false;
+    bool recording = false;
+    std::vector<std::shared_ptr<TensorImpl>> updated;
+  };
+  StepState* step() { return step_; }
+  void set_step(StepState* s) { step_ = s; }
+  const std::vector<DataSlot>& slots() const { return slots_; }
+  std::vector<TensorImpl*> pending_impls() const;
+  // The buffers of data slots (host scalars written into fresh buffers).
+  std::vector<Buffer> bind_slots(const std::vector<uint32_t>& slot_ids) { return bind(slot_ids, nullptr); }
+  // A fresh random key {seed, offset} as a buffer (compile's replay).
+  Buffer next_rng_buffer();
+
   // Per-thread trace counters, flushed into the process metrics at each sync.
   void flush_counters();
   int64_t ops_traced = 0;
@@ -226,6 +245,7 @@ class TraceContext {
   bool grad_enabled_ = true;
   bool any_grad_ = false;  // a leaf entered the pending graph since its last reset
   std::vector<Scope> scopes_;
+  StepState* step_ = nullptr;
   ir::Builder* active_ = &builder_;
   uint32_t next_scope_id_ = 1;
   uint64_t seed_ = 0x5eed;

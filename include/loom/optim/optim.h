@@ -2,7 +2,8 @@
 // (lazily, under NoGradGuard, so the update joins the step's graph); zero_grad() clears the
 // gradients (to undefined, as PyTorch's set_to_none). The learning rate and the bias
 // corrections are host numbers, graph inputs: changing them between steps does not
-// recompile. Parameters without a gradient are skipped.
+// recompile. Parameters without a gradient are skipped. State (momentum buffers, moments,
+// AdamW's step count) is held in tensors updated in place, so compile's trace_once replays it.
 #pragma once
 
 #include <vector>
@@ -46,7 +47,7 @@ class AdamW : public Optimizer {
 
  private:
   double beta1_, beta2_, eps_, weight_decay_;
-  int64_t t_ = 0;
+  Tensor step_;  // f64 scalar, updated in place
   std::vector<Tensor> m_, v_;
 };
 

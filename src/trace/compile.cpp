@@ -1,0 +1,237 @@
+// compile(step): the cuts around a step, full_graph, max_different_graphs, and trace_once's
+// record and replay.
+#include "loom/trace/compile.h"
+
+#include <mutex>
+
+#include "loom/runtime/engine.h"
+#include "trace/context.h"
+#include "trace/ops_impl.h"
+
+namespace loom::detail {
+
+namespace {
+
+// The closest earlier graph: the one whose IR text shares the longest prefix with g's.
+std::string closest_difference(const std::vector<std::shared_ptr<const ir::Graph>>& earlier,
+                               const ir::Graph& g) {
+  const std::string text = ir::to_text(g);
+  size_t best = 0, best_len = 0;
+  for (size_t k = 0; k < earlier.size(); ++k) {
+    std::string t = ir::to_text(*earlier[k]);
+    size_t n = 0;
+    while (n < t.size() && n < text.size() && t[n] == text[n]) ++n;
+    if (n >= best_len) best = k, best_len = n;
+  }
+  return ir::first_difference(*earlier[best], g);
+}
+
+}  // namespace
+
+class StepCache {
+ public:
+  struct Input {
+    enum Kind { Arg, Owner, Baked, Rng };
+    Kind kind = Baked;
+    size_t arg = 0;
+    std::shared_ptr<TensorImpl> owner;
+    Buffer baked;
+  };
+  struct Result {
+    bool passthrough = false;  // a tensor the step did not compute: an argument or a capture
+    size_t arg = SIZE_MAX;
+    Tensor source;
+    TensorType type;
+  };
+  struct Entry {
+    std::string signature;
+    std::vector<StaticArg> statics;
+    std::vector<TensorType> types;
+    std::shared_ptr<const backend::Executable> exe;
+    std::vector<Input> inputs;
+    std::vector<Result> results;
+    std::vector<std::shared_ptr<TensorImpl>> updated;
+    std::shared_ptr<const void> like;
+  };
+  CompileOptions opts;
+  std::string name;
+  std::mutex mu;
+  std::vector<Hash128> fingerprints;
+  std::vector<std::shared_ptr<const ir::Graph>> graphs;
+  std::vector<Entry> entries;
+};
+
+std::shared_ptr<StepCache> make_step_cache(CompileOptions opts, std::source_location loc) {
+  auto c = std::make_shared<StepCache>();
+  std::string file = loc.file_name();
+  size_t slash = file.rfind('/');
+  if (slash != std::string::npos) file = file.substr(slash + 1);
+  c->name = opts.name.empty() ? str_cat("step at ", file, ":", loc.line()) : opts.name;
+  LOOM_CHECK(opts.max_different_graphs >= 0, "[compile] max_different_graphs must be >= 0, got ",
+             opts.max_different_graphs);
+  c->opts = std::move(opts);
+  return c;
+}
+
+namespace {
+
+StepCache::Entry* find_entry(StepCache& c, const std::string& sig, const std::vector<StaticArg>& statics,
+                             const std::vector<TensorType>& types) {
+  for (StepCache::Entry& e : c.entries) {
+    bool same = e.signature == sig && e.types == types && e.statics.size() == statics.size();
+    for (size_t k = 0; same && k < statics.size(); ++k)
+      same = *e.statics[k].type == *statics[k].type &&
+             e.statics[k].equal(e.statics[k].value.get(), statics[k].value.get());
+    if (same) return &e;
+  }
+  return nullptr;
+}
+
+std::vector<Tensor> replay(TraceContext& ctx, StepCache::Entry& e, const std::vector<Tensor>& leaves) {
+  std::vector<Buffer> inputs;
+  std::vector<uint8_t> donated;
+  inputs.reserve(e.inputs.size());
+  for (const StepCache::Input& in : e.inputs) {
+    switch (in.kind) {
+      case StepCache::Input::Arg: inputs.push_back(leaves[in.arg].impl()->buffer); break;
+      case StepCache::Input::Owner: inputs.push_back(in.owner->buffer); break;
+      case StepCache::Input::Baked: inputs.push_back(in.baked); break;
+      case StepCache::Input::Rng: inputs.push_back(ctx.next_rng_buffer()); break;
+    }
+    bool updated = false;
+    if (in.kind == StepCache::Input::Owner)
+      for (auto& u : e.updated) updated = updated || u == in.owner;
+    // The old value of a tensor the step overwrites, held only by it and by this call.
+    donated.push_back(updated && inputs.back().use_count() == 2);
+  }
+  std::vector<Buffer> out = runtime::run_executable(*e.exe, inputs, donated);
+  std::vector<Tensor> results;
+  size_t k = 0;
+  for (const StepCache::Result& r : e.results) {
+    if (r.passthrough) results.push_back(r.arg != SIZE_MAX ? leaves[r.arg] : r.source);
+    else results.push_back(from_buffer(out[k++], r.type));
+  }
+  for (auto& u : e.updated) {
+    u->buffer = out[k++];
+    u->data_epoch = 0;
+  }
+  return results;
+}
+
+// Records the step just traced: the graph of its results and in-place updates, and where each
+// input comes from on a replay.
+void record(TraceContext& ctx, StepCache& c, const std::string& sig, std::vector<StaticArg> statics,
+            const std::vector<TensorType>& types, const std::vector<Tensor>& leaves,
+            const std::vector<Tensor>& out, std::vector<std::shared_ptr<TensorImpl>> updated,
+            std::shared_ptr<const void> like) {
+  StepCache::Entry e;
+  std::vector<TensorImpl*> impls;
+  for (const Tensor& t : out) {
+    StepCache::Result r;
+    r.type = TensorType{t.dtype(), t.shape()};
+    if (t.is_pending() && t.impl()->scope == 0) {
+      impls.push_back(t.impl());
+    } else {
+      r.passthrough = true;
+      for (size_t a = 0; a < leaves.size(); ++a)
+        if (leaves[a].impl() == t.impl()) r.arg = a;
+      if (r.arg == SIZE_MAX) r.source = t;
+    }
+    e.results.push_back(r);
+  }
+  for (auto& u : updated) {
+    bool seen = false;
+    for (auto& v : e.updated) seen = seen || v == u;
+    if (!seen && u->pending()) {
+      e.updated.push_back(u);
+      impls.push_back(u.get());
+    }
+  }
+  std::vector<uint32_t> slot_ids;
+  ir::Graph g = ctx.cut(impls, &slot_ids);
+  std::vector<Buffer> bound = ctx.bind_slots(slot_ids);
+  for (size_t k = 0; k < slot_ids.size(); ++k) {
+    const DataSlot& s = ctx.slots()[slot_ids[k]];
+    StepCache::Input in;
+    if (s.is_rng) {
+      in.kind = StepCache::Input::Rng;
+    } else if (auto owner = s.owner.lock()) {
+      in.kind = StepCache::Input::Owner;
+      in.owner = owner;
+      for (size_t a = 0; a < leaves.size(); ++a)
+        if (leaves[a].impl() == owner.get()) in.kind = StepCache::Input::Arg, in.arg = a;
+    } else {
+      in.kind = StepCache::Input::Baked;  // host numbers and data read once
+      in.baked = bound[k];
+    }
+    e.inputs.push_back(std::move(in));
+  }
+  e.exe = runtime::compile_cached(g);
+  e.signature = sig;
+  e.statics = std::move(statics);
+  e.types = types;
+  e.like = std::move(like);
+  std::lock_guard<std::mutex> lock(c.mu);
+  c.entries.push_back(std::move(e));
+}
+
+}  // namespace
+
+std::vector<Tensor> run_step(StepCache& c, const std::string& sig, std::vector<StaticArg> statics,
+                             const std::vector<Tensor>& leaves, const FlatFn& fn,
+                             std::shared_ptr<const void>* like) {
+  TraceContext& ctx = TraceContext::get();
+  LOOM_CHECK_T(TraceError, !ctx.in_scope(), "[compile] step '", c.name,
+               "' cannot run while a loop body or assume_pure function is being traced");
+  LOOM_CHECK_T(TraceError, ctx.step() == nullptr, "[compile] step '", c.name,
+               "' was called inside another compiled step");
+  ctx.sync_all();  // the cut before
+  std::vector<TensorType> types;
+  for (const Tensor& t : leaves) {
+    LOOM_CHECK(t.defined(), "[compile] step '", c.name, "' got an undefined Tensor argument");
+    types.push_back({t.dtype(), t.shape()});
+  }
+  if (c.opts.trace_once) {
+    std::unique_lock<std::mutex> lock(c.mu);
+    if (StepCache::Entry* e = find_entry(c, sig, statics, types)) {
+      *like = e->like;
+      lock.unlock();
+      return replay(ctx, *e, leaves);
+    }
+  }
+  TraceContext::StepState st;
+  st.name = &c.name;
+  st.full_graph = c.opts.full_graph;
+  st.recording = c.opts.trace_once;
+  ctx.set_step(&st);
+  std::vector<Tensor> out;
+  try {
+    out = fn(leaves);
+  } catch (...) {
+    ctx.set_step(nullptr);
+    throw;
+  }
+  ctx.set_step(nullptr);
+  if (c.opts.max_different_graphs > 0) {
+    std::vector<uint32_t> slots;
+    auto g = std::make_shared<const ir::Graph>(ctx.cut(ctx.pending_impls(), &slots));
+    Hash128 fp = ir::fingerprint(*g);
+    std::lock_guard<std::mutex> lock(c.mu);
+    bool known = false;
+    for (const Hash128& f : c.fingerprints) known = known || f == fp;
+    if (!known) {
+      LOOM_CHECK_T(TraceError, static_cast<int>(c.graphs.size()) < c.opts.max_different_graphs,
+                   "[compile] step '", c.name, "' produced a graph different from its ",
+                   c.graphs.size(), " earlier one(s) (max_different_graphs = ",
+                   c.opts.max_different_graphs, "). First difference from the closest: ",
+                   closest_difference(c.graphs, *g));
+      c.fingerprints.push_back(fp);
+      c.graphs.push_back(g);
+    }
+  }
+  if (c.opts.trace_once) record(ctx, c, sig, std::move(statics), types, leaves, out, st.updated, *like);
+  ctx.sync_all();  // the cut after
+  return out;
+}
+
+}  // namespace loom::detail

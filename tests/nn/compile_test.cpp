@@ -1,0 +1,139 @@
+// compile(step): one graph per call, full_graph and max_different_graphs errors, and
+// trace_once against the untraced step (bit for bit over 20 training steps).
+#include <gtest/gtest.h>
+
+#include <functional>
+
+#include "loom/loom.h"
+#include "loom/runtime/engine.h"
+
+namespace {
+
+using loom::Tensor;
+namespace nn = loom::nn;
+
+class CompileTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    loom::sync();
+    loom::manual_seed(3);
+    loom::reset_metrics();
+  }
+  void TearDown() override { loom::sync(); }
+};
+
+template <class E>
+void expect_error(const std::function<void()>& f, const std::vector<std::string>& parts) {
+  try {
+    f();
+    ADD_FAILURE() << "expected an exception mentioning " << parts[0];
+  } catch (const E& e) {
+    std::string msg = e.what();
+    for (const std::string& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << msg << "\n  missing: " << p;
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "wrong exception type: " << e.what();
+  }
+}
+
+TEST_F(CompileTest, OneGraphPerCallCompiledOnce) {
+  Tensor w = loom::ones({4});
+  auto step = loom::compile([&](const Tensor& x) { return loom::sum(x * w); }, {.name = "dot"});
+  loom::sync();
+  loom::reset_metrics();
+  for (int i = 0; i < 5; ++i) {
+    Tensor r = step(loom::full({4}, i));
+    EXPECT_FALSE(r.is_pending());  // cut after
+    EXPECT_EQ(r.item<float>(), 4 * i);
+  }
+  EXPECT_EQ(loom::metrics().compiles, 1);
+}
+
+TEST_F(CompileTest, FullGraphNamesTheRead) {
+  auto step = loom::compile([](const Tensor& x) {
+    if (loom::sum(x).item<float>() > 0) return x * 2.0;
+    return x;
+  }, {.name = "branchy", .full_graph = true});
+  expect_error<loom::TraceError>([&] { step(loom::ones({2})); }, {"[item]", "'branchy'", "full_graph"});
+  // Without full_graph the read is allowed (it cuts the graph).
+  auto loose = loom::compile([](const Tensor& x) { return x * loom::sum(x).item<float>(); });
+  EXPECT_EQ(loose(loom::ones({2})).to_vector<float>(), (std::vector<float>{2, 2}));
+}
+
+TEST_F(CompileTest, MaxDifferentGraphsNamesTheFirstDifferingOp) {
+  int calls = 0;
+  auto step = loom::compile([&](const Tensor& x) {
+    ++calls;
+    return calls > 2 ? loom::exp(x) : loom::tanh(x);
+  }, {.name = "drifting", .max_different_graphs = 1});
+  step(loom::ones({3}));
+  step(loom::ones({3}));
+  expect_error<loom::TraceError>([&] { step(loom::ones({3})); },
+                                 {"'drifting'", "max_different_graphs = 1", "tanh", "exp", "became"});
+}
+
+struct Mlp : nn::Module {
+  std::shared_ptr<nn::Linear> a, b;
+  Mlp() {
+    a = register_module("a", std::make_shared<nn::Linear>(6, 16));
+    b = register_module("b", std::make_shared<nn::Linear>(16, 3));
+  }
+  Tensor forward(const Tensor& x) override { return (*b)(loom::relu((*a)(x))); }
+};
+
+// 20 training steps, with the step traced every time or traced once and replayed.
+void train(bool trace_once, bool adamw, std::vector<std::vector<float>>* params,
+           std::vector<float>* losses, int* traced) {
+  loom::manual_seed(11);
+  Mlp model;
+  Tensor x = loom::randn({12, 6});
+  Tensor y = loom::argmax(loom::randn({12, 3}), 1);
+  std::unique_ptr<loom::optim::Optimizer> opt;
+  if (adamw) opt = std::make_unique<loom::optim::AdamW>(model.parameters(), 0.01);
+  else opt = std::make_unique<loom::optim::SGD>(model.parameters(), 0.1, 0.9, 1e-3);
+  loom::sync();
+  *traced = 0;
+  auto body = [&](const Tensor& xb, const Tensor& yb) {
+    ++*traced;
+    Tensor loss = loom::cross_entropy(model(xb), yb);
+    loss.backward();
+    opt->step();
+    opt->zero_grad();
+    return loss;
+  };
+  auto step = loom::compile(body, {.name = "train", .trace_once = trace_once});
+  for (int i = 0; i < 20; ++i) losses->push_back(step(x, y).item<float>());
+  for (const Tensor& p : model.parameters()) params->push_back(p.to_vector<float>());
+}
+
+TEST_F(CompileTest, TraceOnceEqualsTheUntracedStepBitForBit) {
+  for (bool adamw : {false, true}) {
+    SCOPED_TRACE(adamw ? "AdamW" : "SGD momentum");
+    std::vector<std::vector<float>> pa, pb;
+    std::vector<float> la, lb;
+    int ta = 0, tb = 0;
+    train(false, adamw, &pa, &la, &ta);
+    train(true, adamw, &pb, &lb, &tb);
+    EXPECT_EQ(ta, 20);
+    EXPECT_EQ(tb, 1);  // traced once, replayed 19 times
+    EXPECT_EQ(la, lb);
+    ASSERT_EQ(pa.size(), pb.size());
+    for (size_t k = 0; k < pa.size(); ++k) EXPECT_EQ(pa[k], pb[k]) << "parameter " << k;
+    EXPECT_LT(lb.back(), lb.front());
+  }
+}
+
+TEST_F(CompileTest, TraceOnceReplaysFreshRandomNumbersAndRetracesOnNewShapes) {
+  int traced = 0;
+  auto step = loom::compile([&](const Tensor& x) {
+    ++traced;
+    return loom::dropout(x, 0.5);
+  }, {.trace_once = true});
+  std::vector<float> a = step(loom::ones({64})).to_vector<float>();
+  std::vector<float> b = step(loom::ones({64})).to_vector<float>();
+  EXPECT_NE(a, b);
+  EXPECT_EQ(traced, 1);
+  step(loom::ones({32}));
+  EXPECT_EQ(traced, 2);
+}
+
+}  // namespace
