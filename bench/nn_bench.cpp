@@ -1,0 +1,235 @@
+// nn and training: scan_layers_compile, scan_layers_step, mlp_train, trace_once_overhead.
+// Each figure comes with its baseline from the same run.
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "bench.h"
+#include "loom/loom.h"
+#include "loom/runtime/engine.h"
+
+namespace loom::bench {
+namespace {
+
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// The seed's decoder layer: Linear -> GELU -> residual.
+struct DecoderLayer : nn::Module {
+  std::shared_ptr<nn::Linear> linear;
+  explicit DecoderLayer(int64_t dim) { linear = register_module("linear", std::make_shared<nn::Linear>(dim, dim)); }
+  Tensor forward(const Tensor& x) override { return loom::gelu((*linear)(x)) + x; }
+};
+
+struct Decoder {
+  nn::ModuleList layers;
+  nn::LayerNorm norm;
+  Decoder(int n, int64_t dim) : norm(dim) {
+    for (int i = 0; i < n; ++i) layers.push_back(std::make_shared<DecoderLayer>(dim));
+    loom::sync();
+  }
+  Tensor forward(const Tensor& x, bool scan) {
+    Tensor h = x;
+    if (scan) {
+      h = loom::scan_layers(layers, h);
+    } else {
+      for (size_t i = 0; i < layers.size(); ++i) h = (*layers[i])(h);
+    }
+    return norm(h);
+  }
+  void zero_grad() {
+    for (Tensor& p : layers.parameters()) p.reset_grad();
+  }
+};
+
+struct StepTiming {
+  double compile_ms = 0, step_ms = 0;
+};
+
+// Forward + backward (loss = mean of the output) of a decoder of n layers; `seq` varies the
+// shapes so that each measurement compiles its kernels cold.
+StepTiming time_step(int n, bool scan, int64_t seq, int reps) {
+  const int64_t dim = 512;
+  Decoder dec(n, dim);
+  Tensor x = loom::randn({4, seq, dim});
+  loom::sync();
+  runtime::clear_compile_cache();
+  StepTiming r;
+  std::vector<double> t;
+  for (int rep = 0; rep <= reps; ++rep) {
+    dec.zero_grad();
+    Metrics m0 = loom::metrics();
+    double t0 = seconds();
+    loom::mean(dec.forward(x, scan)).backward();
+    loom::sync();
+    double dt = seconds() - t0;
+    if (rep == 0) r.compile_ms = (loom::metrics().compile_seconds - m0.compile_seconds) * 1e3;
+    else t.push_back(dt);
+  }
+  if (!t.empty()) r.step_ms = median_of(t) * 1e3;
+  return r;
+}
+
+std::vector<Figure> scan_layers_compile() {
+  std::vector<Figure> f;
+  double scan1 = 0, scan100 = 0, loop50 = 0, scan50 = 0;
+  int64_t seq = 256;
+  for (int n : {1, 10, 50, 100}) {
+    StepTiming s = time_step(n, true, seq--, 0);
+    StepTiming l = time_step(n, false, seq--, 0);
+    f.push_back({"scan_layers_L" + std::to_string(n) + "_compile_ms", s.compile_ms, "ms",
+                 "seed decoder forward+backward, dim 512, x [4," + std::to_string(seq + 2) + ",512], cold kernels"});
+    f.push_back({"for_loop_L" + std::to_string(n) + "_compile_ms", l.compile_ms, "ms", "same, layers unrolled"});
+    if (n == 1) scan1 = s.compile_ms;
+    if (n == 100) scan100 = s.compile_ms;
+    if (n == 50) loop50 = l.compile_ms, scan50 = s.compile_ms;
+  }
+  f.push_back({"scan_L100_vs_L1", scan100 / scan1, "x", "goal <= 1.2 (flat in depth)"});
+  f.push_back({"for_loop_vs_scan_L50", loop50 / scan50, "x", "goal >= 20 (the seed reports 3.3x)"});
+  return f;
+}
+
+std::vector<Figure> scan_layers_step() {
+  StepTiming s = time_step(50, true, 512, 3);
+  StepTiming l = time_step(50, false, 512, 3);
+  return {
+      {"scan_layers_step_ms", s.step_ms, "ms", "seed decoder (50 layers, [4,512,512]) forward+backward, median of 3"},
+      {"for_loop_step_ms", l.step_ms, "ms", "same run: the layers unrolled"},
+      {"ratio", s.step_ms / l.step_ms, "x", "goal <= 1.05"},
+  };
+}
+
+// PyTorch 1.13's steps per second for the same MLP step, or a negative value.
+double torch_mlp_steps_per_s() {
+  if (std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") != 0) return -1;
+  const char* script =
+      "/usr/bin/python3 -c \"\n"
+      "import torch, time\n"
+      "torch.manual_seed(0)\n"
+      "m = torch.nn.Sequential(torch.nn.Linear(784, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))\n"
+      "opt = torch.optim.SGD(m.parameters(), lr=0.01)\n"
+      "x = torch.randn(64, 784); y = torch.randint(0, 10, (64,))\n"
+      "def step():\n"
+      "  opt.zero_grad(); loss = torch.nn.functional.cross_entropy(m(x), y); loss.backward(); opt.step()\n"
+      "for _ in range(50): step()\n"
+      "best = 0\n"
+      "for rep in range(5):\n"
+      "  t0 = time.perf_counter()\n"
+      "  for _ in range(300): step()\n"
+      "  best = max(best, 300 / (time.perf_counter() - t0))\n"
+      "print('steps_per_s', best)\n\" 2>/dev/null";
+  FILE* pipe = popen(script, "r");
+  if (!pipe) return -1;
+  double v = -1;
+  char line[256];
+  while (std::fgets(line, sizeof line, pipe)) std::sscanf(line, "steps_per_s %lf", &v);
+  pclose(pipe);
+  return v;
+}
+
+struct Mlp : nn::Module {
+  std::shared_ptr<nn::Linear> a, b;
+  Mlp() {
+    a = register_module("a", std::make_shared<nn::Linear>(784, 256));
+    b = register_module("b", std::make_shared<nn::Linear>(256, 10));
+  }
+  Tensor forward(const Tensor& x) override { return (*b)(loom::relu((*a)(x))); }
+};
+
+std::vector<Figure> mlp_train() {
+  loom::manual_seed(0);
+  Mlp model;
+  optim::SGD opt(model.parameters(), 0.01);
+  Tensor x = loom::randn({64, 784});
+  Tensor y = loom::argmax(loom::randn({64, 10}), 1);
+  loom::sync();
+  auto body = [&](const Tensor& xb, const Tensor& yb) {
+    Tensor loss = loom::cross_entropy(model(xb), yb);
+    loss.backward();
+    opt.step();
+    opt.zero_grad();
+    return loss;
+  };
+  auto plain = [&] { body(x, y); loom::sync(); };
+  auto once = loom::compile(body, {.name = "mlp_step", .trace_once = true});
+  auto replay = [&] { once(x, y); };
+  auto rate = [](const std::function<void()>& step) {
+    for (int i = 0; i < 30; ++i) step();
+    double best = 0;
+    for (int rep = 0; rep < 5; ++rep) {
+      double t0 = seconds();
+      for (int i = 0; i < 200; ++i) step();
+      best = std::max(best, 200 / (seconds() - t0));
+    }
+    return best;
+  };
+  double p = rate(plain), r = rate(replay);
+  std::vector<Figure> f = {
+      {"steps_per_s", p, "steps/s", "784-256-10 MLP, batch 64, SGD: trace + sync each step, best of 5 x 200"},
+      {"trace_once_steps_per_s", r, "steps/s", "the same step compiled with trace_once"},
+  };
+  double t = torch_mlp_steps_per_s();
+  if (t > 0) {
+    f.push_back({"baseline_torch_steps_per_s", t, "steps/s", "same run: PyTorch 1.13, same step"});
+    f.push_back({"speedup_vs_torch", p / t, "x", "goal >= 1.5 (trace + sync each step)"});
+    f.push_back({"trace_once_speedup_vs_torch", r / t, "x", "with trace_once"});
+  } else {
+    f.push_back({"baseline_torch_steps_per_s", 0, "steps/s",
+                 "not measured: python3-torch not installed (issue figure: ~1500 here)"});
+  }
+  return f;
+}
+
+// Host time of a trace_once step, excluding the executable's run.
+std::vector<Figure> trace_once_overhead() {
+  loom::manual_seed(0);
+  Mlp model;
+  optim::AdamW opt(model.parameters(), 1e-3);
+  Tensor x = loom::randn({8, 784});
+  Tensor y = loom::argmax(loom::randn({8, 10}), 1);
+  loom::sync();
+  auto body = [&](const Tensor& xb, const Tensor& yb) {
+    Tensor loss = loom::cross_entropy(model(xb), yb);
+    loss.backward();
+    opt.step();
+    opt.zero_grad();
+    return loss;
+  };
+  auto once = loom::compile(body, {.name = "overhead", .trace_once = true});
+  for (int i = 0; i < 20; ++i) once(x, y);
+  std::vector<double> host, traced;
+  for (int rep = 0; rep < 200; ++rep) {
+    Metrics m0 = loom::metrics();
+    double t0 = seconds();
+    once(x, y);
+    double dt = seconds() - t0;
+    host.push_back(dt - (loom::metrics().execute_seconds - m0.execute_seconds));
+  }
+  for (int rep = 0; rep < 50; ++rep) {
+    Metrics m0 = loom::metrics();
+    double t0 = seconds();
+    body(x, y);
+    loom::sync();
+    double dt = seconds() - t0;
+    traced.push_back(dt - (loom::metrics().execute_seconds - m0.execute_seconds));
+  }
+  double h = median_of(host), tr = median_of(traced);
+  return {
+      {"trace_once_host_us", h * 1e6, "us", "goal < 20: replaying an MLP + AdamW step, excluding execution"},
+      {"baseline_traced_host_us", tr * 1e6, "us", "same run: tracing the step and syncing (cache hit)"},
+      {"saving", tr / h, "x", "host time saved by trace_once"},
+  };
+}
+
+Register r1("scan_layers_compile", "compile time of the decoder fwd+bwd, L = 1..100, scan_layers vs for loop",
+            scan_layers_compile);
+Register r2("scan_layers_step", "decoder (50 layers) fwd+bwd step time, scan_layers vs for loop", scan_layers_step);
+Register r3("mlp_train", "784-256-10 MLP SGD steps per second vs PyTorch", mlp_train);
+Register r4("trace_once_overhead", "host time of a trace_once step, excluding execution", trace_once_overhead);
+
+}  // namespace
+}  // namespace loom::bench
