@@ -6,4 +6,6 @@ scripts/install-deps.sh
 scripts/build.sh
 build/examples/loom-examples
 echo
+build/examples/loom-train-lm
+echo
 build/bench/loom-bench all

@@ -37,10 +37,15 @@ double seconds_per_tick() {
 
 namespace {
 constexpr size_t kImplBlock = 256;  // TensorImpl plus shared_ptr's control block
+// Set when the thread's free list is destroyed: impls released later in thread exit (weak
+// references held by the trace context) go straight back to the system allocator.
+thread_local bool free_list_gone = false;  // trivially destructible: safe to read at exit
 struct FreeList {
   std::vector<void*> blocks;
   ~FreeList() {
     for (void* p : blocks) ::operator delete(p);
+    blocks.clear();
+    free_list_gone = true;
   }
 };
 thread_local FreeList free_impls;
@@ -54,7 +59,7 @@ struct ImplAllocator {
   T* allocate(size_t n) {
     static_assert(sizeof(T) <= kImplBlock);
     LOOM_ASSERT(n == 1);
-    if (!free_impls.blocks.empty()) {
+    if (!free_list_gone && !free_impls.blocks.empty()) {
       void* p = free_impls.blocks.back();
       free_impls.blocks.pop_back();
       return static_cast<T*>(p);
@@ -62,7 +67,7 @@ struct ImplAllocator {
     return static_cast<T*>(::operator new(kImplBlock));
   }
   void deallocate(T* p, size_t) {
-    if (free_impls.blocks.size() < 4096) free_impls.blocks.push_back(p);
+    if (!free_list_gone && free_impls.blocks.size() < 4096) free_impls.blocks.push_back(p);
     else ::operator delete(p);
   }
   template <class U>
