@@ -615,6 +615,13 @@ std::vector<CompiledKernel> compile_kernels(const ir::Graph& g, const Plan& plan
       out[i].bufs = descs.back().bufs;
       out[i].outer = plan.kernels[i].outer.numel();
       out[i].work = work_per_outer(plan.kernels[i]);
+      if (const KernelSpec& k = plan.kernels[i]; k.out_shift != 0) {
+        const int b = k.stages[0].out_buf;
+        for (size_t j = 0; j < out[i].bufs.size(); ++j)
+          if (out[i].bufs[j] == b) out[i].out_arg = static_cast<int>(j);
+        LOOM_ASSERT(out[i].out_arg >= 0);
+        out[i].out_shift_bytes = k.out_shift * static_cast<int64_t>(itemsize(plan.bufs[b].type.dtype));
+      }
       auto it = cache().fns.find(descs.back().text);
       if (it != cache().fns.end()) {
         out[i].fn = it->second;
@@ -630,9 +637,15 @@ std::vector<CompiledKernel> compile_kernels(const ir::Graph& g, const Plan& plan
   auto ctx = std::make_unique<llvm::LLVMContext>();
   auto module = Jit::instance().new_module(*ctx, "loom" + std::to_string(mid));
   std::vector<std::string> names;
+  std::map<std::string, size_t> emitted;  // description -> function, within this module
+  std::vector<size_t> fn_of(missing.size());
   {
     Emitter e(g, plan, *module);
-    for (size_t i : missing) {
+    for (size_t j = 0; j < missing.size(); ++j) {
+      size_t i = missing[j];
+      auto [it, fresh] = emitted.try_emplace(descs[i].text, names.size());
+      fn_of[j] = it->second;
+      if (!fresh) continue;  // the same kernel again (concat pieces of one shape)
       names.push_back("loom_m" + std::to_string(mid) + "_" + plan.kernels[i].name);
       e.emit(plan.kernels[i], descs[i], names.back());
     }
@@ -641,7 +654,7 @@ std::vector<CompiledKernel> compile_kernels(const ir::Graph& g, const Plan& plan
   std::lock_guard lock(cache().mu);
   for (size_t j = 0; j < missing.size(); ++j) {
     size_t i = missing[j];
-    auto fn = reinterpret_cast<KernelFn>(fns[j]);
+    auto fn = reinterpret_cast<KernelFn>(fns[fn_of[j]]);
     auto [it, fresh] = cache().fns.try_emplace(descs[i].text, fn);
     out[i].fn = it->second;  // a racing compile of the same kernel: keep the first
     if (fresh) cache().stats.compiled++;

@@ -20,6 +20,8 @@ struct CompiledKernel {
   std::vector<int> bufs;  // plan buffer ids, in the kernel's argument order
   int64_t outer = 0;      // number of outer points
   int64_t work = 0;       // elements touched per outer point (to decide on threading)
+  int out_arg = -1;       // the argument that KernelSpec::out_shift moves, and by how much
+  int64_t out_shift_bytes = 0;
 };
 
 // Compiles (or finds in the process-wide cache) every kernel of `plan`, in one LLVM module.

@@ -335,9 +335,10 @@ class Planner {
     for (const ir::Value& v : node.operands) {
       Stage s = elementwise_stage(v.node, plan_.buf_of[id]);
       s.out_strides = st;
-      s.out_offset = at * st[axis];
+      const int64_t offset = at * st[axis];
       at += g_.type(v).shape[axis];
-      add_stage(std::move(s), /*mergeable=*/false);
+      add_stage(std::move(s), /*mergeable=*/false);  // a kernel of its own
+      plan_.kernels.back().out_shift = offset;
     }
   }
 
@@ -579,6 +580,7 @@ class Planner {
   // very addresses it writes, with elements of the same size.
   bool in_place(const KernelSpec& k, int ob, int ib) {
     if (itemsize(plan_.bufs[ob].type.dtype) != itemsize(plan_.bufs[ib].type.dtype)) return false;
+    if (k.out_shift != 0) return false;  // writes at a shifted address
     for (const Stage& s : k.stages) {
       bool writer = s.out_buf == ob;
       if (writer && (s.reduce || s.out_offset != 0)) return false;

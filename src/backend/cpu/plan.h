@@ -64,6 +64,9 @@ struct KernelSpec {
   int64_t chunk = 0;       // > 0: elementwise over a long last axis split in chunks
   std::vector<Stage> stages;
   std::string name;
+  // Elements the output pointer moves at run time (a concat piece writes at its offset), so
+  // pieces of one shape share one compiled kernel: its description holds no offset.
+  int64_t out_shift = 0;
 };
 
 // A matmul operand as a strided view of a buffer BLAS can read without a copy.

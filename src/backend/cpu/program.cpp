@@ -84,6 +84,7 @@ void run_kernel(const CompiledKernel& k, void* const* ptr) {
     args = heap.data();
   }
   for (size_t j = 0; j < n; ++j) args[j] = ptr[k.bufs[j]];
+  if (k.out_arg >= 0) args[k.out_arg] = static_cast<char*>(args[k.out_arg]) + k.out_shift_bytes;
   auto& pool = ThreadPool::instance();
   int64_t tasks = std::min<int64_t>(pool.size(), k.outer);
   if (tasks < 2 || k.outer * k.work < kParallelWork) {
