@@ -1,8 +1,12 @@
 // Jit: LLJIT setup, the IR pipeline and code generation settings, error translation.
 #include "backend/cpu/jit.h"
 
+#include <cstring>
 #include <mutex>
+#include <optional>
 
+#include "llvm/Config/llvm-config.h"
+#include "llvm/ExecutionEngine/Orc/CompileUtils.h"
 #include "llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h"
 #include "llvm/ExecutionEngine/Orc/LLJIT.h"
 #include "llvm/ExecutionEngine/Orc/ThreadSafeModule.h"
@@ -12,8 +16,16 @@
 #include "llvm/Passes/PassBuilder.h"
 #include "llvm/Support/TargetSelect.h"
 #include "llvm/Support/raw_ostream.h"
+#include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Target/TargetMachine.h"
+#include "llvm/TargetParser/Host.h"
+#include "loom/backend/disk_cache.h"
 #include "loom/core/error.h"
+#include "loom/core/profile.h"
+
+#ifndef LOOM_VERSION
+#define LOOM_VERSION "unknown"
+#endif
 
 namespace loom::cpu {
 
@@ -29,14 +41,75 @@ T take(llvm::Expected<T> v, const char* what) {
   if (!v) throw CompileError(detail::str_cat("[cpu] ", what, ": ", message(v.takeError())));
   return std::move(*v);
 }
+
+// Every setting below that changes the object code; part of the persistent-cache key.
+constexpr const char* kPipeline =
+    "ir=O2 unroll=0 interleave=0 slp=0 vectorize=1; codegen=None; object-format=1";
+
+void optimize(llvm::Module& module, llvm::TargetMachine* tm) {
+  llvm::LoopAnalysisManager lam;
+  llvm::FunctionAnalysisManager fam;
+  llvm::CGSCCAnalysisManager cgam;
+  llvm::ModuleAnalysisManager mam;
+  // Vectorize, but do not unroll or interleave: generated loops are memory-bound or
+  // polynomial-bound, and unrolled copies multiply compile time for little speed.
+  llvm::PipelineTuningOptions pto;
+  pto.LoopUnrolling = false;
+  pto.LoopInterleaving = false;
+  pto.SLPVectorization = false;
+  pto.LoopVectorization = true;
+  llvm::PassBuilder pb(tm, pto);
+  pb.registerModuleAnalyses(mam);
+  pb.registerCGSCCAnalyses(cgam);
+  pb.registerFunctionAnalyses(fam);
+  pb.registerLoopAnalyses(lam);
+  pb.crossRegisterProxies(lam, fam, cgam, mam);
+  llvm::ModulePassManager mpm = pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O2);
+  mpm.run(module, mam);
+}
+
+// The persistent-cache key of a module: its IR text and the environment.
+Hash128 module_key(const llvm::Module& module, const std::string& environment) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  module.print(os, nullptr);
+  os.flush();
+  Hasher128 h;
+  h.add_string(environment);
+  h.add(text.size());
+  size_t k = 0;
+  for (; k + 8 <= text.size(); k += 8) {
+    uint64_t w;
+    std::memcpy(&w, text.data() + k, 8);
+    h.add(w);
+  }
+  for (; k < text.size(); ++k) h.add(static_cast<unsigned char>(text[k]));
+  return h.finish();
+}
+
 }  // namespace
 
 struct Jit::Impl {
   std::mutex mu;
   std::unique_ptr<llvm::orc::LLJIT> jit;
   std::unique_ptr<llvm::TargetMachine> tm;
-  std::string triple;
-  int counter = 0;
+  std::string triple, environment;
+  int64_t dylibs = 0;
+
+  // Links `object` into a fresh JITDylib and looks up `names`; an llvm::Error on failure.
+  llvm::Expected<std::vector<void*>> link(std::unique_ptr<llvm::MemoryBuffer> object,
+                                          const std::vector<std::string>& names) {
+    auto jd = jit->createJITDylib("loom" + std::to_string(dylibs++));
+    if (!jd) return jd.takeError();
+    if (auto e = jit->addObjectFile(*jd, std::move(object))) return std::move(e);
+    std::vector<void*> out;
+    for (const std::string& n : names) {
+      auto sym = jit->lookup(*jd, n);
+      if (!sym) return sym.takeError();
+      out.push_back(sym->toPtr<void*>());
+    }
+    return out;
+  }
 };
 
 Jit& Jit::instance() {
@@ -50,6 +123,9 @@ Jit::Jit() : impl_(std::make_unique<Impl>()) {
   auto jtmb = take(llvm::orc::JITTargetMachineBuilder::detectHost(), "detect host");
   jtmb.setCodeGenOptLevel(llvm::CodeGenOptLevel::None);  // IR is optimized at O2 first
   impl_->triple = jtmb.getTargetTriple().str();
+  impl_->environment = std::string("loom ") + LOOM_VERSION + "; llvm " + LLVM_VERSION_STRING +
+                       "; triple " + impl_->triple + "; cpu " + jtmb.getCPU() + "; features " +
+                       jtmb.getFeatures().getString() + "; " + kPipeline;
   impl_->tm = take(jtmb.createTargetMachine(), "create target machine");
   impl_->jit = take(llvm::orc::LLJITBuilder().setJITTargetMachineBuilder(std::move(jtmb)).create(),
                     "create LLJIT");
@@ -64,42 +140,56 @@ std::unique_ptr<llvm::Module> Jit::new_module(llvm::LLVMContext& ctx, const std:
   return m;
 }
 
+const std::string& Jit::environment() const { return impl_->environment; }
+
 std::vector<void*> Jit::compile(std::unique_ptr<llvm::LLVMContext> ctx,
                                 std::unique_ptr<llvm::Module> module,
-                                const std::vector<std::string>& names) {
+                                const std::vector<std::string>& names, bool* loaded) {
+  if (loaded) *loaded = false;
   std::string err;
   llvm::raw_string_ostream es(err);
   if (llvm::verifyModule(*module, &es))
     throw CompileError("[cpu] generated invalid LLVM IR: " + es.str());
+  backend::DiskCache& disk = backend::DiskCache::instance();
+  Hash128 key;
+  if (disk.enabled()) {
+    key = module_key(*module, impl_->environment);
+    std::optional<std::string> bytes;
+    {
+      profile::Scope ps("compile", "disk cache load");
+      bytes = disk.load(key);
+    }
+    if (bytes) {
+      profile::Scope ps("compile", "link cached object");
+      std::lock_guard lock(impl_->mu);
+      auto fns = impl_->link(llvm::MemoryBuffer::getMemBufferCopy(*bytes, "loom-cached"), names);
+      if (fns) {
+        if (loaded) *loaded = true;
+        return std::move(*fns);
+      }
+      llvm::consumeError(fns.takeError());  // verified but refused: drop it, compile afresh
+      disk.reject(key);
+    }
+  }
   {
-    llvm::LoopAnalysisManager lam;
-    llvm::FunctionAnalysisManager fam;
-    llvm::CGSCCAnalysisManager cgam;
-    llvm::ModuleAnalysisManager mam;
-    // Vectorize, but do not unroll or interleave: generated loops are memory-bound or
-    // polynomial-bound, and unrolled copies multiply compile time for little speed.
-    llvm::PipelineTuningOptions pto;
-    pto.LoopUnrolling = false;
-    pto.LoopInterleaving = false;
-    pto.SLPVectorization = false;
-    pto.LoopVectorization = true;
-    llvm::PassBuilder pb(impl_->tm.get(), pto);
-    pb.registerModuleAnalyses(mam);
-    pb.registerCGSCCAnalyses(cgam);
-    pb.registerFunctionAnalyses(fam);
-    pb.registerLoopAnalyses(lam);
-    pb.crossRegisterProxies(lam, fam, cgam, mam);
-    llvm::ModulePassManager mpm = pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O2);
-    mpm.run(*module, mam);
+    profile::Scope ps("compile", "llvm optimize");
+    optimize(*module, impl_->tm.get());
   }
   std::lock_guard lock(impl_->mu);
-  auto rt = impl_->jit->getMainJITDylib().createResourceTracker();
-  if (auto e = impl_->jit->addIRModule(rt, llvm::orc::ThreadSafeModule(std::move(module), std::move(ctx))))
-    throw CompileError("[cpu] adding a module failed: " + message(std::move(e)));
-  std::vector<void*> out;
-  for (const std::string& n : names)
-    out.push_back(take(impl_->jit->lookup(n), "lookup").toPtr<void*>());
-  return out;
+  std::unique_ptr<llvm::MemoryBuffer> object;
+  {
+    profile::Scope ps("compile", "llvm codegen");
+    llvm::orc::SimpleCompiler compiler(*impl_->tm);
+    object = take(compiler(*module), "code generation");
+  }
+  if (disk.enabled()) {
+    profile::Scope ps("compile", "disk cache store");
+    disk.store(key, std::string_view(object->getBufferStart(), object->getBufferSize()));
+  }
+  profile::Scope ps("compile", "link");
+  auto fns = impl_->link(std::move(object), names);
+  if (!fns) throw CompileError("[cpu] linking a module failed: " + message(fns.takeError()));
+  return std::move(*fns);
 }
 
 }  // namespace loom::cpu

@@ -9,6 +9,7 @@
 
 #include "backend/cpu/thread_pool.h"
 #include "loom/core/error.h"
+#include "loom/core/profile.h"
 
 namespace loom::cpu {
 
@@ -73,6 +74,24 @@ struct KernelJob {
 
 }  // namespace
 
+namespace {
+
+// The profiled path of run_kernel and run_matmul: one event per task, on the thread that
+// runs it.
+template <class Job>
+void run_profiled(const char* cat, const std::string& name, int64_t tasks, const Job& job) {
+  auto one = [&](int t) {
+    double t0 = profile::now_us();
+    job(t);
+    profile::record(cat, name, t0, profile::now_us(),
+                    "\"task\": " + std::to_string(t) + ", \"tasks\": " + std::to_string(tasks));
+  };
+  if (tasks == 1) one(0);
+  else ThreadPool::instance().run(static_cast<int>(tasks), one);
+}
+
+}  // namespace
+
 void run_kernel(const CompiledKernel& k, void* const* ptr) {
   if (k.outer == 0) return;
   const size_t n = k.bufs.size();
@@ -86,11 +105,16 @@ void run_kernel(const CompiledKernel& k, void* const* ptr) {
   for (size_t j = 0; j < n; ++j) args[j] = ptr[k.bufs[j]];
   auto& pool = ThreadPool::instance();
   int64_t tasks = std::min<int64_t>(pool.size(), k.outer);
-  if (tasks < 2 || k.outer * k.work < kParallelWork) {
+  if (tasks < 2 || k.outer * k.work < kParallelWork) tasks = 1;
+  KernelJob job{&k, args, tasks};
+  if (profile::enabled()) [[unlikely]] {
+    run_profiled("kernel", k.name, tasks, job);
+    return;
+  }
+  if (tasks == 1) {
     k.fn(args, 0, k.outer);
     return;
   }
-  KernelJob job{&k, args, tasks};
   // One captured pointer: std::function keeps it inline (no allocation in a loop body).
   pool.run(static_cast<int>(tasks), [j = &job](int t) { (*j)(t); });
 }
@@ -203,6 +227,12 @@ void run_matmul(const Program& p, const Step& st, void* const* ptr) {
                           : std::min<int64_t>(2 * pool.size(), std::max<int64_t>(1, m / 64));
   int64_t tasks = nb * row_parts;
   GemmJob job{a, b, c, os.data(), br, m, nn, k, elem, row_parts, f64};
+  if (profile::enabled()) [[unlikely]] {
+    run_profiled("matmul", detail::str_cat(f64 ? "dgemm " : "sgemm ", nb, "x[", m, ",", k, "]x[",
+                                           k, ",", nn, "]"),
+                 tasks, job);
+    return;
+  }
   if (tasks == 1) job(0);
   else pool.run(static_cast<int>(tasks), [j = &job](int t) { (*j)(t); });
 }
