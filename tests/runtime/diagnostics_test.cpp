@@ -54,7 +54,7 @@ TEST_F(DiagnosticsTest, ChangedBatchSizeNamesTheInputAndBothShapes) {
   GraphName name("diag_batch");
   for (int64_t batch : {4, 4, 8}) {
     Tensor y = relu(filled(batch, 8)) * 2.0;
-    sync();
+    loom::sync();
   }
   auto rs = reasons_for("diag_batch");
   ASSERT_EQ(rs.size(), 1u);
@@ -71,11 +71,11 @@ TEST_F(DiagnosticsTest, ChangedDtypeSaysDtype) {
   GraphName name("diag_dtype");
   {
     Tensor y = exp(filled(2, 3));
-    sync();
+    loom::sync();
   }
   {
     Tensor y = exp(tensor(std::vector<double>(6, 1.0), {2, 3}));
-    sync();
+    loom::sync();
   }
   auto rs = reasons_for("diag_dtype");
   ASSERT_EQ(rs.size(), 1u);
@@ -90,7 +90,7 @@ TEST_F(DiagnosticsTest, ChangedStaticArgumentOfAssumePure) {
   Tensor x = filled(3, 3);
   for (double c : {2.0, 2.0, 3.0}) {
     Tensor y = scale(x, c);
-    sync();
+    loom::sync();
   }
   auto rs = reasons_for("diag_static");
   ASSERT_EQ(rs.size(), 1u);
@@ -107,11 +107,11 @@ TEST_F(DiagnosticsTest, ExtraOpNamesTheFirstDifferingOp) {
   Tensor x = filled(4, 4);
   {
     Tensor y = relu(x);
-    sync();
+    loom::sync();
   }
   {
     Tensor y = exp(relu(x));
-    sync();
+    loom::sync();
   }
   auto rs = reasons_for("diag_extra");
   ASSERT_EQ(rs.size(), 1u);
@@ -124,7 +124,7 @@ TEST_F(DiagnosticsTest, ExtraOpNamesTheFirstDifferingOp) {
 TEST_F(DiagnosticsTest, CallSiteNamesTheGraphWithoutGraphName) {
   Tensor x = filled(5, 2);
   Tensor y = sqrt(x);
-  sync();
+  loom::sync();
   const int line = __LINE__ - 1;
   bool found = false;
   for (const auto& g : graph_metrics())
@@ -137,7 +137,7 @@ TEST_F(DiagnosticsTest, MetricsPerGraphNameCountsAndBytes) {
   GraphName name("diag_metrics2");
   for (int i = 0; i < 5; ++i) {
     Tensor y = relu(x);
-    sync();
+    loom::sync();
   }
   GraphMetrics m;
   for (const auto& g : graph_metrics())
@@ -158,7 +158,7 @@ TEST_F(DiagnosticsTest, WarnsWhenANameCompilesAgainAndAgain) {
   GraphName name("diag_storm");
   for (int i = 0; i < 12; ++i) {
     Tensor y = relu(filled(1 + i, 3));
-    sync();
+    loom::sync();
   }
   GraphMetrics m;
   for (const auto& g : graph_metrics())
@@ -215,7 +215,7 @@ TEST(DumpTest, EachCompiledGraphGetsItsFiles) {
   {
     GraphName name("diag_dump");
     Tensor y = tanh(filled(3, 7)) * 3.0;
-    sync();
+    loom::sync();
   }
   runtime::set_dump_ir_dir("");
   std::map<std::string, fs::path> by_suffix;
@@ -230,7 +230,13 @@ TEST(DumpTest, EachCompiledGraphGetsItsFiles) {
   ir::Graph before = ir::parse(read_file(by_suffix[".before.ir"]));  // '#' lines are comments
   EXPECT_NO_THROW(ir::parse(read_file(by_suffix[".after.ir"])));
   std::string dot = read_file(by_suffix[".dot"]);
-  EXPECT_EQ(dot, ir::to_dot(before));
+  EXPECT_EQ(dot.rfind("digraph loom {", 0), 0u);
+  size_t labels = 0;  // node lines: `  n<id> [label=...`; edges read `n<a> -> n<b>`
+  std::istringstream lines(dot);
+  for (std::string line; std::getline(lines, line);)
+    labels += std::regex_search(line, std::regex(R"(^\s*n\d+ \[label=)"));
+  EXPECT_EQ(labels, before.size());  // one picture node per node of the graph as cut
+  EXPECT_NE(dot.find("tanh"), std::string::npos);
   fs::remove_all(dir);
 }
 
@@ -344,8 +350,8 @@ TEST(ProfileTest, ChromeTraceHasCompileExecuteKernelAndMatmulEventsAcrossThreads
     GraphName name("diag_profile");
     Tensor a = filled(256, 512, 0.5), b = filled(512, 256, 0.25);
     Tensor y = softmax(matmul(a, b) * 0.125, 1) + tanh(filled(256, 256, 0.3));
-    sync();
-    sync();
+    loom::sync();
+    loom::sync();
     EXPECT_GT(sum(y).item<float>(), 0);
   }
   ASSERT_TRUE(profile::flush());

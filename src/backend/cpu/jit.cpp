@@ -92,7 +92,8 @@ Hash128 module_key(const llvm::Module& module, const std::string& environment) {
 struct Jit::Impl {
   std::mutex mu;
   std::unique_ptr<llvm::orc::LLJIT> jit;
-  std::unique_ptr<llvm::TargetMachine> tm;
+  std::unique_ptr<llvm::TargetMachine> tm;          // optimization (analyses only)
+  std::unique_ptr<llvm::TargetMachine> codegen_tm;  // code generation, under mu
   std::string triple, environment;
   int64_t dylibs = 0;
 
@@ -127,6 +128,7 @@ Jit::Jit() : impl_(std::make_unique<Impl>()) {
                        "; triple " + impl_->triple + "; cpu " + jtmb.getCPU() + "; features " +
                        jtmb.getFeatures().getString() + "; " + kPipeline;
   impl_->tm = take(jtmb.createTargetMachine(), "create target machine");
+  impl_->codegen_tm = take(jtmb.createTargetMachine(), "create target machine");
   impl_->jit = take(llvm::orc::LLJITBuilder().setJITTargetMachineBuilder(std::move(jtmb)).create(),
                     "create LLJIT");
 }
@@ -145,6 +147,15 @@ const std::string& Jit::environment() const { return impl_->environment; }
 std::vector<void*> Jit::compile(std::unique_ptr<llvm::LLVMContext> ctx,
                                 std::unique_ptr<llvm::Module> module,
                                 const std::vector<std::string>& names, bool* loaded) {
+  // The module must die before its context, whatever order the parameters are destroyed in.
+  struct Release {
+    std::unique_ptr<llvm::LLVMContext>& ctx;
+    std::unique_ptr<llvm::Module>& module;
+    ~Release() {
+      module.reset();
+      ctx.reset();
+    }
+  } release{ctx, module};
   if (loaded) *loaded = false;
   std::string err;
   llvm::raw_string_ostream es(err);
@@ -179,7 +190,7 @@ std::vector<void*> Jit::compile(std::unique_ptr<llvm::LLVMContext> ctx,
   std::unique_ptr<llvm::MemoryBuffer> object;
   {
     profile::Scope ps("compile", "llvm codegen");
-    llvm::orc::SimpleCompiler compiler(*impl_->tm);
+    llvm::orc::SimpleCompiler compiler(*impl_->codegen_tm);
     object = take(compiler(*module), "code generation");
   }
   if (disk.enabled()) {
