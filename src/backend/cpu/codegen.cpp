@@ -642,8 +642,11 @@ std::vector<CompiledKernel> compile_kernels(const ir::Graph& g, const Plan& plan
       e.emit(plan.kernels[i], descs[i], names.back());
     }
   }
+  std::string what;
+  for (size_t i : missing) (what += descs[i].text) += '\n';
   bool loaded = false;
-  std::vector<void*> fns = Jit::instance().compile(std::move(ctx), std::move(module), names, &loaded);
+  std::vector<void*> fns =
+      Jit::instance().compile(std::move(ctx), std::move(module), names, what, &loaded);
   if (t_code_info) (loaded ? t_code_info->modules_loaded : t_code_info->modules_compiled)++;
   std::lock_guard lock(cache().mu);
   for (size_t j = 0; j < missing.size(); ++j) {

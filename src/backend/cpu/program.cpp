@@ -48,8 +48,11 @@ void lay_out_frame(Program& p) {
 Program compile_program(const ir::Graph& g, bool region) {
   Program p;
   std::vector<std::vector<ir::NodeId>> results;
-  p.graph = split_results(g, &results);
-  p.plan = make_plan(p.graph, results);
+  {
+    profile::Scope ps("compile", "plan");
+    p.graph = split_results(g, &results);
+    p.plan = make_plan(p.graph, results);
+  }
   p.kernels = compile_kernels(p.graph, p.plan);
   p.loops.resize(p.plan.steps.size());
   p.loop_offset.assign(p.plan.steps.size(), -1);
