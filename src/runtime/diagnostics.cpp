@@ -209,6 +209,7 @@ bool is_recompiling(const NameStats& n) {
 }
 
 void check_recompiling(NameStats& name) {
+  if (!registry().explain.load(std::memory_order_relaxed) && !config().debug) return;
   if (!is_recompiling(name) || name.warned.exchange(true)) return;
   std::fprintf(stderr,
                "[loom] warning: graph '%s' compiled %lld times in %lld syncs; see "

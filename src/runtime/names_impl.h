@@ -41,7 +41,8 @@ NameStats& current_name();
 void explain_and_remember(NameStats& name, const ir::Graph& g);
 // Drops the thread's noted causes (a sync that did not compile).
 void clear_noted_causes();
-// Prints a one-time warning when the name recompiles more than once per two syncs.
+// Prints a one-time warning when the name recompiles more than once per two syncs (under
+// LOOM_EXPLAIN_RECOMPILES or LOOM_DEBUG; metrics_report() always shows it).
 void check_recompiling(NameStats& name);
 bool is_recompiling(const NameStats& name);
 
