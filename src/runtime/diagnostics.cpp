@@ -64,6 +64,7 @@ struct Note {
 struct ThreadNames {
   NameStats* explicit_name = nullptr;
   NameStats* site = nullptr;
+  int site_depth = 0;
   std::unordered_map<SiteKey, NameStats*, SiteKeyHash> sites;
   std::vector<Note> notes;
   double last_sync_end_us = -1;
@@ -92,8 +93,9 @@ std::string type_change(const TensorType& a, const TensorType& b, int64_t k) {
   return loom::detail::str_cat("input ", k, " changed ", what, ": ", a.str(), " -> ", b.str());
 }
 
-GraphRecord make_record(const ir::Graph& g) {
+GraphRecord make_record(const ir::Graph& g, const Hash128& fingerprint) {
   GraphRecord r;
+  r.fingerprint = fingerprint;
   r.graph = std::make_shared<const ir::Graph>(g);
   for (ir::NodeId p : g.params()) r.params.push_back(g.node(p).type);
   for (const ir::Node& n : g.nodes()) r.ops[static_cast<size_t>(n.op)]++;
@@ -115,6 +117,12 @@ int64_t distance(const GraphRecord& a, const GraphRecord& b) {
 
 RecompileReason explain(const GraphRecord& before, const GraphRecord& now, std::vector<Note> notes) {
   RecompileReason r;
+  if (before.fingerprint == now.fingerprint) {
+    r.kind = RecompileReason::Kind::Evicted;
+    r.message = "the same graph compiled before and left the compile cache (LRU eviction, "
+                "clear_compile_cache, or another backend)";
+    return r;
+  }
   if (!notes.empty()) {  // assume_pure said why it re-traced: the most precise cause
     r.kind = notes.front().kind;
     r.before = notes.front().before;
@@ -174,8 +182,8 @@ void clear_noted_causes() {
   if (!t.notes.empty()) t.notes.clear();
 }
 
-void explain_and_remember(NameStats& name, const ir::Graph& g) {
-  GraphRecord now = make_record(g);
+void explain_and_remember(NameStats& name, const ir::Graph& g, const Hash128& fingerprint) {
+  GraphRecord now = make_record(g, fingerprint);
   std::vector<Note> notes;
   notes.swap(thread_names().notes);
   std::unique_lock lock(name.mu);
@@ -184,7 +192,7 @@ void explain_and_remember(NameStats& name, const ir::Graph& g) {
     const GraphRecord* best = nullptr;
     int64_t best_d = 0;
     for (auto it = name.history.rbegin(); it != name.history.rend(); ++it) {
-      int64_t d = distance(*it, now);
+      int64_t d = it->fingerprint == now.fingerprint ? -1 : distance(*it, now);
       if (!best || d < best_d) best = &*it, best_d = d;
     }
     RecompileReason r = explain(*best, now, std::move(notes));
@@ -234,10 +242,13 @@ int64_t recompile_count() { return registry().recompiles.load(); }
 std::string names_report() {
   std::vector<GraphMetrics> gs = graph_metrics();
   if (gs.empty()) return "";
-  std::string out = "  per graph name       syncs compiles disk_hits hits  compile_s  execute_s      MB_in     MB_out\n";
+  std::string out =
+      "  per graph name                 syncs compiles disk_hits    hits  compile_s  execute_s"
+      "      MB_in     MB_out\n";
   char buf[512];
   for (const GraphMetrics& g : gs) {
-    std::snprintf(buf, sizeof buf, "    %-18s %7lld %8lld %9lld %4lld %10.4f %10.4f %10.2f %10.2f\n",
+    std::snprintf(buf, sizeof buf,
+                  "    %-28s %7lld %8lld %9lld %7lld %10.4f %10.4f %10.2f %10.2f\n",
                   g.name.c_str(), static_cast<long long>(g.syncs),
                   static_cast<long long>(g.compiles), static_cast<long long>(g.disk_hits),
                   static_cast<long long>(g.cache_hits), g.compile_seconds, g.execute_seconds,
@@ -288,6 +299,7 @@ const char* to_string(RecompileReason::Kind kind) {
     case RecompileReason::Kind::InputType: return "input type";
     case RecompileReason::Kind::StaticArgument: return "static argument";
     case RecompileReason::Kind::Graph: return "graph";
+    case RecompileReason::Kind::Evicted: return "evicted";
   }
   return "?";
 }
@@ -324,26 +336,36 @@ void set_explain_recompiles(bool on) { runtime::detail::registry().explain = on;
 
 namespace runtime {
 
-SyncSite::SyncSite(const std::source_location& loc) {
+// The outermost site names the graph: a read inside printing (operator<<) keeps "print".
+SyncSite::SyncSite(const std::source_location& loc) : SyncSite(static_cast<void*>(nullptr)) {
+  auto& t = detail::thread_names();
+  if (t.site_depth == 1) t.site = detail::site_name(loc);
+}
+
+SyncSite::SyncSite(std::string_view label) : SyncSite(static_cast<void*>(nullptr)) {
+  auto& t = detail::thread_names();
+  if (t.site_depth == 1) t.site = detail::intern(std::string(label));
+}
+
+SyncSite::SyncSite(void*) {
   auto& t = detail::thread_names();
   previous_ = t.site;
-  t.site = detail::site_name(loc);
-  if (profile::enabled()) [[unlikely]] {
+  if (t.site_depth++ == 0 && profile::enabled()) [[unlikely]]
     start_us_ = profile::now_us();
-    // The trace span: from the end of this thread's previous sync to the start of this one.
-    if (t.last_sync_end_us >= 0)
-      profile::record("trace", "trace " + detail::current_name().name, t.last_sync_end_us,
-                      start_us_);
-  }
 }
 
 SyncSite::~SyncSite() {
   auto& t = detail::thread_names();
   if (start_us_ >= 0) [[unlikely]] {
+    // The trace span: from the end of this thread's previous sync to the start of this one.
+    const std::string& name = detail::current_name().name;
+    if (t.last_sync_end_us >= 0)
+      profile::record("trace", "trace " + name, t.last_sync_end_us, start_us_);
     double end = profile::now_us();
-    profile::record("sync", "sync " + detail::current_name().name, start_us_, end);
+    profile::record("sync", "sync " + name, start_us_, end);
     t.last_sync_end_us = end;
   }
+  --t.site_depth;
   t.site = static_cast<detail::NameStats*>(previous_);
 }
 

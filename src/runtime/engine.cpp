@@ -186,7 +186,7 @@ std::shared_ptr<const backend::Executable> compile_cached(const ir::Graph& g) {
     return exe;
   }
   profile::Scope ps("compile", [&] { return "compile " + name.name; });
-  detail::explain_and_remember(name, g);
+  detail::explain_and_remember(name, g, key.fingerprint);
   std::string dir;
   const std::string prefix = dump_prefix(key.fingerprint, &dir);
   if (!prefix.empty()) {

@@ -18,6 +18,7 @@ namespace loom::runtime::detail {
 // A graph compiled under a name, kept to explain the name's later compiles.
 struct GraphRecord {
   std::shared_ptr<const ir::Graph> graph;
+  Hash128 fingerprint;
   std::vector<TensorType> params;
   std::array<int32_t, ir::kNumOps> ops{};  // nodes per op kind (a cheap distance)
 };
@@ -38,7 +39,7 @@ NameStats& current_name();
 // On a compile-cache miss of `g`: explains it against the name's history when the name
 // compiled before (records a RecompileReason, prints it under LOOM_EXPLAIN_RECOMPILES), then
 // adds g to the history. Consumes the thread's noted causes.
-void explain_and_remember(NameStats& name, const ir::Graph& g);
+void explain_and_remember(NameStats& name, const ir::Graph& g, const Hash128& fingerprint);
 // Drops the thread's noted causes (a sync that did not compile).
 void clear_noted_causes();
 // Prints a one-time warning when the name recompiles more than once per two syncs (under

@@ -310,6 +310,7 @@ void print_nested(std::ostream& os, const Shape& s, size_t d, int64_t& k,
 
 std::ostream& operator<<(std::ostream& os, const Tensor& t) {
   if (!t.defined()) return os << "tensor(undefined)";
+  runtime::SyncSite site("print");  // names the graph printing runs
   DType dt = t.dtype();
   std::vector<std::string> items;
   if (is_floating(dt)) {

@@ -121,6 +121,20 @@ TEST_F(DiagnosticsTest, ExtraOpNamesTheFirstDifferingOp) {
   EXPECT_NE(rs[0].before.find("return"), std::string::npos) << rs[0].before;
 }
 
+TEST_F(DiagnosticsTest, SameGraphAfterClearingTheCacheSaysEvicted) {
+  GraphName name("diag_evicted");
+  Tensor x = filled(2, 2);
+  for (int i = 0; i < 2; ++i) {
+    Tensor y = sin(x);
+    loom::sync();
+    runtime::clear_compile_cache();
+  }
+  auto rs = reasons_for("diag_evicted");
+  ASSERT_EQ(rs.size(), 1u);
+  EXPECT_EQ(rs[0].kind, RecompileReason::Kind::Evicted);
+  EXPECT_NE(rs[0].message.find("left the compile cache"), std::string::npos) << rs[0].message;
+}
+
 TEST_F(DiagnosticsTest, CallSiteNamesTheGraphWithoutGraphName) {
   Tensor x = filled(5, 2);
   Tensor y = sqrt(x);

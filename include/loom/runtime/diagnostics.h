@@ -40,6 +40,8 @@ struct RecompileReason {
     InputType,       // an input changed shape or dtype: `input`, `before`, `after`
     StaticArgument,  // a static argument of an assume_pure function changed value
     Graph,           // the op structure differs: `before`/`after` are the first differing ops
+    Evicted,         // the same graph compiled before and left the compile cache (LRU
+                     // eviction, clear_compile_cache, or another backend)
   };
   std::string graph;     // the graph name
   int64_t compile = 0;   // this compile's number for the name (2: the first recompile)

@@ -10,6 +10,7 @@
 #include <source_location>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "loom/backend/backend.h"
@@ -57,15 +58,19 @@ int64_t compile_cache_size();
 void set_compile_cache_capacity(int64_t entries);
 
 // Names the graph a sync runs by its call site, unless a GraphName is active: the trace room
-// creates one in sync(), item() and to_vector(). Also closes the sync's profile spans.
+// creates one in sync(), item(), to_vector() and printing; nested sites keep the outermost.
+// Also records the sync's profile spans (the trace span before it, the sync itself).
 class SyncSite {
  public:
   explicit SyncSite(const std::source_location& loc);
+  // A fixed name ("print") for reads made on the user's behalf; an enclosing site wins.
+  explicit SyncSite(std::string_view label);
   ~SyncSite();
   SyncSite(const SyncSite&) = delete;
   SyncSite& operator=(const SyncSite&) = delete;
 
  private:
+  explicit SyncSite(void*);
   void* previous_;
   double start_us_ = -1;
 };
