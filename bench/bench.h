@@ -29,6 +29,15 @@ struct Register {
   }
 };
 
+// Hidden subcommands (`loom-bench --child NAME ARGS...`), run in a fresh process by
+// benchmarks that measure process start (warm_start). Each returns the exit status.
+std::vector<std::pair<std::string, std::function<int(int, char**)>>>& children();
+struct RegisterChild {
+  RegisterChild(std::string name, std::function<int(int, char**)> run) {
+    children().emplace_back(std::move(name), std::move(run));
+  }
+};
+
 inline double seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }

@@ -16,6 +16,8 @@
 #include <thread>
 #include <vector>
 
+#include <unistd.h>
+
 #include "bench.h"
 #include "loom/loom.h"
 #include "loom/runtime/engine.h"
@@ -620,9 +622,105 @@ std::vector<Figure> decoder_train_step() {
   return f;
 }
 
-Register r5("decoder_train_step",
+Register r6("decoder_train_step",
             "seed decoder forward + backward (50 layers) vs 3x the sgemm bound and PyTorch",
             decoder_train_step);
+
+// ---- warm_start ------------------------------------------------------------------------
+
+// The child: the seed decoder's forward once in this fresh process, with the persistent cache
+// in argv[0]; prints its compile time and counts for the parent.
+int warm_start_child(int argc, char** argv) {
+  if (argc < 1) return 2;
+  double t0 = seconds();
+  runtime::set_cache_dir(argv[0]);
+  HostRng rng(4);
+  Decoder dec(rng);
+  Tensor x = materialized(rng.normal_vec(kBatch * kSeq * kDim, 1.0), {kBatch, kSeq, kDim});
+  double setup = seconds() - t0;
+  double forward = time_loom_once([&] { return dec.forward(x); });
+  Metrics m = loom::metrics();
+  std::printf("compile_s %.6f\nforward_s %.6f\nsetup_s %.6f\ncompiles %lld\ndisk_hits %lld\n"
+              "loads %lld\nwrites %lld\n",
+              m.compile_seconds, forward, setup, static_cast<long long>(m.compiles),
+              static_cast<long long>(m.disk_cache_hits),
+              static_cast<long long>(m.disk_cache_loads),
+              static_cast<long long>(m.disk_cache_writes));
+  return 0;
+}
+RegisterChild child1("warm_start", warm_start_child);
+
+struct ChildRun {
+  double wall = 0, compile = 0, forward = 0;
+  long long compiles = -1, disk_hits = -1;
+  bool ok = false;
+};
+
+ChildRun run_warm_start_child(const std::string& dir) {
+  ChildRun r;
+  std::error_code ec;
+  std::string exe = std::filesystem::read_symlink("/proc/self/exe", ec).string();
+  if (ec || exe.find('\'') != std::string::npos || dir.find('\'') != std::string::npos) return r;
+  std::string cmd = "'" + exe + "' --child warm_start '" + dir + "' 2>/dev/null";
+  double t0 = seconds();
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (!pipe) return r;
+  char line[256];
+  while (std::fgets(line, sizeof line, pipe)) {
+    std::sscanf(line, "compile_s %lf", &r.compile);
+    std::sscanf(line, "forward_s %lf", &r.forward);
+    std::sscanf(line, "compiles %lld", &r.compiles);
+    std::sscanf(line, "disk_hits %lld", &r.disk_hits);
+  }
+  r.ok = pclose(pipe) == 0 && r.compiles >= 0;
+  r.wall = seconds() - t0;
+  return r;
+}
+
+std::vector<Figure> warm_start() {
+  namespace fs = std::filesystem;
+  std::vector<Figure> f;
+  if (runtime::current_backend().name() != "cpu") {
+    f.push_back({"skipped", 0, "", "needs the cpu backend (the persistent cache stores its code)"});
+    return f;
+  }
+  fs::path dir = fs::temp_directory_path() / ("loom_warm_start_" + std::to_string(::getpid()));
+  constexpr int kReps = 3;
+  std::vector<double> cold_wall, cold_compile, cold_fwd, warm_wall, warm_compile, warm_fwd;
+  long long warm_compiles = 0, warm_disk_hits = 0;
+  for (int rep = 0; rep < kReps; ++rep) {
+    fs::remove_all(dir);
+    ChildRun cold = run_warm_start_child(dir.string());
+    ChildRun warm = run_warm_start_child(dir.string());
+    if (!cold.ok || !warm.ok) {
+      fs::remove_all(dir);
+      f.push_back({"failed", 0, "", "a child process failed (loom-bench --child warm_start DIR)"});
+      return f;
+    }
+    cold_wall.push_back(cold.wall), cold_compile.push_back(cold.compile);
+    cold_fwd.push_back(cold.forward);
+    warm_wall.push_back(warm.wall), warm_compile.push_back(warm.compile);
+    warm_fwd.push_back(warm.forward);
+    warm_compiles += warm.compiles;
+    warm_disk_hits += warm.disk_hits;
+  }
+  fs::remove_all(dir);
+  double cc = median(cold_compile), wc = median(warm_compile);
+  f.push_back({"cold_process_wall_ms", median(cold_wall) * 1e3, "ms",
+               "fresh process, empty cache dir: weights, decoder forward (50 layers), exit"});
+  f.push_back({"warm_process_wall_ms", median(warm_wall) * 1e3, "ms",
+               "fresh process, the cache dir the cold one filled"});
+  f.push_back({"cold_compile_ms", cc * 1e3, "ms", "metrics().compile_seconds in the cold process"});
+  f.push_back({"warm_compile_ms", wc * 1e3, "ms",
+               "the same in the warm one: passes, planning, loading objects"});
+  f.push_back({"warm_over_cold_compile", wc / cc, "x", "goal < 0.05"});
+  f.push_back({"cold_first_forward_ms", median(cold_fwd) * 1e3, "ms", "trace + compile + run"});
+  f.push_back({"warm_first_forward_ms", median(warm_fwd) * 1e3, "ms", "trace + load + run"});
+  f.push_back({"warm_compiles", static_cast<double>(warm_compiles), "",
+               "graphs compiled by all warm processes (goal 0); disk hits: " +
+                   std::to_string(warm_disk_hits)});
+  return f;
+}
 
 Register r1("fused_elementwise",
             "8 fused elementwise ops on 64 MiB f32 arrays vs a STREAM triad (1 and 2 threads)",
@@ -634,6 +732,9 @@ Register r3("compile_latency",
 Register r4("decoder_forward",
             "seed decoder forward (50 layers) vs the sgemm lower bound and PyTorch",
             decoder_forward);
+Register r5("warm_start",
+            "seed decoder forward in a fresh process: cold vs warm persistent cache (median of 3)",
+            warm_start);
 
 }  // namespace
 }  // namespace loom::bench

@@ -14,6 +14,11 @@ std::vector<Benchmark>& registry() {
   return r;
 }
 
+std::vector<std::pair<std::string, std::function<int(int, char**)>>>& children() {
+  static std::vector<std::pair<std::string, std::function<int(int, char**)>>> c;
+  return c;
+}
+
 double median_seconds(int reps, const std::function<void()>& f) {
   std::vector<double> t;
   for (int i = 0; i < reps; ++i) {
@@ -61,6 +66,12 @@ void print_table(const loom::bench::Benchmark& b, const std::vector<loom::bench:
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc >= 3 && !std::strcmp(argv[1], "--child")) {
+    for (auto& [name, run] : loom::bench::children())
+      if (name == argv[2]) return run(argc - 3, argv + 3);
+    std::fprintf(stderr, "loom-bench: unknown child '%s'\n", argv[2]);
+    return 2;
+  }
   bool json = false, list = false;
   std::vector<std::string> names;
   for (int i = 1; i < argc; ++i) {

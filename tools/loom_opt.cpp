@@ -1,10 +1,12 @@
 // loom-opt: runs passes over IR text, for pass development and tests by hand.
 //
-//   loom-opt [--passes=dce,cse,simplify] [--fingerprint] [FILE|-]
+//   loom-opt [--passes=dce,cse,simplify] [--fingerprint] [--dot] [FILE|-]
 //
 // Reads IR text (docs/ir.md) from FILE or stdin, runs the named passes in order (verifying
 // between them), and prints the resulting IR; --fingerprint adds a "# fingerprint: <hex>"
-// comment line, so the output still parses. Parse errors print "file:line:col: message".
+// comment line, so the output still parses; --dot prints a Graphviz picture of the result
+// instead of its text (`loom-opt --dot g.ir | dot -Tsvg > g.svg`). Parse errors print
+// "file:line:col: message".
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -20,11 +22,12 @@
 namespace {
 
 constexpr const char* kUsage =
-    "usage: loom-opt [--passes=dce,cse,simplify] [--fingerprint] [FILE|-]\n";
+    "usage: loom-opt [--passes=dce,cse,simplify] [--fingerprint] [--dot] [FILE|-]\n";
 
 struct Options {
   std::string passes;
   bool fingerprint = false;
+  bool dot = false;
   std::string file = "-";
 };
 
@@ -36,6 +39,8 @@ bool parse_args(int argc, char** argv, Options* o) {
       o->passes = std::string(a.substr(9));
     } else if (a == "--fingerprint") {
       o->fingerprint = true;
+    } else if (a == "--dot") {
+      o->dot = true;
     } else if (a == "-h" || a == "--help") {
       std::cout << kUsage;
       std::exit(0);
@@ -92,6 +97,10 @@ int main(int argc, char** argv) {
     loom::passes::Pipeline pipeline = make_pipeline(opt.passes);
     loom::ir::Graph g = loom::ir::parse(text);
     pipeline.run(g);
+    if (opt.dot) {
+      std::cout << loom::ir::to_dot(g);
+      return 0;
+    }
     std::cout << loom::ir::to_text(g);
     if (opt.fingerprint) std::cout << "# fingerprint: " << loom::ir::fingerprint(g).hex() << "\n";
   } catch (const loom::ParseError& e) {

@@ -1,9 +1,11 @@
-// The umbrella header of loom's public API: tensors, ops, sync and metrics.
+// The umbrella header of loom's public API: tensors, ops, sync, metrics and diagnostics.
 #pragma once
 
 #include "loom/core/dtype.h"
 #include "loom/core/error.h"
 #include "loom/core/shape.h"
+#include "loom/core/profile.h"
+#include "loom/runtime/diagnostics.h"
 #include "loom/runtime/metrics.h"
 #include "loom/trace/autograd.h"
 #include "loom/trace/compile.h"

@@ -202,6 +202,8 @@ const Config& config() {
     c.backend = env_str("LOOM_BACKEND");
     c.cache_size = std::max<int64_t>(1, env_int("LOOM_CACHE_SIZE", 1024));
     c.cache_dir = env_str("LOOM_CACHE_DIR");
+    c.cache_dir_mb = std::max<int64_t>(1, env_int("LOOM_CACHE_DIR_MB", 1024));
+    c.explain_recompiles = env_int("LOOM_EXPLAIN_RECOMPILES", 0) != 0;
     c.check_purity = env_int("LOOM_CHECK_PURITY", 0) != 0;
     return c;
   }();

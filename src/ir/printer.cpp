@@ -173,6 +173,72 @@ std::string to_text(const Graph& g) {
 
 std::ostream& operator<<(std::ostream& os, const Graph& g) { return os << to_text(g); }
 
+namespace {
+
+std::string dot_escape(const std::string& s) {
+  std::string r;
+  for (char c : s) {
+    if (c == '"' || c == '\\') r += '\\';
+    r += c;
+  }
+  return r;
+}
+
+// One DOT node per IR node ("<prefix>n<id>"), edges from operands; regions as clusters.
+void dot_graph(std::string& out, const Graph& g, const std::string& prefix, int indent,
+               int* clusters) {
+  const std::string pad(static_cast<size_t>(indent), ' ');
+  std::vector<std::string> outs(g.size());
+  for (size_t k = 0; k < g.outputs().size(); ++k)
+    outs[g.outputs()[k].node] += (outs[g.outputs()[k].node].empty() ? "out " : ", ") + std::to_string(k);
+  for (NodeId id = 0; id < g.size(); ++id) {
+    const Node& n = g.node(id);
+    std::string head = "%" + std::to_string(id) + " " + std::string(op_name(n.op)), types;
+    append_attrs(head, n);
+    append_type(types, n.type);
+    for (const TensorType& t : n.more_types) {
+      types += ", ";
+      append_type(types, t);
+    }
+    out += pad + prefix + "n" + std::to_string(id) + " [label=\"" + dot_escape(head) + "\\n" +
+           dot_escape(types) + "\"";
+    if (n.op == OpKind::Parameter) out += ", shape=ellipse";
+    if (!outs[id].empty()) out += ", peripheries=2, xlabel=\"" + outs[id] + "\"";
+    out += "];\n";
+    for (size_t k = 0; k < n.regions.size(); ++k) {
+      int c = (*clusters)++;
+      std::string sub = "r" + std::to_string(c);
+      out += pad + "subgraph cluster_" + std::to_string(c) + " {\n" + pad + "  label=\"" +
+             std::string(op_name(n.op)) + " %" + std::to_string(id) + " region " +
+             std::to_string(k) + "\";\n";
+      dot_graph(out, *n.regions[k], sub, indent + 2, clusters);
+      out += pad + "}\n";
+      if (!n.regions[k]->outputs().empty())
+        out += pad + sub + "n" + std::to_string(n.regions[k]->outputs()[0].node) + " -> " +
+               prefix + "n" + std::to_string(id) + " [style=dashed];\n";
+    }
+  }
+  for (NodeId id = 0; id < g.size(); ++id) {
+    const Node& n = g.node(id);
+    for (size_t k = 0; k < n.operands.size(); ++k) {
+      out += pad + prefix + "n" + std::to_string(n.operands[k].node) + " -> " + prefix + "n" +
+             std::to_string(id);
+      if (n.operands.size() > 1) out += " [label=\"" + std::to_string(k) + "\"]";
+      out += ";\n";
+    }
+  }
+}
+
+}  // namespace
+
+std::string to_dot(const Graph& g) {
+  std::string out = "digraph loom {\n  node [shape=box, fontname=\"monospace\"];\n";
+  int clusters = 0;
+  dot_graph(out, g, "", 2, &clusters);
+  out += "}\n";
+  return out;
+}
+
 std::string first_difference(const Graph& before, const Graph& after) {
   const std::string a = to_text(before), b = to_text(after);
   if (a == b) return "";

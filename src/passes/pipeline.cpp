@@ -12,16 +12,20 @@ namespace loom::passes {
 
 namespace {
 
-// Dump files are numbered across the whole process, so that the dumps of several compiles
-// into one directory neither overwrite each other nor lose their order.
+// Without a prefix, dump files are numbered across the whole process, so that the dumps of
+// several compiles into one directory neither overwrite each other nor lose their order.
 std::atomic<int> g_dump_counter{0};
 
-void dump(std::string_view pass, const ir::Graph& g, bool changed) {
-  const std::string& dir = config().dump_ir_dir;
+void dump(const std::string& dir, const std::string& prefix, int step, std::string_view pass,
+          const ir::Graph& g, bool changed) {
   if (dir.empty()) return;
-  char file[160];
-  std::snprintf(file, sizeof file, "%02d_%.*s.ir", g_dump_counter.fetch_add(1),
-                static_cast<int>(pass.size()), pass.data());
+  char file[200];
+  if (prefix.empty())
+    std::snprintf(file, sizeof file, "%02d_%.*s.ir", g_dump_counter.fetch_add(1),
+                  static_cast<int>(pass.size()), pass.data());
+  else
+    std::snprintf(file, sizeof file, "%s.%02d_%.*s.ir", prefix.c_str(), step,
+                  static_cast<int>(pass.size()), pass.data());
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   std::filesystem::path path = std::filesystem::path(dir) / file;
@@ -43,9 +47,18 @@ Pipeline& Pipeline::add(std::unique_ptr<Pass> pass) {
   return *this;
 }
 
+std::string Pipeline::config_dump_dir() { return config().dump_ir_dir; }
+
+Pipeline& Pipeline::set_dump(std::string dir, std::string prefix) {
+  dump_dir_ = std::move(dir);
+  dump_prefix_ = std::move(prefix);
+  return *this;
+}
+
 bool Pipeline::run(ir::Graph& g) {
   ir::verify(g);
-  dump("input", g, false);
+  int step = 0;
+  dump(dump_dir_, dump_prefix_, step++, "input", g, false);
   bool changed = false;
   for (auto& pass : passes_) {
     bool c = pass->run(g);
@@ -56,7 +69,7 @@ bool Pipeline::run(ir::Graph& g) {
       throw Error(loom::detail::str_cat("[pipeline] the graph fails to verify after pass '",
                                         pass->name(), "': ", e.what()));
     }
-    dump(pass->name(), g, c);
+    dump(dump_dir_, dump_prefix_, step++, pass->name(), g, c);
   }
   return changed;
 }

@@ -8,12 +8,18 @@
 #include <shared_mutex>
 #include <unordered_map>
 
+#include <filesystem>
+#include <fstream>
+
 #include "loom/backend/cpu_backend.h"
+#include "loom/backend/disk_cache.h"
 #include "loom/backend/ref_backend.h"
 #include "loom/core/config.h"
 #include "loom/core/error.h"
+#include "loom/core/profile.h"
 #include "loom/passes/pass.h"
 #include "runtime/metrics_impl.h"
+#include "runtime/names_impl.h"
 
 namespace loom::runtime {
 
@@ -132,27 +138,99 @@ void set_backend(std::string_view name) {
   generation++;
 }
 
+namespace {
+
+std::mutex dump_mu;
+std::string& dump_dir() {
+  static std::string d = config().dump_ir_dir;
+  return d;
+}
+std::atomic<int64_t> dump_counter{0};
+
+// LOOM_DUMP_IR: the prefix of this compile's files ("" when off).
+std::string dump_prefix(const Hash128& fp, std::string* dir) {
+  {
+    std::lock_guard lock(dump_mu);
+    *dir = dump_dir();
+  }
+  if (dir->empty()) return "";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%04lld-%s", static_cast<long long>(dump_counter++),
+                fp.hex().substr(0, 16).c_str());
+  return buf;
+}
+
+void write_dump(const std::string& dir, const std::string& file, const std::string& text) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  std::filesystem::path path = std::filesystem::path(dir) / file;
+  std::ofstream os(path);
+  os << text;
+  if (!os) std::fprintf(stderr, "loom: cannot write IR dump %s\n", path.string().c_str());
+}
+
+}  // namespace
+
 std::shared_ptr<const backend::Executable> compile_cached(const ir::Graph& g) {
   double t0 = loom::detail::now_seconds();
   const backend::Backend& be = current_backend();
   backend::CompileOptions options;
   CacheKey key{ir::fingerprint(g), signature_of(g), std::string(be.name()), options.hash()};
   auto& counters = loom::detail::counters();
+  detail::NameStats& name = detail::current_name();
   if (auto exe = cache().find(key, g)) {
     counters.cache_hits++;
+    name.hits++;
+    detail::clear_noted_causes();
     loom::detail::add_ns(counters.sync_ns, loom::detail::now_seconds() - t0);
     return exe;
   }
+  profile::Scope ps("compile", [&] { return "compile " + name.name; });
+  detail::explain_and_remember(name, g, key.fingerprint);
+  std::string dir;
+  const std::string prefix = dump_prefix(key.fingerprint, &dir);
+  if (!prefix.empty()) {
+    write_dump(dir, prefix + ".before.ir", "# loom graph '" + name.name + "' as cut, fingerprint " +
+                                               key.fingerprint.hex() + "\n" + ir::to_text(g));
+    write_dump(dir, prefix + ".dot", ir::to_dot(g));
+  }
   ir::Graph optimized = g;
-  passes::default_pipeline().run(optimized);
-  auto exe = be.compile(optimized, options);
+  {
+    profile::Scope pp("compile", "passes");
+    passes::Pipeline pipeline = passes::default_pipeline();
+    pipeline.set_dump(dir, prefix);
+    pipeline.run(optimized);
+  }
+  if (!prefix.empty())
+    write_dump(dir, prefix + ".after.ir", "# loom graph '" + name.name + "' after the passes\n" +
+                                              ir::to_text(optimized));
+  std::shared_ptr<const backend::Executable> exe;
+  {
+    profile::Scope pb("compile", "backend");
+    exe = be.compile(optimized, options);
+  }
   double dt = loom::detail::now_seconds() - t0;
-  counters.compiles++;
+  backend::CodeInfo info = exe->code_info();
+  const bool from_disk = info.modules_loaded > 0 && info.modules_compiled == 0;
+  if (from_disk) {
+    counters.disk_hits++;
+    name.disk_hits++;
+  } else {
+    counters.compiles++;
+    name.compiles++;
+  }
   loom::detail::add_ns(counters.compile_ns, dt);
+  loom::detail::add_ns(name.compile_ns, dt);
+  detail::check_recompiling(name);
+  if (ps.active())
+    ps.set_args("\"fingerprint\": \"" + key.fingerprint.hex() + "\", \"nodes\": " +
+                std::to_string(g.size()) + ", \"from_disk\": " + (from_disk ? "true" : "false"));
   if (config().debug) {
-    std::fprintf(stderr, "[loom] compile %s: %zu nodes (%zu after passes), %zu inputs, %.3f ms, %s\n",
-                 key.fingerprint.hex().c_str(), g.size(), optimized.size(), g.params().size(),
-                 dt * 1e3, key.backend.c_str());
+    std::fprintf(stderr,
+                 "[loom] compile %s '%s': %zu nodes (%zu after passes), %zu inputs, %.3f ms, %s%s\n",
+                 key.fingerprint.hex().c_str(), name.name.c_str(), g.size(), optimized.size(),
+                 g.params().size(), dt * 1e3, key.backend.c_str(),
+                 from_disk ? ", code from the disk cache" : "");
   }
   cache().insert(std::move(key), exe, g);
   return exe;
@@ -161,11 +239,20 @@ std::shared_ptr<const backend::Executable> compile_cached(const ir::Graph& g) {
 std::vector<Buffer> run_executable(const backend::Executable& exe,
                                    std::span<const Buffer> inputs,
                                    std::span<const uint8_t> donated) {
+  detail::NameStats& name = detail::current_name();
+  profile::Scope ps("execute", [&] { return "execute " + name.name; });
   double t0 = loom::detail::now_seconds();
   std::vector<Buffer> out = donated.empty() ? exe.run(inputs) : exe.run(inputs, donated);
   auto& counters = loom::detail::counters();
   counters.executions++;
-  loom::detail::add_ns(counters.execute_ns, loom::detail::now_seconds() - t0);
+  double dt = loom::detail::now_seconds() - t0;
+  loom::detail::add_ns(counters.execute_ns, dt);
+  loom::detail::add_ns(name.execute_ns, dt);
+  int64_t in = 0, outb = 0;
+  for (const Buffer& b : inputs) in += static_cast<int64_t>(b.nbytes());
+  for (const Buffer& b : out) outb += static_cast<int64_t>(b.nbytes());
+  name.bytes_in.fetch_add(in, std::memory_order_relaxed);
+  name.bytes_out.fetch_add(outb, std::memory_order_relaxed);
   return out;
 }
 
@@ -173,7 +260,11 @@ std::vector<Buffer> run_graph(const ir::Graph& g, std::span<const Buffer> inputs
   return run_executable(*compile_cached(g), inputs);
 }
 
-void count_cache_hit() { loom::detail::counters().cache_hits++; }
+void count_cache_hit() {
+  loom::detail::counters().cache_hits++;
+  detail::current_name().hits++;
+  detail::clear_noted_causes();
+}
 uint64_t cache_generation() { return generation.load(std::memory_order_acquire); }
 
 void clear_compile_cache() {
@@ -182,5 +273,16 @@ void clear_compile_cache() {
 }
 int64_t compile_cache_size() { return cache().size(); }
 void set_compile_cache_capacity(int64_t entries) { cache().set_capacity(entries); }
+
+void set_cache_dir(const std::string& dir) { backend::DiskCache::instance().set_dir(dir); }
+std::string cache_dir() { return backend::DiskCache::instance().dir(); }
+void set_cache_dir_max_mb(int64_t mb) {
+  LOOM_CHECK(mb >= 1, "[set_cache_dir_max_mb] expected at least 1 MiB, got ", mb);
+  backend::DiskCache::instance().set_max_bytes(mb << 20);
+}
+void set_dump_ir_dir(const std::string& dir) {
+  std::lock_guard lock(dump_mu);
+  dump_dir() = dir;
+}
 
 }  // namespace loom::runtime

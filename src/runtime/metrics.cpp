@@ -4,7 +4,9 @@
 #include <sstream>
 
 #include "loom/runtime/engine.h"
+#include "loom/backend/disk_cache.h"
 #include "runtime/metrics_impl.h"
+#include "runtime/names_impl.h"
 
 namespace loom {
 
@@ -39,6 +41,15 @@ Metrics metrics() {
   m.compile_seconds = c.compile_ns * 1e-9;
   m.execute_seconds = c.execute_ns * 1e-9;
   m.sync_seconds = c.sync_ns * 1e-9;
+  m.recompiles = runtime::detail::recompile_count();
+  m.disk_cache_hits = c.disk_hits;
+  backend::DiskCacheStats d = backend::DiskCache::instance().stats();
+  m.disk_cache_loads = d.hits;
+  m.disk_cache_misses = d.misses;
+  m.disk_cache_writes = d.writes;
+  m.disk_cache_write_failures = d.write_failures;
+  m.disk_cache_rejected = d.rejected;
+  m.disk_cache_evictions = d.evictions;
   return m;
 }
 
@@ -46,14 +57,16 @@ void reset_metrics() {
   auto& c = detail::counters();
   for (auto* a : {&c.compiles, &c.cache_hits, &c.executions, &c.ops_traced, &c.syncs,
                   &c.sync_nodes, &c.cache_evictions, &c.pending_compactions, &c.host_scalars, &c.donated_buffers,
-                  &c.bodies_traced, &c.pure_hits,
+                  &c.bodies_traced, &c.pure_hits, &c.disk_hits,
                   &c.trace_ns, &c.compile_ns, &c.execute_ns, &c.sync_ns})
     a->store(0);
+  backend::DiskCache::instance().reset_stats();
+  runtime::detail::reset_names();
 }
 
 std::string metrics_report() {
   Metrics m = metrics();
-  char buf[1024];
+  char buf[2048];
   std::snprintf(buf, sizeof buf,
                 "loom metrics (backend %s)\n"
                 "  compiles            %lld\n"
@@ -70,7 +83,8 @@ std::string metrics_report() {
                 "  trace_seconds       %.6f\n"
                 "  sync_seconds        %.6f\n"
                 "  compile_seconds     %.6f\n"
-                "  execute_seconds     %.6f\n",
+                "  execute_seconds     %.6f\n"
+                "  recompiles          %lld\n",
                 std::string(runtime::current_backend().name()).c_str(),
                 static_cast<long long>(m.compiles), static_cast<long long>(m.cache_hits),
                 static_cast<long long>(m.executions), static_cast<long long>(m.syncs),
@@ -80,8 +94,25 @@ std::string metrics_report() {
                 static_cast<long long>(m.cache_entries),
                 static_cast<long long>(m.cache_evictions),
                 static_cast<long long>(m.pending_compactions), m.trace_seconds, m.sync_seconds,
-                m.compile_seconds, m.execute_seconds);
-  return buf;
+                m.compile_seconds, m.execute_seconds, static_cast<long long>(m.recompiles));
+  std::string out = buf;
+  std::string dir = runtime::cache_dir();
+  if (!dir.empty() || m.disk_cache_loads || m.disk_cache_writes || m.disk_cache_write_failures) {
+    std::snprintf(buf, sizeof buf,
+                  "  disk cache          %s\n"
+                  "    graphs from disk  %lld\n"
+                  "    modules           %lld loaded, %lld missed, %lld written\n"
+                  "    recoveries        %lld rejected entries, %lld write failures, %lld evicted\n",
+                  dir.empty() ? "(off)" : dir.c_str(), static_cast<long long>(m.disk_cache_hits),
+                  static_cast<long long>(m.disk_cache_loads),
+                  static_cast<long long>(m.disk_cache_misses),
+                  static_cast<long long>(m.disk_cache_writes),
+                  static_cast<long long>(m.disk_cache_rejected),
+                  static_cast<long long>(m.disk_cache_write_failures),
+                  static_cast<long long>(m.disk_cache_evictions));
+    out += buf;
+  }
+  return out + runtime::detail::names_report();
 }
 
 }  // namespace loom

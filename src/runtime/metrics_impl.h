@@ -10,7 +10,7 @@ namespace loom::detail {
 struct MetricCounters {
   std::atomic<int64_t> compiles{0}, cache_hits{0}, executions{0}, ops_traced{0}, syncs{0},
       sync_nodes{0}, cache_evictions{0}, pending_compactions{0}, host_scalars{0},
-      donated_buffers{0}, bodies_traced{0}, pure_hits{0};
+      donated_buffers{0}, bodies_traced{0}, pure_hits{0}, disk_hits{0};
   // Timers in nanoseconds.
   std::atomic<int64_t> trace_ns{0}, compile_ns{0}, execute_ns{0}, sync_ns{0};
 };

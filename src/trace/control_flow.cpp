@@ -10,6 +10,7 @@
 #include "loom/core/config.h"
 #include "loom/core/hash.h"
 #include "runtime/metrics_impl.h"
+#include "loom/runtime/engine.h"
 #include "trace/context.h"
 
 namespace loom::detail {
@@ -391,6 +392,69 @@ void check_pure(const Site& site, const Body& cached, const Body& fresh) {
   }
 }
 
+// Recompile explanations (loom/runtime/diagnostics.h): a miss on a cache that holds an entry
+// with the same signature says which static argument or leaf type differs from the closest.
+void note_pure_miss(PureCache& cache, const std::string& signature,
+                    const std::vector<StaticArg>& statics, const std::vector<TensorType>& types) {
+  std::vector<std::string> diffs;
+  std::string before, after;
+  bool static_diff = false;
+  {
+    std::lock_guard<std::mutex> lock(cache.mu);
+    size_t best_n = SIZE_MAX;
+    for (const auto& [_, e] : cache.entries) {
+      if (e.signature != signature || e.statics.size() != statics.size() ||
+          e.types.size() != types.size())
+        continue;
+      std::vector<std::string> d;
+      std::string b, a;
+      bool sd = false;
+      for (size_t k = 0; k < statics.size(); ++k) {
+        const StaticArg &x = e.statics[k], &y = statics[k];
+        if (*x.type == *y.type && x.equal(x.value.get(), y.value.get())) continue;
+        // The k-th static is the argument whose signature part is the k-th "s".
+        size_t pos = 0, seen = 0, arg = 0;
+        for (size_t start = 0; start < signature.size(); ++arg) {
+          size_t end = signature.find(';', start);
+          if (end == std::string::npos) end = signature.size();
+          if (signature.compare(start, end - start, "s") == 0 && seen++ == k) {
+            pos = arg;
+            break;
+          }
+          start = end + 1;
+        }
+        std::string old_v = x.print ? x.print(x.value.get()) : "(unprintable)";
+        std::string new_v = y.print ? y.print(y.value.get()) : "(unprintable)";
+        if (!sd) b = old_v, a = new_v;
+        sd = true;
+        d.push_back(str_cat("static argument ", pos, " changed: ", old_v, " -> ", new_v));
+      }
+      for (size_t k = 0; k < types.size(); ++k) {
+        if (e.types[k] == types[k]) continue;
+        if (!sd && b.empty()) b = e.types[k].str(), a = types[k].str();
+        d.push_back(str_cat("tensor leaf ", k, " changed: ", e.types[k].str(), " -> ",
+                            types[k].str()));
+      }
+      if (!d.empty() && d.size() < best_n) {
+        best_n = d.size();
+        diffs = std::move(d);
+        before = std::move(b);
+        after = std::move(a);
+        static_diff = sd;
+      }
+    }
+  }
+  if (diffs.empty()) return;
+  std::string file = cache.loc.file_name();
+  file = file.substr(file.find_last_of('/') + 1);  // npos + 1 == 0: no slash, whole name
+  std::string msg = str_cat("assume_pure function at ", file, ":", cache.loc.line(),
+                            " re-traced: ");
+  for (size_t k = 0; k < diffs.size() && k < 4; ++k) msg += (k ? "; " : "") + diffs[k];
+  runtime::note_recompile_cause(static_diff ? RecompileReason::Kind::StaticArgument
+                                            : RecompileReason::Kind::InputType,
+                                std::move(msg), std::move(before), std::move(after));
+}
+
 }  // namespace
 
 std::vector<Tensor> pure_call(PureCache& cache, const std::string& signature,
@@ -435,6 +499,7 @@ std::vector<Tensor> pure_call(PureCache& cache, const std::string& signature,
       check_pure(site, *body, *fresh);
     }
   } else {
+    note_pure_miss(cache, signature, statics, types);
     body = pure_body(trace(ScopeKind::Pure, site, false, types, fn));
     std::lock_guard<std::mutex> lock(cache.mu);
     cache.entries.emplace(key, PureCache::Entry{signature, std::move(statics), types, grads, body,

@@ -6,6 +6,7 @@
 
 #include "loom/core/half.h"
 #include "loom/ir/builder.h"
+#include "loom/runtime/engine.h"
 #include "trace/context.h"
 #include "trace/ops_impl.h"
 
@@ -87,7 +88,8 @@ int64_t Tensor::size(int64_t d) const {
 bool Tensor::is_pending() const { return checked(*this, "is_pending").pending(); }
 
 template <class T>
-std::vector<T> Tensor::to_vector() const {
+std::vector<T> Tensor::to_vector(std::source_location loc) const {
+  runtime::SyncSite site(loc);  // names the graph this read may run
   const Buffer& b = materialized(*this, "to_vector");
   DType dt = dtype();
   int64_t n = numel();
@@ -100,16 +102,16 @@ std::vector<T> Tensor::to_vector() const {
 }
 
 template <class T>
-T Tensor::item() const {
+T Tensor::item(std::source_location loc) const {
   TraceContext::get().check_readable("item");
   LOOM_CHECK_T(ShapeError, numel() == 1, "[item] expected a tensor with one element, got ",
                TensorType{dtype(), shape()});
-  return to_vector<T>()[0];
+  return to_vector<T>(loc)[0];
 }
 
 #define LOOM_INSTANTIATE_READ(T)                        \
-  template std::vector<T> Tensor::to_vector<T>() const; \
-  template T Tensor::item<T>() const;
+  template std::vector<T> Tensor::to_vector<T>(std::source_location) const; \
+  template T Tensor::item<T>(std::source_location) const;
 LOOM_INSTANTIATE_READ(float)
 LOOM_INSTANTIATE_READ(double)
 LOOM_INSTANTIATE_READ(int32_t)
@@ -264,7 +266,10 @@ Tensor rand(Shape shape, DType dtype) {
 }
 void manual_seed(uint64_t seed) { TraceContext::get().manual_seed(seed); }
 
-void sync() { TraceContext::get().sync_all(); }
+void sync(std::source_location loc) {
+  runtime::SyncSite site(loc);  // names the graph: GraphName, else this call site
+  TraceContext::get().sync_all();
+}
 int64_t pending_graph_size() { return static_cast<int64_t>(TraceContext::get().graph().size()); }
 std::string pending_ir(const std::vector<Tensor>& outputs) {
   std::vector<TensorImpl*> impls;
@@ -316,6 +321,7 @@ void print_nested(std::ostream& os, const Shape& s, size_t d, int64_t& k,
 
 std::ostream& operator<<(std::ostream& os, const Tensor& t) {
   if (!t.defined()) return os << "tensor(undefined)";
+  runtime::SyncSite site("print");  // names the graph printing runs
   DType dt = t.dtype();
   std::vector<std::string> items;
   if (is_floating(dt)) {

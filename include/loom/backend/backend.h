@@ -22,6 +22,13 @@ struct CompileOptions {
   uint64_t hash() const { return static_cast<uint64_t>(opt_level); }
 };
 
+// How a compile got its machine code: LLVM modules generated now, and modules loaded from the
+// persistent cache (backend/disk_cache.h). The runtime counts a compile whose code all came
+// from disk as a disk-cache hit.
+struct CodeInfo {
+  int64_t modules_compiled = 0, modules_loaded = 0;
+};
+
 class Executable {
  public:
   virtual ~Executable() = default;
@@ -37,6 +44,7 @@ class Executable {
   // one run executes: tests of fusion check them.
   virtual int64_t num_kernels() const { return 0; }
   virtual int64_t num_library_calls() const { return 0; }
+  virtual CodeInfo code_info() const { return {}; }
 };
 
 class Backend {

@@ -114,6 +114,10 @@ void verify(const Graph& g);
 // IR text: "graph(%0: f32[4]) {\n  %1 = exp(%0) : f32[4]\n  return %1\n}".
 std::string to_text(const Graph& g);
 std::ostream& operator<<(std::ostream& os, const Graph& g);
+// A Graphviz picture: `digraph loom { ... }` with one node per IR node (`n<id>`, labelled
+// with its op, attributes and type; parameters are ellipses, outputs have a double border),
+// one edge per operand, and each region as a cluster (`r<k>n<id>`).
+std::string to_dot(const Graph& g);
 // Parses IR text; throws ParseError with line and column on malformed input and
 // ShapeError/DTypeError/Error when a node is ill-typed.
 Graph parse(std::string_view text);

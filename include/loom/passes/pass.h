@@ -7,12 +7,15 @@
 // A pass rewrites a verified graph in place, keeps its parameters and the meaning and order
 // of its outputs, leaves multi-result nodes (control flow) alone, and returns whether it
 // changed anything. Pipeline::run verifies the graph before the first pass and after each
-// pass, and, when LOOM_DUMP_IR names a directory, writes the IR into it as NN_<pass>.ir
-// (00_input.ir holding the graph before the first pass). Passes and pipelines hold no shared
+// pass, and, when LOOM_DUMP_IR names a directory (or set_dump another), writes the IR into it
+// as NN_<pass>.ir (00_input.ir holding the graph before the first pass), numbered across the
+// process, or as <prefix>.NN_<pass>.ir when set_dump gives a prefix (the runtime names each
+// compiled graph's files by a counter and its fingerprint). Passes and pipelines hold no shared
 // state: one per thread, or one pipeline shared under external locking.
 #pragma once
 
 #include <memory>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -35,6 +38,9 @@ class Pipeline {
   Pipeline& operator=(Pipeline&&) noexcept = default;
 
   Pipeline& add(std::unique_ptr<Pass> pass);
+  // Where run() writes the IR after each pass ("" dir: nowhere); the default is LOOM_DUMP_IR
+  // with no prefix.
+  Pipeline& set_dump(std::string dir, std::string prefix = {});
   // Runs the passes in order; returns true when any of them changed the graph. Throws Error
   // naming the pass after which the graph no longer verifies.
   bool run(ir::Graph& g);
@@ -42,6 +48,9 @@ class Pipeline {
 
  private:
   std::vector<std::unique_ptr<Pass>> passes_;
+  std::string dump_dir_ = config_dump_dir();
+  std::string dump_prefix_;
+  static std::string config_dump_dir();
 };
 
 // "dce": drops nodes no output needs (parameters stay).

@@ -7,13 +7,16 @@
 #pragma once
 
 #include <memory>
+#include <source_location>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "loom/backend/backend.h"
 #include "loom/core/buffer.h"
 #include "loom/ir/graph.h"
+#include "loom/runtime/diagnostics.h"
 
 namespace loom::runtime {
 
@@ -53,5 +56,28 @@ void clear_compile_cache();
 int64_t compile_cache_size();
 // Bounds the cache to `entries` graphs (LRU); the default comes from LOOM_CACHE_SIZE.
 void set_compile_cache_capacity(int64_t entries);
+
+// Names the graph a sync runs by its call site, unless a GraphName is active: the trace room
+// creates one in sync(), item(), to_vector() and printing; nested sites keep the outermost.
+// Also records the sync's profile spans (the trace span before it, the sync itself).
+class SyncSite {
+ public:
+  explicit SyncSite(const std::source_location& loc);
+  // A fixed name ("print") for reads made on the user's behalf; an enclosing site wins.
+  explicit SyncSite(std::string_view label);
+  ~SyncSite();
+  SyncSite(const SyncSite&) = delete;
+  SyncSite& operator=(const SyncSite&) = delete;
+
+ private:
+  explicit SyncSite(void*);
+  void* previous_;
+  double start_us_ = -1;
+};
+
+// Notes why the next compile on this thread happens (assume_pure re-traced for a changed
+// static argument or leaf type); the next compile-cache miss reports it, any sync drops it.
+void note_recompile_cause(RecompileReason::Kind kind, std::string message, std::string before,
+                          std::string after);
 
 }  // namespace loom::runtime

@@ -98,6 +98,7 @@ struct StaticArg {
   const std::type_info* type = nullptr;
   std::shared_ptr<const void> value;
   bool (*equal)(const void*, const void*) = nullptr;
+  std::string (*print)(const void*) = nullptr;  // the value as text, when printable
 };
 // Looks up {signature, statics, leaf types}; on a miss traces `fn` (which also stores the
 // result tree's shape into *like). Returns the outputs of the inserted call.
@@ -147,6 +148,15 @@ StaticArg make_static(const T& v) {
   a.equal = [](const void* x, const void* y) {
     return static_cast<bool>(*static_cast<const T*>(x) == *static_cast<const T*>(y));
   };
+  if constexpr (std::is_enum_v<T>) {
+    a.print = [](const void* x) {
+      return std::to_string(static_cast<std::underlying_type_t<T>>(*static_cast<const T*>(x)));
+    };
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    a.print = [](const void* x) { return "\"" + *static_cast<const std::string*>(x) + "\""; };
+  } else if constexpr (requires(std::ostream& os, const T& v) { os << v; }) {
+    a.print = [](const void* x) { return loom::detail::str_cat(*static_cast<const T*>(x)); };
+  }
   return a;
 }
 

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <iosfwd>
 #include <memory>
+#include <source_location>
 #include <vector>
 
 #include "loom/core/dtype.h"
@@ -43,11 +44,12 @@ class Tensor {
   bool is_pending() const;
 
   // Materializes (runs what this tensor needs) and copies out, row-major, converting to T.
+  // `loc` names the graph it runs, unless a GraphName is active (loom/runtime/diagnostics.h).
   template <class T>
-  std::vector<T> to_vector() const;
+  std::vector<T> to_vector(std::source_location loc = std::source_location::current()) const;
   // The single element of a tensor with numel() == 1, converted to T.
   template <class T>
-  T item() const;
+  T item(std::source_location loc = std::source_location::current()) const;
 
   Tensor operator[](int64_t i) const;  // select along dim 0
 
@@ -91,8 +93,9 @@ Tensor rand(Shape shape, DType dtype = float32);  // uniform in [0, 1)
 // backend. Keys are graph inputs, so drawing every step does not recompile.
 void manual_seed(uint64_t seed);
 
-// Compiles (cached) and runs all pending work of this thread.
-void sync();
+// Compiles (cached) and runs all pending work of this thread. The graph it runs is named by
+// `loc` (the caller's line), unless a GraphName is active (loom/runtime/diagnostics.h).
+void sync(std::source_location loc = std::source_location::current());
 
 // Nodes in this thread's pending graph (for tests and diagnostics).
 int64_t pending_graph_size();

@@ -17,8 +17,11 @@
 #include "llvm/IR/LLVMContext.h"
 #include "llvm/IR/Module.h"
 #include "loom/core/error.h"
+#include "loom/core/profile.h"
 
 namespace loom::cpu {
+
+thread_local backend::CodeInfo* t_code_info = nullptr;
 
 namespace {
 
@@ -622,6 +625,7 @@ std::vector<CompiledKernel> compile_kernels(const ir::Graph& g, const Plan& plan
         LOOM_ASSERT(out[i].out_arg >= 0);
         out[i].out_shift_bytes = k.out_shift * static_cast<int64_t>(itemsize(plan.bufs[b].type.dtype));
       }
+      out[i].name = plan.kernels[i].name;
       auto it = cache().fns.find(descs.back().text);
       if (it != cache().fns.end()) {
         out[i].fn = it->second;
@@ -632,25 +636,31 @@ std::vector<CompiledKernel> compile_kernels(const ir::Graph& g, const Plan& plan
     }
   }
   if (missing.empty()) return out;
-  static std::atomic<int64_t> module_counter{0};
-  int64_t mid = module_counter++;
+  // Names only need to be unique within the module (each module gets its own JITDylib), so
+  // the same kernels give the same module text in every process: the persistent-cache key.
   auto ctx = std::make_unique<llvm::LLVMContext>();
-  auto module = Jit::instance().new_module(*ctx, "loom" + std::to_string(mid));
+  auto module = Jit::instance().new_module(*ctx, "loom");
   std::vector<std::string> names;
   std::map<std::string, size_t> emitted;  // description -> function, within this module
   std::vector<size_t> fn_of(missing.size());
   {
+    profile::Scope ps("compile", "llvm emit IR");
     Emitter e(g, plan, *module);
     for (size_t j = 0; j < missing.size(); ++j) {
       size_t i = missing[j];
       auto [it, fresh] = emitted.try_emplace(descs[i].text, names.size());
       fn_of[j] = it->second;
       if (!fresh) continue;  // the same kernel again (concat pieces of one shape)
-      names.push_back("loom_m" + std::to_string(mid) + "_" + plan.kernels[i].name);
+      names.push_back("k" + std::to_string(names.size()));
       e.emit(plan.kernels[i], descs[i], names.back());
     }
   }
-  std::vector<void*> fns = Jit::instance().compile(std::move(ctx), std::move(module), names);
+  std::string what;
+  for (const auto& [text, k] : emitted) (what += text) += '\n';
+  bool loaded = false;
+  std::vector<void*> fns =
+      Jit::instance().compile(std::move(ctx), std::move(module), names, what, &loaded);
+  if (t_code_info) (loaded ? t_code_info->modules_loaded : t_code_info->modules_compiled)++;
   std::lock_guard lock(cache().mu);
   for (size_t j = 0; j < missing.size(); ++j) {
     size_t i = missing[j];

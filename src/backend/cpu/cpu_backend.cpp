@@ -10,6 +10,7 @@
 #include "loom/backend/ref_backend.h"
 #include "loom/core/config.h"
 #include "loom/core/error.h"
+#include "loom/core/profile.h"
 
 namespace loom::backend {
 
@@ -22,7 +23,7 @@ using cpu::Step;
 // (and each loop its scratch) to itself.
 class CpuExecutable final : public Executable {
  public:
-  explicit CpuExecutable(const ir::Graph& g) : prog_(cpu::compile_program(g, /*region=*/false)) {
+  explicit CpuExecutable(const ir::Graph& g) : prog_(compile_counted(g, &info_)) {
     const Plan& plan = prog_.plan;
     if (config().debug >= 2) {
       std::fprintf(stderr, "[loom] cpu plan: %zu steps, %zu kernels, %lld products\n",
@@ -59,6 +60,18 @@ class CpuExecutable final : public Executable {
       if (!seen[b] && plan.bufs[b].kind == cpu::BufferInfo::Output) unwritten_.push_back(b);
   }
 
+  // Counts the modules compile_program generates or loads into *info.
+  static cpu::Program compile_counted(const ir::Graph& g, CodeInfo* info) {
+    struct Restore {
+      CodeInfo* saved = cpu::t_code_info;
+      ~Restore() { cpu::t_code_info = saved; }
+    } restore;
+    cpu::t_code_info = info;
+    return cpu::compile_program(g, /*region=*/false);
+  }
+
+  CodeInfo code_info() const override { return info_; }
+
   std::vector<Buffer> run(std::span<const Buffer> inputs) const override { return run(inputs, {}); }
 
   std::vector<Buffer> run(std::span<const Buffer> inputs,
@@ -84,12 +97,16 @@ class CpuExecutable final : public Executable {
         case Step::Kernel: cpu::run_kernel(prog_.kernels[st.kernel], ptr.data()); break;
         case Step::MatMul: cpu::run_matmul(prog_, st, ptr.data()); break;
         case Step::Ref: {
+          profile::Scope ps("kernel", [&] {
+            return "ref " + std::string(ir::op_name(prog_.graph.node(st.node).op));
+          });
           Buffer r = run_ref(st, bufs);
           bind(st.outs[0], std::move(r));
           break;
         }
         case Step::Loop: {
           const cpu::LoopProgram& loop = *prog_.loops[si];
+          profile::Scope ps("kernel", [&] { return std::string(ir::op_name(loop.op)) + " loop"; });
           Buffer scratch = Buffer::allocate_uninitialized(static_cast<size_t>(loop.scratch_bytes));
           cpu::run_loop(loop, ptr.data(), static_cast<char*>(scratch.data()));
           break;
@@ -134,6 +151,7 @@ class CpuExecutable final : public Executable {
     return ref_eval_node(prog_.graph, st.node, operands);
   }
 
+  CodeInfo info_;  // before prog_: compile_counted fills it while prog_ is built
   cpu::Program prog_;
   std::vector<std::vector<int>> first_use_;
   std::vector<size_t> unwritten_;

@@ -9,6 +9,7 @@
 
 #include "backend/cpu/thread_pool.h"
 #include "loom/core/error.h"
+#include "loom/core/profile.h"
 
 namespace loom::cpu {
 
@@ -47,8 +48,11 @@ void lay_out_frame(Program& p) {
 Program compile_program(const ir::Graph& g, bool region) {
   Program p;
   std::vector<std::vector<ir::NodeId>> results;
-  p.graph = split_results(g, &results);
-  p.plan = make_plan(p.graph, results);
+  {
+    profile::Scope ps("compile", "plan");
+    p.graph = split_results(g, &results);
+    p.plan = make_plan(p.graph, results);
+  }
   p.kernels = compile_kernels(p.graph, p.plan);
   p.loops.resize(p.plan.steps.size());
   p.loop_offset.assign(p.plan.steps.size(), -1);
@@ -73,6 +77,24 @@ struct KernelJob {
 
 }  // namespace
 
+namespace {
+
+// The profiled path of run_kernel and run_matmul: one event per task, on the thread that
+// runs it.
+template <class Job>
+void run_profiled(const char* cat, const std::string& name, int64_t tasks, const Job& job) {
+  auto one = [&](int t) {
+    double t0 = profile::now_us();
+    job(t);
+    profile::record(cat, name, t0, profile::now_us(),
+                    "\"task\": " + std::to_string(t) + ", \"tasks\": " + std::to_string(tasks));
+  };
+  if (tasks == 1) one(0);
+  else ThreadPool::instance().run(static_cast<int>(tasks), one);
+}
+
+}  // namespace
+
 void run_kernel(const CompiledKernel& k, void* const* ptr) {
   if (k.outer == 0) return;
   const size_t n = k.bufs.size();
@@ -87,11 +109,16 @@ void run_kernel(const CompiledKernel& k, void* const* ptr) {
   if (k.out_arg >= 0) args[k.out_arg] = static_cast<char*>(args[k.out_arg]) + k.out_shift_bytes;
   auto& pool = ThreadPool::instance();
   int64_t tasks = std::min<int64_t>(pool.size(), k.outer);
-  if (tasks < 2 || k.outer * k.work < kParallelWork) {
+  if (tasks < 2 || k.outer * k.work < kParallelWork) tasks = 1;
+  KernelJob job{&k, args, tasks};
+  if (profile::enabled()) [[unlikely]] {
+    run_profiled("kernel", k.name, tasks, job);
+    return;
+  }
+  if (tasks == 1) {
     k.fn(args, 0, k.outer);
     return;
   }
-  KernelJob job{&k, args, tasks};
   // One captured pointer: std::function keeps it inline (no allocation in a loop body).
   pool.run(static_cast<int>(tasks), [j = &job](int t) { (*j)(t); });
 }
@@ -204,6 +231,12 @@ void run_matmul(const Program& p, const Step& st, void* const* ptr) {
                           : std::min<int64_t>(2 * pool.size(), std::max<int64_t>(1, m / 64));
   int64_t tasks = nb * row_parts;
   GemmJob job{a, b, c, os.data(), br, m, nn, k, elem, row_parts, f64};
+  if (profile::enabled()) [[unlikely]] {
+    run_profiled("matmul", detail::str_cat(f64 ? "dgemm " : "sgemm ", nb, "x[", m, ",", k, "]x[",
+                                           k, ",", nn, "]"),
+                 tasks, job);
+    return;
+  }
   if (tasks == 1) job(0);
   else pool.run(static_cast<int>(tasks), [j = &job](int t) { (*j)(t); });
 }

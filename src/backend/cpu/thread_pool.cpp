@@ -3,6 +3,9 @@
 #include "backend/cpu/thread_pool.h"
 
 #include <cstdlib>
+#include <string>
+
+#include "loom/core/profile.h"
 
 namespace loom::cpu {
 
@@ -24,7 +27,11 @@ ThreadPool& ThreadPool::instance() {
 }
 
 ThreadPool::ThreadPool(int threads) {
-  for (int i = 1; i < threads; ++i) workers_.emplace_back([this] { worker_loop(); });
+  for (int i = 1; i < threads; ++i)
+    workers_.emplace_back([this, i] {
+      profile::name_thread("loom worker " + std::to_string(i));
+      worker_loop();
+    });
 }
 
 ThreadPool::~ThreadPool() {
