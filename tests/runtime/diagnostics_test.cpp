@@ -364,9 +364,13 @@ TEST(ProfileTest, ChromeTraceHasCompileExecuteKernelAndMatmulEventsAcrossThreads
     GraphName name("diag_profile");
     Tensor a = filled(256, 512, 0.5), b = filled(512, 256, 0.25);
     Tensor y = softmax(matmul(a, b) * 0.125, 1) + tanh(filled(256, 256, 0.3));
+    // A kernel long enough (about 4M elements) that the pool's workers take part, however slow
+    // the build (sanitizers): the caller alone would otherwise finish short ones.
+    Tensor big = tanh(filled(2048, 2048, 0.3)) * 2.0;
     loom::sync();
     loom::sync();
     EXPECT_GT(sum(y).item<float>(), 0);
+    EXPECT_GT(sum(big).item<float>(), 0);
   }
   ASSERT_TRUE(profile::flush());
   profile::stop();
