@@ -168,6 +168,14 @@ std::vector<Adjoint> layout_rule(Ctx& c) {
   switch (n.op) {
     case OpKind::Reshape: return {c.b.reshape(c.g, xs)};
     case OpKind::Permute: {
+      // The adjoint of a transposed weight is often a fresh product: (X Y)^T = Y^T X^T, read by
+      // BLAS with transpose flags instead of a strided copy.
+      const ir::Node& gn = c.b.graph().node(c.g.node);
+      if (n.attrs.ints.size() == 2 && n.attrs.ints[0] == 1 && gn.op == OpKind::MatMul &&
+          gn.type.shape.size() == 2) {
+        Value x = gn.operands[0], y = gn.operands[1];
+        return {c.b.matmul(transpose_last(c.b, y), transpose_last(c.b, x))};
+      }
       std::vector<int64_t> inv(n.attrs.ints.size());
       for (size_t i = 0; i < inv.size(); ++i) inv[static_cast<size_t>(n.attrs.ints[i])] = static_cast<int64_t>(i);
       return {c.b.permute(c.g, inv)};
@@ -253,6 +261,18 @@ Value unbroadcast(ir::Builder& b, Value g, const Shape shape) {
   std::vector<int64_t> axes;
   for (size_t d = 0; d < gs.size(); ++d)
     if (d < lead || (shape[d - lead] == 1 && gs[d] != 1)) axes.push_back(static_cast<int64_t>(d));
+  // Summing over leading rows (a bias's gradient) as ones[1, rows] @ g[rows, cols]: one
+  // matrix-vector product instead of a strided reduction over columns.
+  bool leading = !axes.empty() && is_floating(b.type(g).dtype);
+  for (size_t k = 0; leading && k < axes.size(); ++k) leading = axes[k] == static_cast<int64_t>(k);
+  int64_t rows = 1;
+  for (int64_t a : axes) rows *= gs[static_cast<size_t>(a)];
+  if (leading && rows >= 256) {
+    const int64_t cols = gs.numel() / rows;
+    Value ones = b.expand(b.constant(1, b.type(g).dtype), Shape{1, rows});
+    Value r = b.matmul(ones, b.reshape(g, Shape{rows, cols}));
+    return b.reshape(r, shape);
+  }
   Value s = axes.empty() ? g : b.reduce(OpKind::ReduceSum, g, axes, true);
   return b.reshape(s, shape);
 }
