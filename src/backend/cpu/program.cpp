@@ -158,8 +158,26 @@ struct GemmJob {
   size_t br;
   int64_t m, nn, k, elem, row_parts;
   bool f64;
+  int64_t col_parts = 1;  // > 1: one product split by columns (few rows, one batch)
+
+  void columns(int t) const {
+    int64_t c0 = nn * t / col_parts, c1 = nn * (t + 1) / col_parts;
+    if (c0 == c1) return;
+    const char* pb = b.base + (b.trans ? c0 * b.ld : c0) * elem;  // column c0 of B
+    auto ta = a.trans ? CblasTrans : CblasNoTrans, tb = b.trans ? CblasTrans : CblasNoTrans;
+    if (f64) {
+      cblas_dgemm(CblasRowMajor, ta, tb, m, c1 - c0, k, 1.0, reinterpret_cast<const double*>(a.base),
+                  a.ld, reinterpret_cast<const double*>(pb), b.ld, 0.0,
+                  reinterpret_cast<double*>(c) + c0, nn);
+    } else {
+      cblas_sgemm(CblasRowMajor, ta, tb, m, c1 - c0, k, 1.0f, reinterpret_cast<const float*>(a.base),
+                  a.ld, reinterpret_cast<const float*>(pb), b.ld, 0.0f,
+                  reinterpret_cast<float*>(c) + c0, nn);
+    }
+  }
 
   void operator()(int t) const {
+    if (col_parts > 1) return columns(t);
     int64_t bi = t / row_parts, part = t % row_parts;
     int64_t r0 = m * part / row_parts, r1 = m * (part + 1) / row_parts;
     if (r0 == r1) return;
@@ -231,6 +249,12 @@ void run_matmul(const Program& p, const Step& st, void* const* ptr) {
                           : std::min<int64_t>(2 * pool.size(), std::max<int64_t>(1, m / 64));
   int64_t tasks = nb * row_parts;
   GemmJob job{a, b, c, os.data(), br, m, nn, k, elem, row_parts, f64};
+  // Few rows (a small batch against a weight): split the columns instead, when the product is
+  // big enough to pay for waking the pool.
+  if (nb == 1 && row_parts == 1 && nn >= 128 && m * nn * k >= (int64_t{1} << 20)) {
+    job.col_parts = std::min<int64_t>(2 * pool.size(), nn / 64);
+    tasks = job.col_parts;
+  }
   if (profile::enabled()) [[unlikely]] {
     run_profiled("matmul", detail::str_cat(f64 ? "dgemm " : "sgemm ", nb, "x[", m, ",", k, "]x[",
                                            k, ",", nn, "]"),
