@@ -42,3 +42,41 @@ TEST(CpuMatmulSplit, FewRowsManyColumnsMatchTheHostProduct) {
 }
 
 }  // namespace
+
+namespace {
+
+// Slices that are contiguous blocks of a buffer are read in place (views): values against the
+// host, including a view feeding a product, slices of slices, and a dead input whose memory
+// an output may take while views of it are still read.
+TEST(CpuViews, BlockSlicesReadInPlace) {
+  const int64_t L = 6, R = 4, C = 5;
+  std::vector<double> xv = host_values(L * R * C, 3);
+  auto at = [&](int64_t l, int64_t r, int64_t c) { return xv[(l * R + r) * C + c]; };
+  Tensor x = loom::tensor(xv, {L, R, C});
+  Tensor w = loom::tensor(host_values(C * 3, 4), {C, 3});
+  std::vector<double> wv = w.to_vector<double>();
+  for (int rep = 0; rep < 2; ++rep) {  // rep 1: x is dead after the call and may be donated
+    Tensor src = rep == 0 ? x : loom::tensor(xv, {L, R, C});
+    Tensor a = loom::slice(src, 0, 2, 4) * 2.0 + loom::slice(src, 0, 0, 2);  // [2, R, C]
+    Tensor inner = loom::slice(loom::slice(src, 0, 1, 5), 0, 2, 3);           // src[3:4]
+    Tensor p = loom::matmul(loom::select(src, 0, 5), w);                      // [R, 3]
+    if (rep == 1) src = Tensor();
+    loom::sync();
+    std::vector<double> av = a.to_vector<double>(), iv = inner.to_vector<double>(),
+                        pv = p.to_vector<double>();
+    for (int64_t l = 0; l < 2; ++l)
+      for (int64_t r = 0; r < R; ++r)
+        for (int64_t c = 0; c < C; ++c)
+          EXPECT_DOUBLE_EQ(av[(l * R + r) * C + c], at(l + 2, r, c) * 2 + at(l, r, c));
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t c = 0; c < C; ++c) EXPECT_DOUBLE_EQ(iv[r * C + c], at(3, r, c));
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t j = 0; j < 3; ++j) {
+        double want = 0;
+        for (int64_t c = 0; c < C; ++c) want += at(5, r, c) * wv[c * 3 + j];
+        EXPECT_NEAR(pv[r * 3 + j], want, 1e-12);
+      }
+  }
+}
+
+}  // namespace

@@ -35,7 +35,9 @@ class CpuExecutable final : public Executable {
     first_use_.assign(plan.steps.size(), {});
     std::vector<bool> seen(plan.bufs.size(), false);
     auto touch = [&](size_t step, int b) {
-      if (b < 0 || seen[b] || plan.bufs[b].kind == cpu::BufferInfo::Input) return;
+      if (b < 0 || seen[b] || plan.bufs[b].kind == cpu::BufferInfo::Input ||
+          plan.bufs[b].kind == cpu::BufferInfo::View)
+        return;
       seen[b] = true;
       first_use_[step].push_back(b);
     };
@@ -58,6 +60,9 @@ class CpuExecutable final : public Executable {
     }
     for (size_t b = 0; b < plan.bufs.size(); ++b)  // outputs nobody writes (0-size): allocate
       if (!seen[b] && plan.bufs[b].kind == cpu::BufferInfo::Output) unwritten_.push_back(b);
+    views_of_.assign(plan.bufs.size(), {});
+    for (size_t b = 0; b < plan.bufs.size(); ++b)
+      if (plan.bufs[b].kind == cpu::BufferInfo::View) views_of_[plan.bufs[b].base].push_back(static_cast<int>(b));
   }
 
   // Counts the modules compile_program generates or loads into *info.
@@ -86,6 +91,9 @@ class CpuExecutable final : public Executable {
     auto bind = [&](size_t b, Buffer buf) {
       bufs[b] = std::move(buf);
       ptr[b] = bufs[b].data();
+      for (int v : views_of_[b])  // views point into their base once it has memory
+        ptr[v] = static_cast<char*>(ptr[b]) +
+                 plan.bufs[v].offset * static_cast<int64_t>(itemsize(plan.bufs[v].type.dtype));
     };
     for (size_t b = 0; b < plan.bufs.size(); ++b)
       if (plan.bufs[b].kind == cpu::BufferInfo::Input) bind(b, inputs[plan.bufs[b].index]);
@@ -155,6 +163,7 @@ class CpuExecutable final : public Executable {
   cpu::Program prog_;
   std::vector<std::vector<int>> first_use_;
   std::vector<size_t> unwritten_;
+  std::vector<std::vector<int>> views_of_;  // per buffer: the View buffers lying in it
 };
 
 class CpuBackend final : public Backend {

@@ -195,8 +195,8 @@ constexpr size_t kMaxStages = 6;
 
 class Planner {
  public:
-  Planner(const ir::Graph& g, const std::vector<std::vector<NodeId>>& results)
-      : g_(g), n_(g.size()), results_(results) {
+  Planner(const ir::Graph& g, const std::vector<std::vector<NodeId>>& results, bool allow_views)
+      : g_(g), n_(g.size()), results_(results), allow_views_(allow_views) {
     stand_in_.assign(n_, false);
     for (const auto& rs : results_)
       for (size_t k = 1; k < rs.size(); ++k) stand_in_[rs[k]] = true;
@@ -206,7 +206,7 @@ class Planner {
     decide_buffers();
     assign_buffers();
     for (NodeId id = 0; id < n_; ++id) {
-      if (has_buf_[id] && g_.node(id).op != OpKind::Parameter) plan_node(id);
+      if (has_buf_[id] && g_.node(id).op != OpKind::Parameter && !view_[id]) plan_node(id);
     }
     for (auto& [node, buf] : output_copies_) add_copy(node, buf);
     compute_releases();
@@ -259,6 +259,22 @@ class Planner {
         cost[id] = 0;
       }
     }
+    // Slices that are contiguous blocks of a buffer: views into it, not computed.
+    view_.assign(n_, 0);
+    if (!allow_views_) return;
+    for (NodeId id = 0; id < n_; ++id) {
+      const ir::Node& node = g_.node(id);
+      if (node.op != OpKind::Slice || has_buf_[id] || stand_in_[id] || node.attrs.ints[2] != 1)
+        continue;
+      NodeId src = node.operands[0].node;
+      if (!has_buf_[src]) continue;
+      const Shape& xs = g_.node(src).type.shape;
+      bool block = true;
+      for (int64_t d = 0; d < node.attrs.i; ++d) block = block && xs[d] == 1;
+      if (!block) continue;
+      view_[id] = 1;
+      has_buf_[id] = true;
+    }
   }
 
   void assign_buffers() {
@@ -267,9 +283,24 @@ class Planner {
       NodeId id = g_.params()[p];
       plan_.buf_of[id] = add_buf(BufferInfo::Input, g_.node(id).type, static_cast<int>(p));
     }
-    for (NodeId id = 0; id < n_; ++id)
-      if (has_buf_[id] && plan_.buf_of[id] < 0)
-        plan_.buf_of[id] = add_buf(BufferInfo::Temp, g_.node(id).type, -1);
+    for (NodeId id = 0; id < n_; ++id) {
+      if (!has_buf_[id] || plan_.buf_of[id] >= 0) continue;
+      if (view_[id]) {
+        const ir::Node& node = g_.node(id);
+        int base = plan_.buf_of[node.operands[0].node];
+        std::vector<int64_t> st = contiguous_strides(g_.type(node.operands[0]).shape);
+        int64_t offset = node.attrs.ints[0] * st[node.attrs.i];
+        if (plan_.bufs[base].kind == BufferInfo::View) {
+          offset += plan_.bufs[base].offset;
+          base = plan_.bufs[base].base;
+        }
+        plan_.buf_of[id] = add_buf(BufferInfo::View, node.type, -1);
+        plan_.bufs.back().base = base;
+        plan_.bufs.back().offset = offset;
+        continue;
+      }
+      plan_.buf_of[id] = add_buf(BufferInfo::Temp, g_.node(id).type, -1);
+    }
     for (size_t k = 0; k < g_.outputs().size(); ++k) {
       NodeId id = g_.outputs()[k].node;
       BufferInfo& b = plan_.bufs[plan_.buf_of[id]];
@@ -500,6 +531,7 @@ class Planner {
   void compute_releases() {
     std::vector<int>& last = last_use_;
     last.assign(plan_.bufs.size(), -1);
+    view_last_.assign(plan_.bufs.size(), -1);
     for (size_t si = 0; si < plan_.steps.size(); ++si) {
       const Step& st = plan_.steps[si];
       std::set<int> used;
@@ -517,8 +549,14 @@ class Planner {
         if (st.kind != Step::MatMul)
           for (const ir::Value& v : g_.node(st.node).operands) used.insert(plan_.buf_of[v.node]);
       }
-      for (int b : used)
-        if (b >= 0) last[b] = static_cast<int>(si);
+      for (int b : std::set<int>(used))  // a view keeps its base alive
+        if (b >= 0 && plan_.bufs[b].kind == BufferInfo::View) used.insert(plan_.bufs[b].base);
+      for (int b : used) {
+        if (b < 0) continue;
+        last[b] = static_cast<int>(si);
+        if (plan_.bufs[b].kind == BufferInfo::View)
+          view_last_[plan_.bufs[b].base] = std::max(view_last_[plan_.bufs[b].base], static_cast<int>(si));
+      }
     }
     for (size_t b = 0; b < plan_.bufs.size(); ++b)
       if (plan_.bufs[b].kind == BufferInfo::Temp && last[b] >= 0)
@@ -567,10 +605,11 @@ class Planner {
         const BufferInfo& in = plan_.bufs[ib];
         if (in.kind != BufferInfo::Input || in.type.nbytes() != plan_.bufs[ob].type.nbytes())
           continue;
-        bool ok = last_use_[ib] < s ||
+        // A view of the input read at step s reads it where in_place does not look.
+        bool ok = view_last_[ib] < s && (last_use_[ib] < s ||
                   (last_use_[ib] == s && plan_.steps[s].kind == Step::Kernel &&
                    in_place(plan_.kernels[plan_.steps[s].kernel], static_cast<int>(ob),
-                            static_cast<int>(ib)));
+                            static_cast<int>(ib))));
         if (ok) plan_.donors[ob].push_back(in.index);
       }
     }
@@ -616,6 +655,9 @@ class Planner {
   const std::vector<std::vector<NodeId>>& results_;  // see split_results
   std::vector<bool> stand_in_;  // result k >= 1 of a multi-result node: no step of its own
   std::vector<int> last_use_;  // per buffer: the last step that touches it
+  std::vector<int> view_last_;  // per buffer: the last step that reads a view of it
+  bool allow_views_ = false;
+  std::vector<uint8_t> view_;   // per node: a View buffer
   std::vector<bool> has_buf_;
   std::vector<bool> mergeable_kernel_;
   std::vector<std::pair<NodeId, int>> output_copies_;
@@ -624,8 +666,9 @@ class Planner {
 
 }  // namespace
 
-Plan make_plan(const ir::Graph& g, const std::vector<std::vector<NodeId>>& results) {
-  return Planner(g, results).run();
+Plan make_plan(const ir::Graph& g, const std::vector<std::vector<NodeId>>& results,
+               bool allow_views) {
+  return Planner(g, results, allow_views).run();
 }
 
 ir::Graph split_results(const ir::Graph& g, std::vector<std::vector<NodeId>>* results) {

@@ -43,10 +43,15 @@ Affine linear(const std::vector<int64_t>& strides, const Coords& c, int64_t offs
 bool trivial_reshape(const ir::Graph& g, NodeId n);
 
 struct BufferInfo {
-  enum Kind { Input, Temp, Output };
+  // View: a contiguous block of another buffer (a slice along a dim with only size-1 dims
+  // before it), read through its own pointer: no copy, and kernels reading slices at
+  // different offsets share one description (top-level plans only).
+  enum Kind { Input, Temp, Output, View };
   Kind kind;
   TensorType type;
   int index = -1;  // parameter position (Input) or output position (Output)
+  int base = -1;         // View: the buffer it lies in (never itself a view)
+  int64_t offset = 0;    // View: elements from the start of `base`
 };
 
 struct Stage {
@@ -119,7 +124,9 @@ bool blas_view(const ir::Graph& g, const std::vector<bool>& has_buf, NodeId oper
 // single-result nodes.
 ir::Graph split_results(const ir::Graph& g, std::vector<std::vector<NodeId>>* results);
 
-// `results` as split_results gives it (empty: no multi-result nodes).
-Plan make_plan(const ir::Graph& g, const std::vector<std::vector<NodeId>>& results = {});
+// `results` as split_results gives it (empty: no multi-result nodes). `allow_views`: slices
+// that are contiguous blocks of a buffer become View buffers.
+Plan make_plan(const ir::Graph& g, const std::vector<std::vector<NodeId>>& results = {},
+               bool allow_views = false);
 
 }  // namespace loom::cpu

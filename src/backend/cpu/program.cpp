@@ -51,7 +51,7 @@ Program compile_program(const ir::Graph& g, bool region) {
   {
     profile::Scope ps("compile", "plan");
     p.graph = split_results(g, &results);
-    p.plan = make_plan(p.graph, results);
+    p.plan = make_plan(p.graph, results, /*allow_views=*/!region);
   }
   p.kernels = compile_kernels(p.graph, p.plan);
   p.loops.resize(p.plan.steps.size());
