@@ -149,6 +149,22 @@ std::vector<Adjoint> scan_vjp(ir::Builder& b, NodeId id, std::span<const Adjoint
   bool recompute = n.attrs.f != 0;
   for (NodeId i = static_cast<NodeId>(P + c + y); i < comb.forward_end; ++i)
     recompute = recompute || G.node(i).num_results() != 1;
+  // Cheap forward values (elementwise and layout ops) are recomputed in the backward from
+  // what they read rather than stacked: a stack costs a write and a read of the whole value per
+  // step, more than recomputing, say, a gelu's erf. Products, reductions, indexing and random
+  // draws are saved. `read` grows from the backward's reads down through cheap nodes.
+  if (!recompute) {
+    for (NodeId i = static_cast<NodeId>(comb.forward_end); i-- > static_cast<NodeId>(P + c + y);) {
+      if (!read[i]) continue;
+      const ir::Node& fn = G.node(i);
+      const uint32_t t = ir::info(fn.op).traits;
+      const bool cheap = (t & (ir::kElementwise | ir::kLayout)) && !(t & ir::kRandom);
+      if (!cheap) continue;
+      read[i] = 2;  // recomputed: its operands are what the backward needs
+      for (Value v : fn.operands)
+        if (v.node < comb.forward_end && !read[v.node]) read[v.node] = 1;
+    }
+  }
   std::vector<Value> saved_body;  // values of the body to stack
   std::vector<NodeId> saved_of;   // the node of G each stands for
   for (NodeId i = 0; i < comb.forward_end; ++i) {
@@ -156,7 +172,7 @@ std::vector<Adjoint> scan_vjp(ir::Builder& b, NodeId id, std::span<const Adjoint
     const bool is_carry = i >= 1 && i <= static_cast<NodeId>(c);
     if (i < P) {
       if (!is_carry || !(recompute || read[i])) continue;
-    } else if (recompute || !read[i] || G.node(i).op == OpKind::Constant ||
+    } else if (recompute || read[i] != 1 || G.node(i).op == OpKind::Constant ||
                G.node(i).op == OpKind::Iota) {
       continue;
     }
