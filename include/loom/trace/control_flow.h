@@ -235,7 +235,7 @@ auto scan(Fn&& fn, const Carry& init, const Xs& xs, ScanOptions opts = {},
   std::vector<Tensor> init_leaves, xs_leaves;
   std::vector<std::string> init_paths = detail::leaf_paths(init, "carry", &init_leaves);
   std::vector<std::string> xs_paths = detail::leaf_paths(xs, "xs", &xs_leaves);
-  const size_t nc = init_leaves.size(), nx = xs_leaves.size();
+  const size_t nc = init_leaves.size();
   std::shared_ptr<Y> y_like;
   detail::FlatFn flat = [&](const std::vector<Tensor>& p) {
     std::vector<Tensor> cp(p.begin() + 1, p.begin() + 1 + static_cast<long>(nc));
@@ -253,7 +253,6 @@ auto scan(Fn&& fn, const Carry& init, const Xs& xs, ScanOptions opts = {},
     out.insert(out.end(), ys.begin(), ys.end());
     return out;
   };
-  (void)nx;
   std::vector<Tensor> res =
       detail::scan_flat(site, opts, flat, init_leaves, init_paths, xs_leaves, xs_paths);
   std::vector<Tensor> carry_out(res.begin(), res.begin() + static_cast<long>(nc));
