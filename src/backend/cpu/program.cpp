@@ -244,15 +244,17 @@ void run_matmul(const Program& p, const Step& st, void* const* ptr) {
   // Split batches across threads, or the rows of each product when there are few batches.
   // Two parts per thread: the pool hands them out as threads free up, which evens out a
   // core slowed by a neighbour (a fixed half each waits for the slower one).
+  // Small products (an MLP's) get one part per thread: every part packs its own operands.
+  const int64_t per_thread = m * nn * k < (int64_t{1} << 26) ? 1 : 2;
   int64_t row_parts = nb >= 2 * pool.size()
                           ? 1
-                          : std::min<int64_t>(2 * pool.size(), std::max<int64_t>(1, m / 64));
+                          : std::min<int64_t>(per_thread * pool.size(), std::max<int64_t>(1, m / 64));
   int64_t tasks = nb * row_parts;
   GemmJob job{a, b, c, os.data(), br, m, nn, k, elem, row_parts, f64};
   // Few rows (a small batch against a weight): split the columns instead, when the product is
   // big enough to pay for waking the pool.
   if (nb == 1 && row_parts == 1 && nn >= 128 && m * nn * k >= (int64_t{1} << 20)) {
-    job.col_parts = std::min<int64_t>(2 * pool.size(), nn / 64);
+    job.col_parts = std::min<int64_t>(per_thread * pool.size(), nn / 64);
     tasks = job.col_parts;
   }
   if (profile::enabled()) [[unlikely]] {
