@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "loom/core/half.h"
+#include "loom/ir/builder.h"
 #include "loom/nn/nn.h"
 #include "loom/trace/autograd.h"
 
@@ -213,6 +214,7 @@ std::map<std::string, Tensor> load_safetensors(const std::string& path) {
     DType d = parse_dtype(dtype, path);
     Shape s(shape);
     for (int64_t e : shape) LOOM_CHECK(e >= 0, "[load_safetensors] ", path, ": '", name, "' has a negative extent");
+    ir::check_shape("load_safetensors", s);  // rank and element count within loom's limits
     LOOM_CHECK(offsets.size() == 2 && offsets[0] >= 0 && offsets[0] <= offsets[1] &&
                    static_cast<uint64_t>(offsets[1]) <= data_size &&
                    offsets[1] - offsets[0] == s.numel() * static_cast<int64_t>(itemsize(d)),
