@@ -39,13 +39,15 @@ uint8_t TraceContext::resolve(ir::NodeId id) {
   return grad_state_[id];
 }
 
-void TraceContext::own_node(TensorImpl& impl) {
+ir::Value TraceContext::identity(ir::Value v) {
   ir::Node n;
   n.op = ir::OpKind::Convert;
-  n.operands = {impl.value};
-  n.type = impl.type;
-  impl.value = {builder_.add(std::move(n)), 0};
+  n.operands = {v};
+  n.type = graph_.type(v);
+  return {builder_.add(std::move(n)), 0};
 }
+
+void TraceContext::own_node(TensorImpl& impl) { impl.value = identity(impl.value); }
 
 bool TraceContext::active(ir::Value v) { return any_grad_ && resolve(v.node) == kActive; }
 
@@ -72,22 +74,12 @@ ir::Value TraceContext::leaf_value(const std::shared_ptr<TensorImpl>& impl) {
   return v;
 }
 
-Tensor TraceContext::detached(ir::Value v) {
-  if (active(v)) {
-    // An identity node of its own (never merged) that carries no gradient.
-    ir::Node n;
-    n.op = ir::OpKind::Convert;
-    n.operands = {v};
-    n.type = graph_.type(v);
-    v = {builder_.add(std::move(n)), 0};
-    grad_state_.resize(std::max(grad_state_.size(), graph_.size()), kUnknown);
-    grad_state_[v.node] = kInactive;
-  }
-  bool prev = grad_enabled_;
-  grad_enabled_ = true;  // v is inactive now: wrap leaves it alone
-  Tensor r = wrap(v);
-  grad_enabled_ = prev;
-  return r;
+ir::Value TraceContext::cut_gradient(ir::Value v) {
+  if (!active(v)) return v;
+  v = identity(v);
+  grad_state_.resize(std::max(grad_state_.size(), graph_.size()), kUnknown);
+  grad_state_[v.node] = kInactive;
+  return v;
 }
 
 std::vector<std::pair<ir::NodeId, std::shared_ptr<TensorImpl>>> TraceContext::live_leaves(
@@ -186,20 +178,8 @@ std::vector<Tensor> functional_gradients(const Tensor& out, const std::vector<Te
 }
 Tensor fresh_leaf(const Tensor& x) {
   LOOM_CHECK(x.defined(), "[grad] an argument leaf is an undefined Tensor");
-  Tensor leaf;
-  if (x.is_pending()) {
-    // A node of its own, so that two arguments never share a leaf.
-    TraceContext& ctx = TraceContext::get();
-    ir::Node n;
-    n.op = ir::OpKind::Convert;
-    n.operands = {ctx.value_of(x)};
-    n.type = TensorType{x.dtype(), x.shape()};
-    NoGradGuard guard;
-    leaf = ctx.wrap({ctx.builder().add(std::move(n)), 0});
-  } else {
-    leaf = x.detach();
-  }
-  leaf.requires_grad_();
+  Tensor leaf = x.detach();
+  leaf.requires_grad_();  // a pending leaf gets a node of its own: arguments never share one
   return leaf;
 }
 }  // namespace detail

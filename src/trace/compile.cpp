@@ -44,9 +44,7 @@ class StepCache {
     TensorType type;
   };
   struct Entry {
-    std::string signature;
-    std::vector<StaticArg> statics;
-    std::vector<TensorType> types;
+    CallSignature sig;
     std::shared_ptr<const backend::Executable> exe;
     std::vector<Input> inputs;
     std::vector<Result> results;
@@ -75,15 +73,9 @@ std::shared_ptr<StepCache> make_step_cache(CompileOptions opts, std::source_loca
 
 namespace {
 
-StepCache::Entry* find_entry(StepCache& c, const std::string& sig, const std::vector<StaticArg>& statics,
-                             const std::vector<TensorType>& types) {
-  for (StepCache::Entry& e : c.entries) {
-    bool same = e.signature == sig && e.types == types && e.statics.size() == statics.size();
-    for (size_t k = 0; same && k < statics.size(); ++k)
-      same = *e.statics[k].type == *statics[k].type &&
-             e.statics[k].equal(e.statics[k].value.get(), statics[k].value.get());
-    if (same) return &e;
-  }
+StepCache::Entry* find_entry(StepCache& c, const CallSignature& sig) {
+  for (StepCache::Entry& e : c.entries)
+    if (e.sig == sig) return &e;
   return nullptr;
 }
 
@@ -120,8 +112,7 @@ std::vector<Tensor> replay(TraceContext& ctx, StepCache::Entry& e, const std::ve
 
 // Records the step just traced: the graph of its results and in-place updates, and where each
 // input comes from on a replay.
-void record(TraceContext& ctx, StepCache& c, const std::string& sig, std::vector<StaticArg> statics,
-            const std::vector<TensorType>& types, const std::vector<Tensor>& leaves,
+void record(TraceContext& ctx, StepCache& c, CallSignature sig, const std::vector<Tensor>& leaves,
             const std::vector<Tensor>& out, std::vector<std::shared_ptr<TensorImpl>> updated,
             std::shared_ptr<const void> like) {
   StepCache::Entry e;
@@ -167,9 +158,7 @@ void record(TraceContext& ctx, StepCache& c, const std::string& sig, std::vector
     e.inputs.push_back(std::move(in));
   }
   e.exe = runtime::compile_cached(g);
-  e.signature = sig;
-  e.statics = std::move(statics);
-  e.types = types;
+  e.sig = std::move(sig);
   e.like = std::move(like);
   std::lock_guard<std::mutex> lock(c.mu);
   c.entries.push_back(std::move(e));
@@ -177,23 +166,19 @@ void record(TraceContext& ctx, StepCache& c, const std::string& sig, std::vector
 
 }  // namespace
 
-std::vector<Tensor> run_step(StepCache& c, const std::string& sig, std::vector<StaticArg> statics,
-                             const std::vector<Tensor>& leaves, const FlatFn& fn,
+std::vector<Tensor> run_step(StepCache& c, CallKey key, const FlatFn& fn,
                              std::shared_ptr<const void>* like) {
+  const std::vector<Tensor>& leaves = key.leaves;
   TraceContext& ctx = TraceContext::get();
   LOOM_CHECK_T(TraceError, !ctx.in_scope(), "[compile] step '", c.name,
                "' cannot run while a loop body or assume_pure function is being traced");
   LOOM_CHECK_T(TraceError, ctx.step() == nullptr, "[compile] step '", c.name,
                "' was called inside another compiled step");
   ctx.sync_all();  // the cut before
-  std::vector<TensorType> types;
-  for (const Tensor& t : leaves) {
-    LOOM_CHECK(t.defined(), "[compile] step '", c.name, "' got an undefined Tensor argument");
-    types.push_back({t.dtype(), t.shape()});
-  }
+  CallSignature sig = call_signature(key, "compile");
   if (c.opts.trace_once) {
     std::unique_lock<std::mutex> lock(c.mu);
-    if (StepCache::Entry* e = find_entry(c, sig, statics, types)) {
+    if (StepCache::Entry* e = find_entry(c, sig)) {
       *like = e->like;
       lock.unlock();
       return replay(ctx, *e, leaves);
@@ -229,7 +214,7 @@ std::vector<Tensor> run_step(StepCache& c, const std::string& sig, std::vector<S
       c.graphs.push_back(g);
     }
   }
-  if (c.opts.trace_once) record(ctx, c, sig, std::move(statics), types, leaves, out, st.updated, *like);
+  if (c.opts.trace_once) record(ctx, c, std::move(sig), leaves, out, st.updated, *like);
   ctx.sync_all();  // the cut after
   return out;
 }

@@ -285,10 +285,7 @@ ir::Value TraceContext::next_rng_key() {
     ir::Value parts[] = {seed, mixed};
     return b.concat(parts, 0);
   }
-  Buffer b = Buffer::allocate(16);
-  b.as<int64_t>()[0] = static_cast<int64_t>(seed_);
-  b.as<int64_t>()[1] = static_cast<int64_t>(rng_offset_++);
-  ir::Value v = data(std::move(b), TensorType{DType::Int64, {2}});
+  ir::Value v = data(next_rng_buffer(), TensorType{DType::Int64, {2}});
   slots_.back().is_rng = true;
   return v;
 }
@@ -308,7 +305,7 @@ Tensor TraceContext::wrap(ir::Value v) {
     impl->scope = scopes_.back().id;
     return Tensor(std::move(impl));
   }
-  if (any_grad_ && resolve(v.node) == kActive && !grad_enabled_) v = detached(v).impl()->value;
+  if (any_grad_ && !grad_enabled_) v = cut_gradient(v);  // NoGradGuard: no gradient flows
   impl->type = graph_.type(v);
   impl->value = v;
   link(impl.get());
@@ -333,7 +330,7 @@ void TraceContext::rebind(TensorImpl& impl, ir::Value v) {
                  "[in-place] a leaf tensor ", impl.type,
                  " that requires grad cannot be updated in place outside NoGradGuard (its "
                  "gradient would refer to the old value); update it under loom::NoGradGuard");
-    if (!grad_enabled_) v = detached(v).impl()->value;
+    if (!grad_enabled_) v = cut_gradient(v);
   }
   impl.buffer = Buffer();
   impl.value = v;

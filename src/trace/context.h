@@ -148,11 +148,13 @@ class TraceContext {
   bool grad_enabled() const { return grad_enabled_; }
   void set_grad_enabled(bool on) { grad_enabled_ = on; }
   bool active(ir::Value v);
-  // Gives a pending tensor a node of its own (an identity never merged with another node),
-  // so that a leaf made of it shares its node with no other tensor.
+  // An identity node of v that is never merged with another node.
+  ir::Value identity(ir::Value v);
+  // Gives a pending tensor a node of its own, so that a leaf made of it shares its node with
+  // no other tensor.
   void own_node(TensorImpl& impl);
-  // A tensor with the value of v that carries no gradient.
-  Tensor detached(ir::Value v);
+  // v, or, when v is active, an identity of it that carries no gradient.
+  ir::Value cut_gradient(ir::Value v);
   // Adjoints of `wrt` (leaves) for out with seed (undefined: ones, out must have one element).
   std::vector<Tensor> gradients(const Tensor& out, const Tensor& seed,
                                 const std::vector<Tensor>& wrt, const char* what);

@@ -333,10 +333,7 @@ Tensor fori_index(const Tensor& index, const LoopBound& lower) {
 class PureCache {
  public:
   struct Entry {
-    std::string signature;
-    std::vector<StaticArg> statics;
-    std::vector<TensorType> types;
-    std::vector<uint8_t> grads;
+    CallSignature sig;
     std::shared_ptr<const Body> body;
     std::shared_ptr<const void> like;
   };
@@ -394,16 +391,18 @@ void check_pure(const Site& site, const Body& cached, const Body& fresh) {
 
 // Recompile explanations (loom/runtime/diagnostics.h): a miss on a cache that holds an entry
 // with the same signature says which static argument or leaf type differs from the closest.
-void note_pure_miss(PureCache& cache, const std::string& signature,
-                    const std::vector<StaticArg>& statics, const std::vector<TensorType>& types) {
+void note_pure_miss(PureCache& cache, const CallSignature& sig) {
+  const std::vector<StaticArg>& statics = sig.statics;
+  const std::vector<TensorType>& types = sig.types;
   std::vector<std::string> diffs;
   std::string before, after;
   bool static_diff = false;
   {
     std::lock_guard<std::mutex> lock(cache.mu);
     size_t best_n = SIZE_MAX;
-    for (const auto& [_, e] : cache.entries) {
-      if (e.signature != signature || e.statics.size() != statics.size() ||
+    for (const auto& [_, entry] : cache.entries) {
+      const CallSignature& e = entry.sig;
+      if (e.signature != sig.signature || e.statics.size() != statics.size() ||
           e.types.size() != types.size())
         continue;
       std::vector<std::string> d;
@@ -412,22 +411,11 @@ void note_pure_miss(PureCache& cache, const std::string& signature,
       for (size_t k = 0; k < statics.size(); ++k) {
         const StaticArg &x = e.statics[k], &y = statics[k];
         if (*x.type == *y.type && x.equal(x.value.get(), y.value.get())) continue;
-        // The k-th static is the argument whose signature part is the k-th "s".
-        size_t pos = 0, seen = 0, arg = 0;
-        for (size_t start = 0; start < signature.size(); ++arg) {
-          size_t end = signature.find(';', start);
-          if (end == std::string::npos) end = signature.size();
-          if (signature.compare(start, end - start, "s") == 0 && seen++ == k) {
-            pos = arg;
-            break;
-          }
-          start = end + 1;
-        }
         std::string old_v = x.print ? x.print(x.value.get()) : "(unprintable)";
         std::string new_v = y.print ? y.print(y.value.get()) : "(unprintable)";
         if (!sd) b = old_v, a = new_v;
         sd = true;
-        d.push_back(str_cat("static argument ", pos, " changed: ", old_v, " -> ", new_v));
+        d.push_back(str_cat("static argument ", y.arg, " changed: ", old_v, " -> ", new_v));
       }
       for (size_t k = 0; k < types.size(); ++k) {
         if (e.types[k] == types[k]) continue;
@@ -457,58 +445,69 @@ void note_pure_miss(PureCache& cache, const std::string& signature,
 
 }  // namespace
 
-std::vector<Tensor> pure_call(PureCache& cache, const std::string& signature,
-                              std::vector<StaticArg> statics, const std::vector<Tensor>& leaves,
-                              const FlatFn& fn, std::shared_ptr<const void>* like) {
-  const Site site{"assume_pure", "function", cache.loc};
-  std::vector<TensorType> types;
-  std::vector<uint8_t> grads;
+bool CallSignature::operator==(const CallSignature& o) const {
+  if (hash != o.hash || signature != o.signature || types != o.types || grads != o.grads ||
+      statics.size() != o.statics.size())
+    return false;
+  for (size_t k = 0; k < statics.size(); ++k)
+    if (!(*statics[k].type == *o.statics[k].type) ||
+        !statics[k].equal(statics[k].value.get(), o.statics[k].value.get()))
+      return false;
+  return true;
+}
+
+CallSignature call_signature(CallKey& key, const char* what) {
+  CallSignature sig;
   Hasher128 h;
-  h.add_string(signature);
-  for (const StaticArg& s : statics) h.add(s.hash);
-  for (size_t k = 0; k < leaves.size(); ++k) {
-    LOOM_CHECK_T(TraceError, leaves[k].defined(), "[assume_pure] tensor argument ", k,
+  h.add_string(key.signature);
+  for (const StaticArg& s : key.statics) h.add(s.hash);
+  for (size_t k = 0; k < key.leaves.size(); ++k) {
+    const Tensor& t = key.leaves[k];
+    LOOM_CHECK_T(TraceError, t.defined(), "[", what, "] tensor argument ", k,
                  " is an undefined (default-constructed) Tensor");
-    types.push_back({leaves[k].dtype(), leaves[k].shape()});
-    grads.push_back(leaves[k].requires_grad());
-    h.add(static_cast<uint64_t>(types.back().dtype) | (uint64_t{grads.back()} << 8));
-    for (int64_t d : types.back().shape) h.add(static_cast<uint64_t>(d));
+    sig.types.push_back({t.dtype(), t.shape()});
+    sig.grads.push_back(t.requires_grad());
+    h.add(static_cast<uint64_t>(sig.types.back().dtype) | (uint64_t{sig.grads.back()} << 8));
+    for (int64_t d : sig.types.back().shape) h.add(static_cast<uint64_t>(d));
   }
-  const uint64_t key = h.finish().lo;
+  sig.signature = key.signature;
+  sig.statics = std::move(key.statics);
+  sig.hash = h.finish().lo;
+  return sig;
+}
+
+std::vector<Tensor> pure_call(PureCache& cache, CallKey key, const FlatFn& fn,
+                              std::shared_ptr<const void>* like) {
+  const Site site{"assume_pure", "function", cache.loc};
+  CallSignature sig = call_signature(key, "assume_pure");
   std::shared_ptr<const Body> body;
   {
     std::lock_guard<std::mutex> lock(cache.mu);
-    auto [lo, hi] = cache.entries.equal_range(key);
+    auto [lo, hi] = cache.entries.equal_range(sig.hash);
     for (auto it = lo; it != hi && !body; ++it) {
-      const PureCache::Entry& e = it->second;
-      bool same = e.signature == signature && e.types == types && e.grads == grads &&
-                  e.statics.size() == statics.size();
-      for (size_t k = 0; same && k < statics.size(); ++k)
-        same = *e.statics[k].type == *statics[k].type &&
-               e.statics[k].equal(e.statics[k].value.get(), statics[k].value.get());
-      if (same) {
-        body = e.body;
-        *like = e.like;
+      if (it->second.sig == sig) {
+        body = it->second.body;
+        *like = it->second.like;
       }
     }
   }
   if (body) {
     counters().pure_hits++;
     if (cache.opts.check_purity || config().check_purity) {
-      std::shared_ptr<const Body> fresh = pure_body(trace(ScopeKind::Pure, site, false, types, fn));
+      std::shared_ptr<const Body> fresh = pure_body(trace(ScopeKind::Pure, site, false, sig.types, fn));
       check_pure(site, *body, *fresh);
     }
   } else {
-    note_pure_miss(cache, signature, statics, types);
-    body = pure_body(trace(ScopeKind::Pure, site, false, types, fn));
+    note_pure_miss(cache, sig);
+    body = pure_body(trace(ScopeKind::Pure, site, false, sig.types, fn));
+    const uint64_t hash = sig.hash;
     std::lock_guard<std::mutex> lock(cache.mu);
-    cache.entries.emplace(key, PureCache::Entry{signature, std::move(statics), types, grads, body,
-                                                *like});
+    cache.entries.emplace(hash, PureCache::Entry{std::move(sig), body, *like});
   }
   if (body->num_outputs == 0) return {};
   TraceContext& ctx = TraceContext::get();
   std::vector<ir::Value> operands;
-  for (const Tensor& t : leaves) operands.push_back(ctx.value_of(t));
+  for (const Tensor& t : key.leaves) operands.push_back(ctx.value_of(t));
   for (const Capture& c : body->captures) operands.push_back(capture_operand(ctx, c));
   std::vector<ir::Value> r =
       ctx.builder().make_region(ir::OpKind::Call, operands, ir::Attrs{}, {body->region});

@@ -190,7 +190,7 @@ Tensor Tensor::detach() const {
   if (self.pending()) {
     TraceContext& ctx = TraceContext::get();
     if (self.scope != 0) return ctx.wrap(ctx.value_of(*this));
-    return ctx.detached(self.value);
+    return ctx.wrap(ctx.cut_gradient(self.value));
   }
   return detail::from_buffer(self.buffer, self.type);
 }

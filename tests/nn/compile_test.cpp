@@ -4,6 +4,7 @@
 
 #include <functional>
 
+#include "expect_error.h"
 #include "loom/loom.h"
 #include "loom/runtime/engine.h"
 
@@ -22,18 +23,7 @@ class CompileTest : public ::testing::Test {
   void TearDown() override { loom::sync(); }
 };
 
-template <class E>
-void expect_error(const std::function<void()>& f, const std::vector<std::string>& parts) {
-  try {
-    f();
-    ADD_FAILURE() << "expected an exception mentioning " << parts[0];
-  } catch (const E& e) {
-    std::string msg = e.what();
-    for (const std::string& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << msg << "\n  missing: " << p;
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "wrong exception type: " << e.what();
-  }
-}
+using loom::testing::expect_error;
 
 TEST_F(CompileTest, OneGraphPerCallCompiledOnce) {
   Tensor w = loom::ones({4});

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <functional>
 
+#include "expect_error.h"
 #include "loom/loom.h"
 #include "loom/runtime/engine.h"
 
@@ -34,18 +35,7 @@ void expect_close(const std::vector<double>& a, const std::vector<double>& b, do
   for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], tol * (1 + std::abs(b[i]))) << i;
 }
 
-template <class E>
-void expect_error(const std::function<void()>& f, const std::vector<std::string>& parts) {
-  try {
-    f();
-    ADD_FAILURE() << "expected an exception mentioning " << parts[0];
-  } catch (const E& e) {
-    std::string msg = e.what();
-    for (const std::string& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << msg << "\n  missing: " << p;
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "wrong exception type: " << e.what();
-  }
-}
+using loom::testing::expect_error;
 
 struct Block : nn::Module {
   std::shared_ptr<nn::Linear> fc;

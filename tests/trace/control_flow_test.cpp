@@ -9,6 +9,7 @@
 #include <map>
 #include <sstream>
 
+#include "expect_error.h"
 #include "loom/loom.h"
 #include "loom/runtime/engine.h"
 
@@ -37,19 +38,7 @@ std::vector<float> fv(const Tensor& t) { return t.to_vector<float>(); }
 std::vector<int64_t> iv(const Tensor& t) { return t.to_vector<int64_t>(); }
 Tensor floats(std::vector<float> v, loom::Shape s) { return loom::tensor(std::move(v), std::move(s)); }
 
-template <class E>
-void expect_error(const std::function<void()>& f, const std::vector<std::string>& parts) {
-  try {
-    f();
-    ADD_FAILURE() << "expected an exception mentioning " << parts[0];
-  } catch (const E& e) {
-    std::string msg = e.what();
-    for (const std::string& p : parts)
-      EXPECT_NE(msg.find(p), std::string::npos) << msg << "\n  missing: " << p;
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "wrong exception type: " << e.what();
-  }
-}
+using loom::testing::expect_error;
 
 // ---- scan ------------------------------------------------------------------------------
 

@@ -49,10 +49,5 @@ ir::Value zeros(ir::Builder& b, TensorType t);
 // parameter (zeros where there is none). Cached per body while the body lives.
 std::shared_ptr<const ir::Graph> vjp_region(const std::shared_ptr<const ir::Graph>& body);
 
-// Controls how scan is differentiated: remat = recompute each step's forward in the backward
-// (memory O(carry) per step) instead of saving the residuals stacked.
-struct ScanPlan {
-  bool remat = false;
-};
 
 }  // namespace loom::autodiff

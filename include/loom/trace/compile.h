@@ -44,9 +44,8 @@ class StepCache;
 std::shared_ptr<StepCache> make_step_cache(CompileOptions opts, std::source_location loc);
 // Runs one step: `fn` traces it (returning its flat results); on a trace_once hit fn is not
 // called and the results come from the replay. *like receives the result tree's shape.
-std::vector<Tensor> run_step(StepCache& cache, const std::string& signature,
-                             std::vector<StaticArg> statics, const std::vector<Tensor>& leaves,
-                             const FlatFn& fn, std::shared_ptr<const void>* like);
+std::vector<Tensor> run_step(StepCache& cache, CallKey key, const FlatFn& fn,
+                             std::shared_ptr<const void>* like);
 }  // namespace detail
 
 template <class Fn>
@@ -60,25 +59,16 @@ class Compiled {
     using Ret = std::decay_t<std::invoke_result_t<Fn&, const Args&...>>;
     static_assert(detail::is_tree<Ret>::value || std::is_void_v<Ret>,
                   "loom::compile: the step must return a tree of tensors (or nothing)");
-    std::string sig = typeid(std::tuple<Args...>).name();
-    sig += '|';
-    std::vector<detail::StaticArg> statics;
-    std::vector<Tensor> leaves;
-    (detail::pure_arg(args, &sig, &statics, &leaves), ...);
     std::shared_ptr<const void> like;
     detail::FlatFn trace = [&](const std::vector<Tensor>&) {
-      std::vector<Tensor> out;
       if constexpr (std::is_void_v<Ret>) {
         fn_(args...);
-        like = std::make_shared<const std::tuple<>>();
+        return detail::flatten_result(std::tuple<>{}, &like);
       } else {
-        Ret r = fn_(args...);
-        tree::flatten(r, &out);
-        like = std::make_shared<const Ret>(tree::unflatten(r, std::vector<Tensor>(out.size())));
+        return detail::flatten_result(fn_(args...), &like);
       }
-      return out;
     };
-    std::vector<Tensor> out = detail::run_step(*cache_, sig, std::move(statics), leaves, trace, &like);
+    std::vector<Tensor> out = detail::run_step(*cache_, detail::call_key(args...), trace, &like);
     if constexpr (!std::is_void_v<Ret>) return tree::unflatten(*static_cast<const Ret*>(like.get()), out);
   }
 

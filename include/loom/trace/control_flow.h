@@ -99,12 +99,30 @@ struct StaticArg {
   std::shared_ptr<const void> value;
   bool (*equal)(const void*, const void*) = nullptr;
   std::string (*print)(const void*) = nullptr;  // the value as text, when printable
+  size_t arg = 0;  // its position among the call's arguments
 };
-// Looks up {signature, statics, leaf types}; on a miss traces `fn` (which also stores the
-// result tree's shape into *like). Returns the outputs of the inserted call.
-std::vector<Tensor> pure_call(PureCache& cache, const std::string& signature,
-                              std::vector<StaticArg> statics, const std::vector<Tensor>& leaves,
-                              const FlatFn& fn, std::shared_ptr<const void>* like);
+// A call's arguments split for a cache: the argument types and tree structures, the static
+// values, and the tensor leaves (call_key below builds it).
+struct CallKey {
+  std::string signature;
+  std::vector<StaticArg> statics;
+  std::vector<Tensor> leaves;
+};
+// What caches of traced calls (assume_pure, compile's trace_once) compare: the signature, the
+// static values, and each leaf's type and requires_grad. `what` names the API in errors.
+struct CallSignature {
+  std::string signature;
+  std::vector<StaticArg> statics;
+  std::vector<TensorType> types;
+  std::vector<uint8_t> grads;
+  uint64_t hash = 0;
+  bool operator==(const CallSignature& o) const;
+};
+CallSignature call_signature(CallKey& key, const char* what);  // moves key.statics
+// Looks up the call's signature; on a miss traces `fn` (which also stores the result tree's
+// shape into *like). Returns the outputs of the inserted call.
+std::vector<Tensor> pure_call(PureCache& cache, CallKey key, const FlatFn& fn,
+                              std::shared_ptr<const void>* like);
 
 // Trees of tensors, as opposed to static arguments.
 template <class T>
@@ -162,19 +180,36 @@ StaticArg make_static(const T& v) {
 
 // Splits one argument into the signature, the static values and the tensor leaves.
 template <class T>
-void pure_arg(const T& a, std::string* sig, std::vector<StaticArg>* statics,
-              std::vector<Tensor>* leaves) {
+void pure_arg(const T& a, size_t arg, CallKey* key) {
   if constexpr (is_tree<T>::value) {
-    *sig += tree::structure(a);
-    tree::flatten(a, leaves);
-  } else if constexpr (!std::is_same_v<stored_arg_t<T>, T>) {
-    *sig += "s";
-    statics->push_back(make_static(stored_arg_t<T>(a)));
+    key->signature += tree::structure(a);
+    tree::flatten(a, &key->leaves);
   } else {
-    *sig += "s";
-    statics->push_back(make_static(a));
+    key->signature += "s";
+    if constexpr (!std::is_same_v<stored_arg_t<T>, T>) key->statics.push_back(make_static(stored_arg_t<T>(a)));
+    else key->statics.push_back(make_static(a));
+    key->statics.back().arg = arg;
   }
-  *sig += ';';
+  key->signature += ';';
+}
+
+template <class... Args>
+CallKey call_key(const Args&... args) {
+  CallKey key;
+  key.signature = typeid(std::tuple<Args...>).name();
+  key.signature += '|';
+  size_t arg = 0;
+  (pure_arg(args, arg++, &key), ...);
+  return key;
+}
+
+// The leaves of a function's result; *like receives the result tree's shape (leaves undefined).
+template <class Ret>
+std::vector<Tensor> flatten_result(const Ret& r, std::shared_ptr<const void>* like) {
+  std::vector<Tensor> out;
+  tree::flatten(r, &out);
+  *like = std::make_shared<const Ret>(tree::unflatten(r, std::vector<Tensor>(out.size())));
+  return out;
 }
 
 // Rebuilds one argument for the traced call: trees get the body's parameters.
@@ -366,24 +401,14 @@ class Pure {
     using Ret = std::decay_t<std::invoke_result_t<const Fn&, const Args&...>>;
     static_assert(detail::is_tree<Ret>::value,
                   "loom::assume_pure: the function must return a tree of tensors");
-    std::string sig = typeid(std::tuple<Args...>).name();
-    sig += '|';
-    std::vector<detail::StaticArg> statics;
-    std::vector<Tensor> leaves;
-    (detail::pure_arg(args, &sig, &statics, &leaves), ...);
     std::shared_ptr<const void> like;
     detail::FlatFn trace = [&](const std::vector<Tensor>& params) {
       size_t pos = 0;
       // Braced initialization evaluates left to right: parameters are taken in order.
       std::tuple<detail::stored_arg_t<Args>...> rebuilt{detail::pure_rebuild(args, params, &pos)...};
-      Ret r = std::apply(fn_, rebuilt);
-      std::vector<Tensor> out;
-      tree::flatten(r, &out);
-      like = std::make_shared<const Ret>(tree::unflatten(r, std::vector<Tensor>(out.size())));
-      return out;
+      return detail::flatten_result(std::apply(fn_, rebuilt), &like);
     };
-    std::vector<Tensor> out =
-        detail::pure_call(*cache_, sig, std::move(statics), leaves, trace, &like);
+    std::vector<Tensor> out = detail::pure_call(*cache_, detail::call_key(args...), trace, &like);
     return tree::unflatten(*static_cast<const Ret*>(like.get()), out);
   }
 
