@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -140,23 +141,34 @@ struct Mlp : nn::Module {
   Tensor forward(const Tensor& x) override { return (*b)(loom::relu((*a)(x))); }
 };
 
-std::vector<Figure> mlp_train() {
-  loom::manual_seed(0);
+// The MLP's training step on fixed data: forward, cross entropy, backward, optimizer step.
+struct MlpTraining {
+  int seeded = (loom::manual_seed(0), 0);  // before the model draws its weights
   Mlp model;
-  optim::SGD opt(model.parameters(), 0.01);
-  Tensor x = loom::randn({64, 784});
-  Tensor y = loom::argmax(loom::randn({64, 10}), 1);
-  loom::sync();
-  auto body = [&](const Tensor& xb, const Tensor& yb) {
+  std::unique_ptr<optim::Optimizer> opt;
+  Tensor x, y;
+  MlpTraining(int64_t batch, bool adamw) {
+    if (adamw) opt = std::make_unique<optim::AdamW>(model.parameters(), 1e-3);
+    else opt = std::make_unique<optim::SGD>(model.parameters(), 0.01);
+    x = loom::randn({batch, 784});
+    y = loom::argmax(loom::randn({batch, 10}), 1);
+    loom::sync();
+  }
+  Tensor step(const Tensor& xb, const Tensor& yb) {
     Tensor loss = loom::cross_entropy(model(xb), yb);
     loss.backward();
-    opt.step();
-    opt.zero_grad();
+    opt->step();
+    opt->zero_grad();
     return loss;
-  };
-  auto plain = [&] { body(x, y); loom::sync(); };
+  }
+};
+
+std::vector<Figure> mlp_train() {
+  MlpTraining t(64, /*adamw=*/false);
+  auto body = [&](const Tensor& xb, const Tensor& yb) { return t.step(xb, yb); };
+  auto plain = [&] { body(t.x, t.y); loom::sync(); };
   auto once = loom::compile(body, {.name = "mlp_step", .trace_once = true});
-  auto replay = [&] { once(x, y); };
+  auto replay = [&] { once(t.x, t.y); };
   auto rate = [](const std::function<void()>& step) {
     for (int i = 0; i < 30; ++i) step();
     double best = 0;
@@ -172,11 +184,11 @@ std::vector<Figure> mlp_train() {
       {"steps_per_s", p, "steps/s", "784-256-10 MLP, batch 64, SGD: trace + sync each step, best of 5 x 200"},
       {"trace_once_steps_per_s", r, "steps/s", "the same step compiled with trace_once"},
   };
-  double t = torch_mlp_steps_per_s();
-  if (t > 0) {
-    f.push_back({"baseline_torch_steps_per_s", t, "steps/s", "same run: PyTorch 1.13, same step"});
-    f.push_back({"speedup_vs_torch", p / t, "x", "goal >= 1.5 (trace + sync each step)"});
-    f.push_back({"trace_once_speedup_vs_torch", r / t, "x", "with trace_once"});
+  double torch = torch_mlp_steps_per_s();
+  if (torch > 0) {
+    f.push_back({"baseline_torch_steps_per_s", torch, "steps/s", "same run: PyTorch 1.13, same step"});
+    f.push_back({"speedup_vs_torch", p / torch, "x", "goal >= 1.5 (trace + sync each step)"});
+    f.push_back({"trace_once_speedup_vs_torch", r / torch, "x", "with trace_once"});
   } else {
     f.push_back({"baseline_torch_steps_per_s", 0, "steps/s",
                  "not measured: python3-torch not installed (issue figure: ~1500 here)"});
@@ -186,19 +198,10 @@ std::vector<Figure> mlp_train() {
 
 // Host time of a trace_once step, excluding the executable's run.
 std::vector<Figure> trace_once_overhead() {
-  loom::manual_seed(0);
-  Mlp model;
-  optim::AdamW opt(model.parameters(), 1e-3);
-  Tensor x = loom::randn({8, 784});
-  Tensor y = loom::argmax(loom::randn({8, 10}), 1);
-  loom::sync();
-  auto body = [&](const Tensor& xb, const Tensor& yb) {
-    Tensor loss = loom::cross_entropy(model(xb), yb);
-    loss.backward();
-    opt.step();
-    opt.zero_grad();
-    return loss;
-  };
+  MlpTraining t(8, /*adamw=*/true);
+  const Tensor& x = t.x;
+  const Tensor& y = t.y;
+  auto body = [&](const Tensor& xb, const Tensor& yb) { return t.step(xb, yb); };
   auto once = loom::compile(body, {.name = "overhead", .trace_once = true});
   for (int i = 0; i < 20; ++i) once(x, y);
   std::vector<double> host, traced;
