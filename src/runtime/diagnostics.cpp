@@ -57,7 +57,7 @@ struct SiteKeyHash {
 
 struct Note {
   RecompileReason::Kind kind;
-  std::string message, before, after;
+  std::string message, before, after, path;
 };
 
 // Per thread: the innermost GraphName, the current sync site, the site cache, noted causes.
@@ -127,6 +127,7 @@ RecompileReason explain(const GraphRecord& before, const GraphRecord& now, std::
     r.kind = notes.front().kind;
     r.before = notes.front().before;
     r.after = notes.front().after;
+    r.path = notes.front().path;
     for (size_t k = 0; k < notes.size(); ++k) r.message += (k ? "; " : "") + notes[k].message;
     return r;
   }
@@ -370,10 +371,10 @@ SyncSite::~SyncSite() {
 }
 
 void note_recompile_cause(RecompileReason::Kind kind, std::string message, std::string before,
-                          std::string after) {
+                          std::string after, std::string path) {
   auto& notes = detail::thread_names().notes;
   if (notes.size() < 16)
-    notes.push_back({kind, std::move(message), std::move(before), std::move(after)});
+    notes.push_back({kind, std::move(message), std::move(before), std::move(after), std::move(path)});
 }
 
 }  // namespace runtime

@@ -4,6 +4,7 @@
 
 #include <mutex>
 
+#include "loom/runtime/diagnostics.h"
 #include "loom/runtime/engine.h"
 #include "trace/context.h"
 #include "trace/ops_impl.h"
@@ -57,6 +58,7 @@ class StepCache {
   std::vector<Hash128> fingerprints;
   std::vector<std::shared_ptr<const ir::Graph>> graphs;
   std::vector<Entry> entries;
+  std::vector<CallSignature> seen;  // without trace_once: the signatures traced so far
 };
 
 std::shared_ptr<StepCache> make_step_cache(CompileOptions opts, std::source_location loc) {
@@ -175,13 +177,25 @@ std::vector<Tensor> run_step(StepCache& c, CallKey key, const FlatFn& fn,
   LOOM_CHECK_T(TraceError, ctx.step() == nullptr, "[compile] step '", c.name,
                "' was called inside another compiled step");
   ctx.sync_all();  // the cut before
+  GraphName graph_name(c.name);  // labels the step's compile, replays and metrics
   CallSignature sig = call_signature(key, "compile");
-  if (c.opts.trace_once) {
+  {
     std::unique_lock<std::mutex> lock(c.mu);
-    if (StepCache::Entry* e = find_entry(c, sig)) {
-      *like = e->like;
-      lock.unlock();
-      return replay(ctx, *e, leaves);
+    if (c.opts.trace_once) {
+      if (StepCache::Entry* e = find_entry(c, sig)) {
+        *like = e->like;
+        lock.unlock();
+        return replay(ctx, *e, leaves);
+      }
+    }
+    bool known = false;
+    for (const CallSignature& s : c.seen) known = known || s == sig;
+    if (!known) {
+      std::vector<const CallSignature*> earlier;
+      for (const StepCache::Entry& e : c.entries) earlier.push_back(&e.sig);
+      for (const CallSignature& s : c.seen) earlier.push_back(&s);
+      note_call_miss(str_cat("step '", c.name, "'"), earlier, sig);
+      if (!c.opts.trace_once && c.seen.size() < 64) c.seen.push_back(sig);
     }
   }
   TraceContext::StepState st;

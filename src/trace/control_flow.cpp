@@ -389,58 +389,128 @@ void check_pure(const Site& site, const Body& cached, const Body& fresh) {
   }
 }
 
+// The tree path of every tensor leaf of a call signature ("args[0]['x']", "args[1][2]"), read
+// back from the structures call_key wrote; empty when the text does not parse (a dict key with
+// ':' or ',' in it), and callers then number the leaves instead.
+bool parse_structure(std::string_view s, size_t* i, const std::string& path,
+                     std::vector<std::string>* out) {
+  if (*i >= s.size()) return false;
+  const char open = s[*i];
+  if (open == 'T') {
+    ++*i;
+    out->push_back(path);
+    return true;
+  }
+  const char close = open == '[' ? ']' : open == '(' ? ')' : open == '{' ? '}' : 0;
+  if (!close) return false;
+  ++*i;
+  for (size_t n = 0; *i < s.size() && s[*i] != close; ++n) {
+    std::string child = path + "[" + std::to_string(n) + "]";
+    if (open == '{') {
+      size_t colon = s.find(':', *i);
+      if (colon == std::string_view::npos) return false;
+      child = path + "['" + std::string(s.substr(*i, colon - *i)) + "']";
+      *i = colon + 1;
+    }
+    if (!parse_structure(s, i, child, out)) return false;
+    if (*i < s.size() && s[*i] == ',') ++*i;
+  }
+  if (*i >= s.size()) return false;
+  ++*i;
+  return true;
+}
+
+std::vector<std::string> signature_leaf_paths(const CallSignature& sig) {
+  std::vector<std::string> paths;
+  std::string_view s = sig.signature;
+  size_t i = s.find('|');
+  if (i == std::string_view::npos) return {};
+  ++i;
+  for (size_t arg = 0; i < s.size(); ++arg) {
+    if (s[i] == 's') ++i;
+    else if (!parse_structure(s, &i, str_cat("args[", arg, "]"), &paths)) return {};
+    if (i >= s.size() || s[i] != ';') return {};
+    ++i;
+  }
+  if (paths.size() != sig.types.size()) return {};
+  return paths;
+}
+
+}  // namespace
+
 // Recompile explanations (loom/runtime/diagnostics.h): a miss on a cache that holds an entry
-// with the same signature says which static argument or leaf type differs from the closest.
-void note_pure_miss(PureCache& cache, const CallSignature& sig) {
-  const std::vector<StaticArg>& statics = sig.statics;
-  const std::vector<TensorType>& types = sig.types;
+// with the same argument structure says which static argument, leaf type or requires_grad
+// differs from the closest entry, naming leaves by tree path.
+void note_call_miss(const std::string& where, const std::vector<const CallSignature*>& earlier,
+                    const CallSignature& sig) {
   std::vector<std::string> diffs;
-  std::string before, after;
+  std::string before, after, path;
   bool static_diff = false;
-  {
-    std::lock_guard<std::mutex> lock(cache.mu);
-    size_t best_n = SIZE_MAX;
-    for (const auto& [_, entry] : cache.entries) {
-      const CallSignature& e = entry.sig;
-      if (e.signature != sig.signature || e.statics.size() != statics.size() ||
-          e.types.size() != types.size())
-        continue;
-      std::vector<std::string> d;
-      std::string b, a;
-      bool sd = false;
-      for (size_t k = 0; k < statics.size(); ++k) {
-        const StaticArg &x = e.statics[k], &y = statics[k];
-        if (*x.type == *y.type && x.equal(x.value.get(), y.value.get())) continue;
-        std::string old_v = x.print ? x.print(x.value.get()) : "(unprintable)";
-        std::string new_v = y.print ? y.print(y.value.get()) : "(unprintable)";
-        if (!sd) b = old_v, a = new_v;
-        sd = true;
-        d.push_back(str_cat("static argument ", y.arg, " changed: ", old_v, " -> ", new_v));
-      }
-      for (size_t k = 0; k < types.size(); ++k) {
-        if (e.types[k] == types[k]) continue;
-        if (!sd && b.empty()) b = e.types[k].str(), a = types[k].str();
-        d.push_back(str_cat("tensor leaf ", k, " changed: ", e.types[k].str(), " -> ",
-                            types[k].str()));
-      }
-      if (!d.empty() && d.size() < best_n) {
-        best_n = d.size();
-        diffs = std::move(d);
-        before = std::move(b);
-        after = std::move(a);
-        static_diff = sd;
-      }
+  size_t best_n = SIZE_MAX;
+  std::vector<std::string> paths;
+  for (const CallSignature* e : earlier) {
+    if (e->signature != sig.signature || e->statics.size() != sig.statics.size() ||
+        e->types.size() != sig.types.size())
+      continue;
+    if (paths.empty()) {
+      paths = signature_leaf_paths(sig);
+      if (paths.empty())
+        for (size_t k = 0; k < sig.types.size(); ++k) paths.push_back(str_cat("tensor leaf ", k));
+    }
+    std::vector<std::string> d;
+    std::string b, a, p;
+    bool sd = false;
+    for (size_t k = 0; k < sig.statics.size(); ++k) {
+      const StaticArg &x = e->statics[k], &y = sig.statics[k];
+      if (*x.type == *y.type && x.equal(x.value.get(), y.value.get())) continue;
+      std::string old_v = x.print ? x.print(x.value.get()) : "(unprintable)";
+      std::string new_v = y.print ? y.print(y.value.get()) : "(unprintable)";
+      if (!sd) b = old_v, a = new_v;
+      sd = true;
+      d.push_back(str_cat("static argument ", y.arg, " changed: ", old_v, " -> ", new_v));
+    }
+    for (size_t k = 0; k < sig.types.size(); ++k) {
+      const TensorType &x = e->types[k], &y = sig.types[k];
+      if (x == y) continue;
+      if (!sd && b.empty()) b = x.str(), a = y.str(), p = paths[k];
+      const char* what = x.dtype != y.dtype ? (x.shape != y.shape ? "shape and dtype" : "dtype")
+                                            : "shape";
+      d.push_back(str_cat(paths[k], " changed ", what, ": ", x.str(), " -> ", y.str()));
+    }
+    for (size_t k = 0; k < sig.grads.size(); ++k) {
+      if (e->grads[k] == sig.grads[k]) continue;
+      d.push_back(str_cat(paths[k], " changed requires_grad: ", e->grads[k] ? "true" : "false",
+                          " -> ", sig.grads[k] ? "true" : "false"));
+    }
+    if (!d.empty() && d.size() < best_n) {
+      best_n = d.size();
+      diffs = std::move(d);
+      before = std::move(b);
+      after = std::move(a);
+      path = std::move(p);
+      static_diff = sd;
     }
   }
   if (diffs.empty()) return;
-  std::string file = cache.loc.file_name();
-  file = file.substr(file.find_last_of('/') + 1);  // npos + 1 == 0: no slash, whole name
-  std::string msg = str_cat("assume_pure function at ", file, ":", cache.loc.line(),
-                            " re-traced: ");
+  std::string msg = where + " re-traced: ";
   for (size_t k = 0; k < diffs.size() && k < 4; ++k) msg += (k ? "; " : "") + diffs[k];
   runtime::note_recompile_cause(static_diff ? RecompileReason::Kind::StaticArgument
                                             : RecompileReason::Kind::InputType,
-                                std::move(msg), std::move(before), std::move(after));
+                                std::move(msg), std::move(before), std::move(after),
+                                std::move(path));
+}
+
+namespace {
+
+void note_pure_miss(PureCache& cache, const CallSignature& sig) {
+  std::vector<const CallSignature*> earlier;
+  {
+    std::lock_guard<std::mutex> lock(cache.mu);
+    for (const auto& [_, entry] : cache.entries) earlier.push_back(&entry.sig);
+  }
+  std::string file = cache.loc.file_name();
+  file = file.substr(file.find_last_of('/') + 1);  // npos + 1 == 0: no slash, whole name
+  note_call_miss(str_cat("assume_pure function at ", file, ":", cache.loc.line()), earlier, sig);
 }
 
 }  // namespace

@@ -102,6 +102,63 @@ TEST_F(DiagnosticsTest, ChangedStaticArgumentOfAssumePure) {
   EXPECT_NE(rs[0].message.find("diagnostics_test.cpp"), std::string::npos) << rs[0].message;
 }
 
+// A compiled step's arguments are trees: the explanation names the leaf by its tree path.
+TEST_F(DiagnosticsTest, ChangedBatchOfACompiledStepNamesTheTreePath) {
+  for (bool trace_once : {false, true}) {
+    SCOPED_TRACE(trace_once);
+    const std::string name = trace_once ? "diag_step_once" : "diag_step";
+    auto step = loom::compile(
+        [](const std::map<std::string, Tensor>& batch, const Tensor& w) {
+          return loom::sum(matmul(batch.at("x"), w)) + loom::sum(batch.at("y"));
+        },
+        {.name = name, .trace_once = trace_once});
+    Tensor w = filled(8, trace_once ? 3 : 2);  // graphs the other run has not compiled
+    for (int64_t b : {4, 4, 6}) {
+      Tensor loss = step(std::map<std::string, Tensor>{{"x", filled(b, 8)}, {"y", filled(3, 1)}}, w);
+      loom::sync();
+    }
+    auto rs = reasons_for(name);
+    ASSERT_EQ(rs.size(), 1u);
+    EXPECT_EQ(rs[0].kind, RecompileReason::Kind::InputType);
+    EXPECT_EQ(rs[0].path, "args[0]['x']");
+    EXPECT_EQ(rs[0].before, "f32[4,8]");
+    EXPECT_EQ(rs[0].after, "f32[6,8]");
+    EXPECT_NE(rs[0].message.find("step '" + name +
+                                 "' re-traced: args[0]['x'] changed shape: f32[4,8] -> f32[6,8]"),
+              std::string::npos)
+        << rs[0].message;
+  }
+}
+
+TEST_F(DiagnosticsTest, AssumePureNamesTheTreePathAndRequiresGrad) {
+  auto f = assume_pure([](const Tensor& a, const std::vector<Tensor>& bs) {
+    return a + bs[0] + bs[1];
+  });
+  GraphName name("diag_pure_path");
+  Tensor a = filled(2, 2);
+  {
+    Tensor y = f(a, std::vector<Tensor>{filled(2, 2), filled(2, 2)});
+    loom::sync();
+  }
+  {
+    Tensor y = f(a, std::vector<Tensor>{filled(2, 2), tensor(std::vector<double>(4, 1.0), {2, 2})});
+    loom::sync();
+  }
+  {
+    Tensor g = filled(2, 2);
+    g.requires_grad_();
+    loom::sum(f(g, std::vector<Tensor>{filled(2, 2), filled(2, 2)})).backward();
+    loom::sync();
+  }
+  auto rs = reasons_for("diag_pure_path");
+  ASSERT_EQ(rs.size(), 2u);
+  EXPECT_EQ(rs[0].path, "args[1][1]");
+  EXPECT_NE(rs[0].message.find("args[1][1] changed dtype: f32[2,2] -> f64[2,2]"), std::string::npos)
+      << rs[0].message;
+  EXPECT_NE(rs[1].message.find("args[0] changed requires_grad: false -> true"), std::string::npos)
+      << rs[1].message;
+}
+
 TEST_F(DiagnosticsTest, ExtraOpNamesTheFirstDifferingOp) {
   GraphName name("diag_extra");
   Tensor x = filled(4, 4);

@@ -8,7 +8,7 @@
 // GraphName on the thread, else the call site of sync()/item()/to_vector() ("train.cpp:42").
 // When a name compiles again (a compile-cache miss for a name that compiled before), loom
 // finds the closest earlier graph of that name and says what differs: an input whose shape
-// or dtype changed, a static argument of an assume_pure function whose value changed, or the
+// or dtype changed (by tree path, "args[0]['x']", for a compile() step or assume_pure), a static argument of an assume_pure function whose value changed, or the
 // first differing op as IR text. LOOM_EXPLAIN_RECOMPILES=1 prints each explanation to stderr.
 // metrics_report() summarizes them and warns about a name that compiles more than once per
 // two syncs after ten syncs. Also here: the persistent compile cache and IR dump settings.
@@ -47,7 +47,9 @@ struct RecompileReason {
   int64_t compile = 0;   // this compile's number for the name (2: the first recompile)
   Kind kind = Kind::Graph;
   std::string message;   // one line: "input 0 changed shape: f32[8,512] -> f32[16,512]"
-  int64_t input = -1;    // InputType: the first input that changed
+  int64_t input = -1;    // InputType: the first graph input that changed
+  std::string path;      // InputType of a compiled step or assume_pure function: the tree path
+                         // of the first argument leaf that changed ("args[0]['x']")
   std::string before, after;
 };
 const char* to_string(RecompileReason::Kind kind);

@@ -77,7 +77,8 @@ class SyncSite {
 
 // Notes why the next compile on this thread happens (assume_pure re-traced for a changed
 // static argument or leaf type); the next compile-cache miss reports it, any sync drops it.
+// `path` is the tree path of the changed argument leaf ("args[0]['x']"), when one changed.
 void note_recompile_cause(RecompileReason::Kind kind, std::string message, std::string before,
-                          std::string after);
+                          std::string after, std::string path = {});
 
 }  // namespace loom::runtime

@@ -119,6 +119,11 @@ struct CallSignature {
   bool operator==(const CallSignature& o) const;
 };
 CallSignature call_signature(CallKey& key, const char* what);  // moves key.statics
+// Notes the cause of a cache miss for the recompile explanation: which static argument, leaf
+// type (by tree path, "args[0]['x']") or requires_grad differs from the closest of `earlier`.
+// `where` names the cache ("assume_pure function at f.cpp:12").
+void note_call_miss(const std::string& where, const std::vector<const CallSignature*>& earlier,
+                    const CallSignature& sig);
 // Looks up the call's signature; on a miss traces `fn` (which also stores the result tree's
 // shape into *like). Returns the outputs of the inserted call.
 std::vector<Tensor> pure_call(PureCache& cache, CallKey key, const FlatFn& fn,
