@@ -76,3 +76,29 @@ TEST_F(CpuFusion, ElementwiseChainsWithLayoutOpsAreOneKernel) {
 }
 
 }  // namespace
+
+namespace {
+
+// Kernels are shared by their description text: constants that differ only in their 7th
+// significant digit (or in their last bit) must still give kernels of their own.
+TEST_F(CpuFusion, KernelsWithNearlyEqualConstantsAreNotShared) {
+  loom::Buffer in = loom::Buffer::allocate(2 * sizeof(double));
+  double* p = static_cast<double*>(in.data());
+  p[0] = 1.0;
+  p[1] = 3.0;
+  for (const char* c : {"1.0000001", "1.0000002", "1.0000000000000002"}) {
+    auto exe = loom::runtime::compile_cached(loom::ir::parse(std::string(R"(graph(%0: f64[2]) {
+  %1 = constant() {value=)") + c + R"(} : f64[]
+  %2 = expand(%1) {shape=[2]} : f64[2]
+  %3 = mul(%0, %2) : f64[2]
+  return %3
+}
+)"));
+    std::vector<loom::Buffer> out = loom::runtime::run_executable(*exe, std::vector<loom::Buffer>{in});
+    const double v = std::strtod(c, nullptr);
+    EXPECT_EQ(static_cast<const double*>(out[0].data())[0], v) << c;
+    EXPECT_EQ(static_cast<const double*>(out[0].data())[1], 3.0 * v) << c;
+  }
+}
+
+}  // namespace

@@ -612,6 +612,7 @@ std::vector<CompiledKernel> compile_kernels(const ir::Graph& g, const Plan& plan
   std::vector<detail::KernelDescription> descs;
   std::vector<size_t> missing;
   {
+    profile::Scope ps("compile", "describe kernels");
     std::lock_guard lock(cache().mu);
     for (size_t i = 0; i < plan.kernels.size(); ++i) {
       descs.push_back(detail::describe(g, plan, plan.kernels[i]));
@@ -638,8 +639,13 @@ std::vector<CompiledKernel> compile_kernels(const ir::Graph& g, const Plan& plan
   if (missing.empty()) return out;
   // Names only need to be unique within the module (each module gets its own JITDylib), so
   // the same kernels give the same module text in every process: the persistent-cache key.
-  auto ctx = std::make_unique<llvm::LLVMContext>();
-  auto module = Jit::instance().new_module(*ctx, "loom");
+  std::unique_ptr<llvm::LLVMContext> ctx;
+  std::unique_ptr<llvm::Module> module;
+  {
+    profile::Scope ps("compile", "new module");
+    ctx = std::make_unique<llvm::LLVMContext>();
+    module = Jit::instance().new_module(*ctx, "loom");
+  }
   std::vector<std::string> names;
   std::map<std::string, size_t> emitted;  // description -> function, within this module
   std::vector<size_t> fn_of(missing.size());

@@ -1,6 +1,7 @@
 // The canonical description of a kernel: its cache key, and the order of its buffers.
-#include <map>
-#include <sstream>
+// Built with plain appends (no streams): describing is on every compile's path, warm or not.
+#include <charconv>
+#include <unordered_map>
 
 #include "backend/cpu/codegen_impl.h"
 
@@ -13,22 +14,62 @@ class Describer {
   Describer(const ir::Graph& g, const Plan& p, const KernelSpec& k) : g_(g), p_(p), k_(k) {}
 
   KernelDescription run() {
-    os_ << "outer" << k_.outer << " chunk" << k_.chunk << ";";
+    put("outer");
+    put_dims(k_.outer);
+    put(" chunk");
+    put(k_.chunk);
+    put(";");
     for (size_t si = 0; si < k_.stages.size(); ++si) {
       const Stage& s = k_.stages[si];
       stage_of_[s.node] = static_cast<int>(si);
-      os_ << (s.reduce ? "R" : "E") << s.shape << "r" << Shape(s.reduced) << " o" << s.out_offset
-          << Shape(s.out_strides) << " ->" << buf(s.out_buf) << " = ";
+      put(s.reduce ? "R" : "E");
+      put_dims(s.shape);
+      put("r");
+      put_dims(s.reduced);
+      put(" o");
+      put(s.out_offset);
+      put_dims(s.out_strides);
+      put(" ->");
+      put(static_cast<int64_t>(buf(s.out_buf)));
+      put(" = ");
       NodeId root = s.reduce ? g_.node(s.node).operands[0].node : s.node;
-      if (s.reduce) os_ << op_text(s.node) << " ";
-      os_ << expr(root, si, !s.reduce && p_.buf_of[s.node] == s.out_buf) << ";";
-      if (s.out_buf >= 0) computed_[s.node] = true;
+      if (s.reduce) {
+        op_text(s.node);
+        put(" ");
+      }
+      expr(root, si, !s.reduce && p_.buf_of[s.node] == s.out_buf);
+      put(";");
     }
-    desc_.text = os_.str();
+    desc_.text = std::move(out_);
     return std::move(desc_);
   }
 
  private:
+  void put(std::string_view s) { out_ += s; }
+  void put(int64_t v) {
+    char b[24];
+    out_.append(b, std::to_chars(b, b + sizeof b, v).ptr);
+  }
+  // Shortest text that reads back as the same double: kernels with constants that differ in
+  // any bit must not share a description (and so a compiled function).
+  void put(double v) {
+    char b[32];
+    out_.append(b, std::to_chars(b, b + sizeof b, v).ptr);
+  }
+  template <class Dims>
+  void put_dims(const Dims& d) {
+    put("[");
+    for (size_t i = 0; i < d.size(); ++i) {
+      if (i) put(",");
+      put(static_cast<int64_t>(d[i]));
+    }
+    put("]");
+  }
+  void put_type(const TensorType& t) {
+    put(short_name(t.dtype));
+    put_dims(t.shape);
+  }
+
   int buf(int plan_buf) {
     if (plan_buf < 0) return -1;
     auto [it, fresh] = local_.try_emplace(plan_buf, static_cast<int>(desc_.bufs.size()));
@@ -36,46 +77,70 @@ class Describer {
     return it->second;
   }
 
-  std::string op_text(NodeId n) {
+  void op_text(NodeId n) {
     const ir::Node& node = g_.node(n);
-    std::ostringstream o;
-    o << ir::op_name(node.op) << ":" << node.type << "[";
-    for (int64_t v : node.attrs.ints) o << v << ",";
-    o << "|" << node.attrs.i << "|" << node.attrs.flag << "|" << node.attrs.f << "]";
-    return o.str();
+    put(ir::op_name(node.op));
+    put(":");
+    put_type(node.type);
+    put("[");
+    for (int64_t v : node.attrs.ints) {
+      put(v);
+      put(",");
+    }
+    put("|");
+    put(node.attrs.i);
+    put(node.attrs.flag ? "|1|" : "|0|");
+    put(node.attrs.f);
+    put("]");
   }
 
   // Expressions are trees of node references; a shared node is written once and referred to
   // by its number afterwards, so the text is linear in the DAG.
-  std::string expr(NodeId n, size_t stage, bool is_root) {
+  void expr(NodeId n, size_t stage, bool is_root) {
     const ir::Node& node = g_.node(n);
     bool leaf = p_.buf_of[n] >= 0 && !is_root;
     auto seen = numbered_.find(n);
-    if (seen != numbered_.end() && !leaf) return "#" + std::to_string(seen->second);
+    if (seen != numbered_.end() && !leaf) {
+      put("#");
+      put(static_cast<int64_t>(seen->second));
+      return;
+    }
     if (leaf) {
       auto st = stage_of_.find(n);
       if (st != stage_of_.end() && static_cast<size_t>(st->second) < stage &&
-          k_.stages[st->second].reduce)
-        return "S" + std::to_string(st->second) + ":" + node.type.str();
-      return "B" + std::to_string(buf(p_.buf_of[n])) + ":" + node.type.str();
+          k_.stages[st->second].reduce) {
+        put("S");
+        put(static_cast<int64_t>(st->second));
+      } else {
+        put("B");
+        put(static_cast<int64_t>(buf(p_.buf_of[n])));
+      }
+      put(":");
+      put_type(node.type);
+      return;
     }
-    std::string s = op_text(n) + "(";
-    for (const ir::Value& v : node.operands) s += expr(v.node, stage, false) + ",";
-    s += ")";
-    int id = static_cast<int>(numbered_.size());
+    const int id = static_cast<int>(numbered_.size());
     numbered_[n] = id;
-    return "{" + std::to_string(id) + "}" + s;
+    put("{");
+    put(static_cast<int64_t>(id));
+    put("}");
+    op_text(n);
+    put("(");
+    for (const ir::Value& v : node.operands) {
+      expr(v.node, stage, false);
+      put(",");
+    }
+    put(")");
   }
 
   const ir::Graph& g_;
   const Plan& p_;
   const KernelSpec& k_;
-  std::ostringstream os_;
+  std::string out_;
   KernelDescription desc_;
-  std::map<int, int> local_;
-  std::map<NodeId, int> numbered_;
-  std::map<NodeId, int> stage_of_;
-  std::map<NodeId, bool> computed_;
+  std::unordered_map<int, int> local_;
+  std::unordered_map<NodeId, int> numbered_;
+  std::unordered_map<NodeId, int> stage_of_;
 };
 
 }  // namespace
