@@ -88,7 +88,10 @@ TraceContext& TraceContext::get() {
   return ctx;
 }
 
-TraceContext::TraceContext() : builder_(graph_) { head_.prev = head_.next = &head_; }
+TraceContext::TraceContext() : builder_(graph_) {
+  head_.prev = head_.next = &head_;
+  runtime::current_backend();  // created now, it prepares while this thread traces
+}
 
 TraceContext::~TraceContext() {
   // Tensors may outlive the thread's context (static tensors): detach them.

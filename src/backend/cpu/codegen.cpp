@@ -639,33 +639,30 @@ std::vector<CompiledKernel> compile_kernels(const ir::Graph& g, const Plan& plan
   if (missing.empty()) return out;
   // Names only need to be unique within the module (each module gets its own JITDylib), so
   // the same kernels give the same module text in every process: the persistent-cache key.
-  std::unique_ptr<llvm::LLVMContext> ctx;
-  std::unique_ptr<llvm::Module> module;
-  {
-    profile::Scope ps("compile", "new module");
-    ctx = std::make_unique<llvm::LLVMContext>();
-    module = Jit::instance().new_module(*ctx, "loom");
-  }
+  // One function per distinct description (concat pieces of one shape share one), named in
+  // order of first use.
   std::vector<std::string> names;
-  std::map<std::string, size_t> emitted;  // description -> function, within this module
+  std::vector<size_t> first;                 // per function: the kernel that defines it
+  std::map<std::string_view, size_t> index;  // description -> function, within this module
   std::vector<size_t> fn_of(missing.size());
-  {
-    profile::Scope ps("compile", "llvm emit IR");
-    Emitter e(g, plan, *module);
-    for (size_t j = 0; j < missing.size(); ++j) {
-      size_t i = missing[j];
-      auto [it, fresh] = emitted.try_emplace(descs[i].text, names.size());
-      fn_of[j] = it->second;
-      if (!fresh) continue;  // the same kernel again (concat pieces of one shape)
-      names.push_back("k" + std::to_string(names.size()));
-      e.emit(plan.kernels[i], descs[i], names.back());
-    }
+  for (size_t j = 0; j < missing.size(); ++j) {
+    auto [it, fresh] = index.try_emplace(descs[missing[j]].text, names.size());
+    fn_of[j] = it->second;
+    if (!fresh) continue;
+    names.push_back("k" + std::to_string(names.size()));
+    first.push_back(missing[j]);
   }
   std::string what;
-  for (const auto& [text, k] : emitted) (what += text) += '\n';
+  for (const auto& [text, k] : index) (what += text) += '\n';
   bool loaded = false;
-  std::vector<void*> fns =
-      Jit::instance().compile(std::move(ctx), std::move(module), names, what, &loaded);
+  std::vector<void*> fns = Jit::instance().compile(
+      what, names,
+      [&](llvm::Module& module) {
+        Emitter e(g, plan, module);
+        for (size_t f = 0; f < names.size(); ++f)
+          e.emit(plan.kernels[first[f]], descs[first[f]], names[f]);
+      },
+      &loaded);
   if (t_code_info) (loaded ? t_code_info->modules_loaded : t_code_info->modules_compiled)++;
   std::lock_guard lock(cache().mu);
   for (size_t j = 0; j < missing.size(); ++j) {

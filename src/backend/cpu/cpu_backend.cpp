@@ -6,6 +6,7 @@
 
 #include <cstdio>
 
+#include "backend/cpu/jit.h"
 #include "backend/cpu/program.h"
 #include "loom/backend/ref_backend.h"
 #include "loom/core/config.h"
@@ -171,6 +172,8 @@ class CpuBackend final : public Backend {
   CpuBackend() {
     // Products are split across loom's own pool; OpenBLAS threads would compete with it.
     openblas_set_num_threads(1);
+    // The LLJIT takes about 1 ms to build: build it while the program traces its first graph.
+    cpu::Jit::start();
   }
   std::string_view name() const override { return "cpu"; }
   std::shared_ptr<const Executable> compile(const ir::Graph& g,

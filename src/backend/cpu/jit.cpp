@@ -2,6 +2,7 @@
 #include "backend/cpu/jit.h"
 
 #include <cstring>
+#include <future>
 #include <mutex>
 #include <optional>
 
@@ -9,10 +10,12 @@
 #include "llvm/ExecutionEngine/Orc/CompileUtils.h"
 #include "llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h"
 #include "llvm/ExecutionEngine/Orc/LLJIT.h"
+#include "llvm/ExecutionEngine/Orc/RTDyldObjectLinkingLayer.h"
+#include "llvm/ExecutionEngine/SectionMemoryManager.h"
 #include "llvm/ExecutionEngine/Orc/ThreadSafeModule.h"
+#include "llvm/IR/IRBuilder.h"
 #include "llvm/IR/LLVMContext.h"
 #include "llvm/IR/Module.h"
-#include "llvm/IR/StructuralHash.h"
 #include "llvm/IR/Verifier.h"
 #include "llvm/Passes/PassBuilder.h"
 #include "llvm/Support/TargetSelect.h"
@@ -20,6 +23,7 @@
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Target/TargetMachine.h"
 #include "llvm/TargetParser/Host.h"
+#include "codegen_hash.h"
 #include "loom/backend/disk_cache.h"
 #include "loom/core/error.h"
 #include "loom/core/profile.h"
@@ -70,11 +74,10 @@ void optimize(llvm::Module& module, llvm::TargetMachine* tm) {
 }
 
 // The persistent-cache key of a module: the canonical descriptions of its kernels (what the
-// code generator was asked for), a structural hash of the IR it produced (opcodes, types,
-// constants: a change in the code generator changes it without a version bump), and the
-// environment. Printing the IR text instead cost 11 ms for the 50-layer decoder.
-Hash128 module_key(const llvm::Module& module, std::string_view what,
-                   const std::string& environment) {
+// code generator is asked for) and the environment, which holds the hash of the generator's
+// sources. Computed before any IR exists, so a hit skips emitting it (0.3 ms and an
+// LLVMContext for the 50-layer decoder's forward).
+Hash128 module_key(std::string_view what, const std::string& environment) {
   Hasher128 h;
   h.add_string(environment);
   h.add(what.size());
@@ -85,8 +88,6 @@ Hash128 module_key(const llvm::Module& module, std::string_view what,
     h.add(w);
   }
   for (; k < what.size(); ++k) h.add(static_cast<unsigned char>(what[k]));
-  h.add(llvm::StructuralHash(module, /*DetailedHash=*/true));
-  h.add(module.getFunctionList().size());
   return h.finish();
 }
 
@@ -100,21 +101,53 @@ struct Jit::Impl {
   std::string triple, environment;
   int64_t dylibs = 0;
 
-  // Links `object` into a fresh JITDylib and looks up `names`; an llvm::Error on failure.
+  // Links `object` into a fresh JITDylib and looks up `names` in one session lookup (one
+  // materialization); an llvm::Error on failure.
   llvm::Expected<std::vector<void*>> link(std::unique_ptr<llvm::MemoryBuffer> object,
                                           const std::vector<std::string>& names) {
     auto jd = jit->createJITDylib("loom" + std::to_string(dylibs++));
     if (!jd) return jd.takeError();
     if (auto e = jit->addObjectFile(*jd, std::move(object))) return std::move(e);
-    std::vector<void*> out;
+    llvm::orc::SymbolLookupSet wanted;
+    std::vector<llvm::orc::SymbolStringPtr> interned;
     for (const std::string& n : names) {
-      auto sym = jit->lookup(*jd, n);
-      if (!sym) return sym.takeError();
-      out.push_back(sym->toPtr<void*>());
+      interned.push_back(jit->mangleAndIntern(n));
+      wanted.add(interned.back());
     }
+    auto syms = jit->getExecutionSession().lookup(
+        llvm::orc::makeJITDylibSearchOrder(&*jd, llvm::orc::JITDylibLookupFlags::MatchAllSymbols),
+        std::move(wanted));
+    if (!syms) return syms.takeError();
+    std::vector<void*> out;
+    for (const auto& s : interned) out.push_back((*syms)[s].getAddress().toPtr<void*>());
     return out;
   }
 };
+
+namespace {
+std::future<void>& start_up() {
+  static std::future<void> f;
+  return f;
+}
+std::once_flag start_once;
+}  // namespace
+
+void Jit::start() {
+  std::call_once(start_once, [] {
+    start_up() = std::async(std::launch::async, [] { instance().warm_up(); });
+  });
+}
+
+// Links one small function that calls libm: the first link of a process pays for the linker's
+// and the process symbol table's set-up (0.9 ms), so that a load from the persistent cache
+// does not.
+void Jit::warm_up() {
+  profile::Scope ps("compile", "llvm warm-up link");
+  auto jd = impl_->jit->getProcessSymbolsJITDylib();
+  if (!jd) return;
+  auto sym = impl_->jit->lookup(*jd, "exp");
+  if (!sym) llvm::consumeError(sym.takeError());
+}
 
 Jit& Jit::instance() {
   static Jit j = [] {
@@ -130,39 +163,32 @@ Jit::Jit() : impl_(std::make_unique<Impl>()) {
   auto jtmb = take(llvm::orc::JITTargetMachineBuilder::detectHost(), "detect host");
   jtmb.setCodeGenOptLevel(llvm::CodeGenOptLevel::None);  // IR is optimized at O2 first
   impl_->triple = jtmb.getTargetTriple().str();
-  impl_->environment = std::string("loom ") + LOOM_VERSION + "; llvm " + LLVM_VERSION_STRING +
+  impl_->environment = std::string("loom ") + LOOM_VERSION + " codegen " + LOOM_CODEGEN_HASH +
+                       "; llvm " + LLVM_VERSION_STRING +
                        "; triple " + impl_->triple + "; cpu " + jtmb.getCPU() + "; features " +
                        jtmb.getFeatures().getString() + "; " + kPipeline;
   impl_->tm = take(jtmb.createTargetMachine(), "create target machine");
   impl_->codegen_tm = take(jtmb.createTargetMachine(), "create target machine");
-  impl_->jit = take(llvm::orc::LLJITBuilder().setJITTargetMachineBuilder(std::move(jtmb)).create(),
+  // No platform support: kernels have no static initializers or atexit handlers, and the
+  // generic platform costs an IR compile at start-up and a module per JITDylib.
+  impl_->jit = take(llvm::orc::LLJITBuilder()
+                        .setJITTargetMachineBuilder(std::move(jtmb))
+                        .setPlatformSetUp(llvm::orc::setUpInactivePlatform)
+                        .setObjectLinkingLayerCreator([](llvm::orc::ExecutionSession& es, const llvm::Triple&)
+                                                          -> llvm::Expected<std::unique_ptr<llvm::orc::ObjectLayer>> {
+                          return std::make_unique<llvm::orc::RTDyldObjectLinkingLayer>(
+                              es, [] { return std::make_unique<llvm::SectionMemoryManager>(); });
+                        })
+                        .create(),
                     "create LLJIT");
 }
 
 Jit::~Jit() = default;
 
-std::unique_ptr<llvm::Module> Jit::new_module(llvm::LLVMContext& ctx, const std::string& name) {
-  auto m = std::make_unique<llvm::Module>(name, ctx);
-  m->setDataLayout(impl_->jit->getDataLayout());
-  m->setTargetTriple(impl_->triple);
-  return m;
-}
-
 const std::string& Jit::environment() const { return impl_->environment; }
 
-std::vector<void*> Jit::compile(std::unique_ptr<llvm::LLVMContext> ctx,
-                                std::unique_ptr<llvm::Module> module,
-                                const std::vector<std::string>& names, std::string_view what,
-                                bool* loaded) {
-  // The module must die before its context, whatever order the parameters are destroyed in.
-  struct Release {
-    std::unique_ptr<llvm::LLVMContext>& ctx;
-    std::unique_ptr<llvm::Module>& module;
-    ~Release() {
-      module.reset();
-      ctx.reset();
-    }
-  } release{ctx, module};
+std::vector<void*> Jit::compile(std::string_view what, const std::vector<std::string>& names,
+                                const std::function<void(llvm::Module&)>& emit, bool* loaded) {
   if (loaded) *loaded = false;
   backend::DiskCache& disk = backend::DiskCache::instance();
   const bool use_disk = disk.enabled();
@@ -170,7 +196,7 @@ std::vector<void*> Jit::compile(std::unique_ptr<llvm::LLVMContext> ctx,
   if (use_disk) {
     {
       profile::Scope pk("compile", "disk cache key");
-      key = module_key(*module, what, impl_->environment);
+      key = module_key(what, impl_->environment);
     }
     std::optional<std::string> bytes;
     {
@@ -188,6 +214,14 @@ std::vector<void*> Jit::compile(std::unique_ptr<llvm::LLVMContext> ctx,
       llvm::consumeError(fns.takeError());  // verified but refused: drop it, compile afresh
       disk.reject(key);
     }
+  }
+  llvm::LLVMContext ctx;  // declared first: the module dies before it
+  auto module = std::make_unique<llvm::Module>("loom", ctx);
+  module->setDataLayout(impl_->jit->getDataLayout());
+  module->setTargetTriple(impl_->triple);
+  {
+    profile::Scope ps("compile", "llvm emit IR");
+    emit(*module);
   }
   // Only code that is about to be generated needs checking: a stored object was checked
   // before it was generated.

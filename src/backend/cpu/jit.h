@@ -6,15 +6,19 @@
 // it grows with distinct kernels, not with steps. llvm::Error becomes loom::CompileError here.
 //
 // Persistent cache: when backend::DiskCache is on, a module's object code is stored under a
-// key that hashes `what` (the canonical descriptions of the module's kernels), a structural
-// hash of the module's IR (before optimization), loom's and LLVM's versions, the host CPU
-// name and features and the pipeline settings; a later process that builds the
-// same module loads the object instead of optimizing and generating code. Each module (built
+// key that hashes `what` (the canonical descriptions of the module's kernels), a hash of the
+// code generator's sources taken at build time (LOOM_CODEGEN_HASH, so a changed generator
+// never loads stale code), loom's and LLVM's versions, the host CPU name and features and the
+// pipeline settings. The key needs no IR: a later process that asks for the same kernels
+// loads the object without emitting, optimizing or generating anything. Each module (built
 // or loaded) is linked into its own JITDylib, so symbol names only need to be unique within
 // a module and a refused object leaves nothing behind.
+// start() builds the LLJIT (about 1 ms) on a background thread, so that a process's first
+// compile, often a load from the persistent cache, does not wait for it.
 // Thread-safe: compile() takes a lock around code generation and linking.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -31,22 +35,23 @@ namespace loom::cpu {
 class Jit {
  public:
   static Jit& instance();
+  // Starts building the instance on a background thread (once; later calls do nothing).
+  static void start();
   ~Jit();
 
-  // A fresh module configured for the host (data layout and triple).
-  std::unique_ptr<llvm::Module> new_module(llvm::LLVMContext& ctx, const std::string& name);
-  // Optimizes and links `module` (or loads its object code from the persistent cache);
-  // returns the address of each of `names`, in order. `what` describes what the module
-  // computes (part of the persistent key); *loaded tells which happened.
-  std::vector<void*> compile(std::unique_ptr<llvm::LLVMContext> ctx,
-                             std::unique_ptr<llvm::Module> module,
-                             const std::vector<std::string>& names, std::string_view what = {},
+  // Returns the address of each of `names`, in order: from the persistent cache when it holds
+  // the object code for `what` (the canonical text of what the module computes), else `emit`
+  // fills a fresh module configured for the host with the functions, which is then verified,
+  // optimized, compiled and linked. *loaded tells which happened.
+  std::vector<void*> compile(std::string_view what, const std::vector<std::string>& names,
+                             const std::function<void(llvm::Module&)>& emit,
                              bool* loaded = nullptr);
   // What the persistent-cache key holds besides the module: versions, CPU, settings.
   const std::string& environment() const;
 
  private:
   Jit();
+  void warm_up();
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
