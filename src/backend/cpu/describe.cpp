@@ -14,6 +14,7 @@ class Describer {
   Describer(const ir::Graph& g, const Plan& p, const KernelSpec& k) : g_(g), p_(p), k_(k) {}
 
   KernelDescription run() {
+    out_.reserve(1024);
     put("outer");
     put_dims(k_.outer);
     put(" chunk");
