@@ -1,4 +1,5 @@
-// Jit: LLJIT setup, the IR pipeline and code generation settings, error translation.
+// Jit: target machines, the IR pipeline and code generation settings, linking with
+// RuntimeDyld, error translation.
 #include "backend/cpu/jit.h"
 
 #include <cstring>
@@ -9,11 +10,11 @@
 #include "llvm/Config/llvm-config.h"
 #include "llvm/ExecutionEngine/Orc/CompileUtils.h"
 #include "llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h"
-#include "llvm/ExecutionEngine/Orc/LLJIT.h"
-#include "llvm/ExecutionEngine/Orc/RTDyldObjectLinkingLayer.h"
+#include "llvm/ExecutionEngine/RuntimeDyld.h"
 #include "llvm/ExecutionEngine/SectionMemoryManager.h"
+#include "llvm/Object/ObjectFile.h"
+#include "llvm/Support/DynamicLibrary.h"
 #include "llvm/ExecutionEngine/Orc/ThreadSafeModule.h"
-#include "llvm/IR/IRBuilder.h"
 #include "llvm/IR/LLVMContext.h"
 #include "llvm/IR/Module.h"
 #include "llvm/IR/Verifier.h"
@@ -95,31 +96,51 @@ Hash128 module_key(std::string_view what, const std::string& environment) {
 
 struct Jit::Impl {
   std::mutex mu;
-  std::unique_ptr<llvm::orc::LLJIT> jit;
   std::unique_ptr<llvm::TargetMachine> tm;          // optimization (analyses only)
   std::unique_ptr<llvm::TargetMachine> codegen_tm;  // code generation, under mu
   std::string triple, environment;
-  int64_t dylibs = 0;
+  llvm::DataLayout layout{""};
+  // The memory of every linked object: code stays loaded for the life of the process.
+  std::mutex memory_mu;
+  std::vector<std::unique_ptr<llvm::SectionMemoryManager>> memory;
 
-  // Links `object` into a fresh JITDylib and looks up `names` in one session lookup (one
-  // materialization); an llvm::Error on failure.
+  // A fresh module configured for the host.
+  std::unique_ptr<llvm::Module> new_module(llvm::LLVMContext& ctx) {
+    auto m = std::make_unique<llvm::Module>("loom", ctx);
+    m->setDataLayout(layout);
+    m->setTargetTriple(triple);
+    return m;
+  }
+
+  // Loads `object` into fresh memory with RuntimeDyld, resolves its relocations (external
+  // symbols: libm and libc, from the process) and returns the addresses of `names`; an
+  // llvm::Error on failure. No ORC session: linking a small cached object costs tens of
+  // microseconds rather than a JITDylib, a materialization and a session lookup.
   llvm::Expected<std::vector<void*>> link(std::unique_ptr<llvm::MemoryBuffer> object,
                                           const std::vector<std::string>& names) {
-    auto jd = jit->createJITDylib("loom" + std::to_string(dylibs++));
-    if (!jd) return jd.takeError();
-    if (auto e = jit->addObjectFile(*jd, std::move(object))) return std::move(e);
-    llvm::orc::SymbolLookupSet wanted;
-    std::vector<llvm::orc::SymbolStringPtr> interned;
-    for (const std::string& n : names) {
-      interned.push_back(jit->mangleAndIntern(n));
-      wanted.add(interned.back());
-    }
-    auto syms = jit->getExecutionSession().lookup(
-        llvm::orc::makeJITDylibSearchOrder(&*jd, llvm::orc::JITDylibLookupFlags::MatchAllSymbols),
-        std::move(wanted));
-    if (!syms) return syms.takeError();
+    auto file = llvm::object::ObjectFile::createObjectFile(object->getMemBufferRef());
+    if (!file) return file.takeError();
+    auto mm = std::make_unique<llvm::SectionMemoryManager>();
+    llvm::RuntimeDyld dyld(*mm, *mm);
+    dyld.loadObject(**file);
+    if (!dyld.hasError()) dyld.resolveRelocations();
+    if (dyld.hasError())
+      return llvm::make_error<llvm::StringError>(dyld.getErrorString().str(),
+                                                 llvm::inconvertibleErrorCode());
     std::vector<void*> out;
-    for (const auto& s : interned) out.push_back((*syms)[s].getAddress().toPtr<void*>());
+    for (const std::string& n : names) {
+      llvm::JITEvaluatedSymbol sym = dyld.getSymbol(n);
+      if (!sym.getAddress())
+        return llvm::make_error<llvm::StringError>("no symbol '" + n + "' in the object",
+                                                   llvm::inconvertibleErrorCode());
+      out.push_back(reinterpret_cast<void*>(static_cast<uintptr_t>(sym.getAddress())));
+    }
+    std::string err;
+    if (mm->finalizeMemory(&err))
+      return llvm::make_error<llvm::StringError>("finalizing code memory: " + err,
+                                                 llvm::inconvertibleErrorCode());
+    std::lock_guard lock(memory_mu);
+    memory.push_back(std::move(mm));
     return out;
   }
 };
@@ -134,24 +155,13 @@ std::once_flag start_once;
 
 void Jit::start() {
   std::call_once(start_once, [] {
-    start_up() = std::async(std::launch::async, [] { instance().warm_up(); });
+    start_up() = std::async(std::launch::async, [] { instance(); });
   });
-}
-
-// Links one small function that calls libm: the first link of a process pays for the linker's
-// and the process symbol table's set-up (0.9 ms), so that a load from the persistent cache
-// does not.
-void Jit::warm_up() {
-  profile::Scope ps("compile", "llvm warm-up link");
-  auto jd = impl_->jit->getProcessSymbolsJITDylib();
-  if (!jd) return;
-  auto sym = impl_->jit->lookup(*jd, "exp");
-  if (!sym) llvm::consumeError(sym.takeError());
 }
 
 Jit& Jit::instance() {
   static Jit j = [] {
-    profile::Scope ps("compile", "llvm start-up (LLJIT)");
+    profile::Scope ps("compile", "llvm start-up");
     return Jit();
   }();
   return j;
@@ -160,6 +170,8 @@ Jit& Jit::instance() {
 Jit::Jit() : impl_(std::make_unique<Impl>()) {
   llvm::InitializeNativeTarget();
   llvm::InitializeNativeTargetAsmPrinter();
+  // External symbols of generated code (libm, libc) resolve against the whole process.
+  llvm::sys::DynamicLibrary::LoadLibraryPermanently(nullptr);
   auto jtmb = take(llvm::orc::JITTargetMachineBuilder::detectHost(), "detect host");
   jtmb.setCodeGenOptLevel(llvm::CodeGenOptLevel::None);  // IR is optimized at O2 first
   impl_->triple = jtmb.getTargetTriple().str();
@@ -169,18 +181,7 @@ Jit::Jit() : impl_(std::make_unique<Impl>()) {
                        jtmb.getFeatures().getString() + "; " + kPipeline;
   impl_->tm = take(jtmb.createTargetMachine(), "create target machine");
   impl_->codegen_tm = take(jtmb.createTargetMachine(), "create target machine");
-  // No platform support: kernels have no static initializers or atexit handlers, and the
-  // generic platform costs an IR compile at start-up and a module per JITDylib.
-  impl_->jit = take(llvm::orc::LLJITBuilder()
-                        .setJITTargetMachineBuilder(std::move(jtmb))
-                        .setPlatformSetUp(llvm::orc::setUpInactivePlatform)
-                        .setObjectLinkingLayerCreator([](llvm::orc::ExecutionSession& es, const llvm::Triple&)
-                                                          -> llvm::Expected<std::unique_ptr<llvm::orc::ObjectLayer>> {
-                          return std::make_unique<llvm::orc::RTDyldObjectLinkingLayer>(
-                              es, [] { return std::make_unique<llvm::SectionMemoryManager>(); });
-                        })
-                        .create(),
-                    "create LLJIT");
+  impl_->layout = impl_->codegen_tm->createDataLayout();
 }
 
 Jit::~Jit() = default;
@@ -205,7 +206,6 @@ std::vector<void*> Jit::compile(std::string_view what, const std::vector<std::st
     }
     if (bytes) {
       profile::Scope ps("compile", "link cached object");
-      std::lock_guard lock(impl_->mu);
       auto fns = impl_->link(llvm::MemoryBuffer::getMemBufferCopy(*bytes, "loom-cached"), names);
       if (fns) {
         if (loaded) *loaded = true;
@@ -216,9 +216,7 @@ std::vector<void*> Jit::compile(std::string_view what, const std::vector<std::st
     }
   }
   llvm::LLVMContext ctx;  // declared first: the module dies before it
-  auto module = std::make_unique<llvm::Module>("loom", ctx);
-  module->setDataLayout(impl_->jit->getDataLayout());
-  module->setTargetTriple(impl_->triple);
+  auto module = impl_->new_module(ctx);
   {
     profile::Scope ps("compile", "llvm emit IR");
     emit(*module);
@@ -236,10 +234,10 @@ std::vector<void*> Jit::compile(std::string_view what, const std::vector<std::st
     profile::Scope ps("compile", "llvm optimize");
     optimize(*module, impl_->tm.get());
   }
-  std::lock_guard lock(impl_->mu);
   std::unique_ptr<llvm::MemoryBuffer> object;
   {
     profile::Scope ps("compile", "llvm codegen");
+    std::lock_guard lock(impl_->mu);
     llvm::orc::SimpleCompiler compiler(*impl_->codegen_tm);
     object = take(compiler(*module), "code generation");
   }

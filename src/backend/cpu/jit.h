@@ -1,20 +1,23 @@
-// Jit: the one class that hides LLVM's ORC (STYLE.md). The codegen builds an llvm::Module;
-// Jit optimizes it (IR-level O2, then fast instruction selection: machine.md measured
-// 2.4 ms against 6 ms for full O2 per small kernel, keeping 85-100 % of the speed), links it
-// into one process-wide LLJIT and returns the addresses of the named functions. Code stays
-// loaded for the life of the process; kernels are cached by structure (kernel_cache.h), so
-// it grows with distinct kernels, not with steps. llvm::Error becomes loom::CompileError here.
+// Jit: the one class that hides LLVM's code generation and linking (STYLE.md). The codegen
+// builds an llvm::Module; Jit optimizes it (IR-level O2, then fast instruction selection:
+// machine.md measured 2.4 ms against 6 ms for full O2 per small kernel, keeping 85-100 % of
+// the speed), generates an object, links it with RuntimeDyld into memory of its own and
+// returns the addresses of the named functions. Code stays loaded for the life of the
+// process; kernels are cached by structure (kernel_cache.h), so it grows with distinct
+// kernels, not with steps. llvm::Error becomes loom::CompileError here. No ORC session: the
+// kernels need no lazy compilation, initializers or cross-module symbols, and a session's
+// set-up (1 ms) and per-object materialization (0.15-0.2 ms) were most of a warm start.
 //
 // Persistent cache: when backend::DiskCache is on, a module's object code is stored under a
 // key that hashes `what` (the canonical descriptions of the module's kernels), a hash of the
 // code generator's sources taken at build time (LOOM_CODEGEN_HASH, so a changed generator
 // never loads stale code), loom's and LLVM's versions, the host CPU name and features and the
 // pipeline settings. The key needs no IR: a later process that asks for the same kernels
-// loads the object without emitting, optimizing or generating anything. Each module (built
-// or loaded) is linked into its own JITDylib, so symbol names only need to be unique within
-// a module and a refused object leaves nothing behind.
-// start() builds the LLJIT (about 1 ms) on a background thread, so that a process's first
-// compile, often a load from the persistent cache, does not wait for it.
+// loads the object without emitting, optimizing or generating anything. Each object is
+// linked on its own, so symbol names only need to be unique within a module and a refused
+// object leaves nothing behind.
+// start() creates the instance (target machines, about 1 ms) on a background thread, so that
+// a process's first compile, often a load from the persistent cache, does not wait for it.
 // Thread-safe: compile() takes a lock around code generation and linking.
 #pragma once
 
@@ -51,7 +54,6 @@ class Jit {
 
  private:
   Jit();
-  void warm_up();
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
