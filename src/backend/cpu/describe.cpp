@@ -1,7 +1,8 @@
 // The canonical description of a kernel: its cache key, and the order of its buffers.
 // Built with plain appends (no streams): describing is on every compile's path, warm or not.
 #include <charconv>
-#include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include "backend/cpu/codegen_impl.h"
 
@@ -22,7 +23,7 @@ class Describer {
     put(";");
     for (size_t si = 0; si < k_.stages.size(); ++si) {
       const Stage& s = k_.stages[si];
-      stage_of_[s.node] = static_cast<int>(si);
+      stage_of_.push_back({s.node, static_cast<int>(si)});
       put(s.reduce ? "R" : "E");
       put_dims(s.shape);
       put("r");
@@ -71,11 +72,21 @@ class Describer {
     put_dims(t.shape);
   }
 
+  // Kernels touch a handful of buffers and nodes: linear lookups beat hashing here. The
+  // latest entry for a key wins.
+  template <class K>
+  static const int* find(const std::vector<std::pair<K, int>>& v, K key) {
+    for (size_t j = v.size(); j-- > 0;)
+      if (v[j].first == key) return &v[j].second;
+    return nullptr;
+  }
+
   int buf(int plan_buf) {
     if (plan_buf < 0) return -1;
-    auto [it, fresh] = local_.try_emplace(plan_buf, static_cast<int>(desc_.bufs.size()));
-    if (fresh) desc_.bufs.push_back(plan_buf);
-    return it->second;
+    for (size_t j = 0; j < desc_.bufs.size(); ++j)
+      if (desc_.bufs[j] == plan_buf) return static_cast<int>(j);
+    desc_.bufs.push_back(plan_buf);
+    return static_cast<int>(desc_.bufs.size()) - 1;
   }
 
   void op_text(NodeId n) {
@@ -100,18 +111,17 @@ class Describer {
   void expr(NodeId n, size_t stage, bool is_root) {
     const ir::Node& node = g_.node(n);
     bool leaf = p_.buf_of[n] >= 0 && !is_root;
-    auto seen = numbered_.find(n);
-    if (seen != numbered_.end() && !leaf) {
+    const int* seen = find(numbered_, n);
+    if (seen && !leaf) {
       put("#");
-      put(static_cast<int64_t>(seen->second));
+      put(static_cast<int64_t>(*seen));
       return;
     }
     if (leaf) {
-      auto st = stage_of_.find(n);
-      if (st != stage_of_.end() && static_cast<size_t>(st->second) < stage &&
-          k_.stages[st->second].reduce) {
+      const int* st = find(stage_of_, n);
+      if (st && static_cast<size_t>(*st) < stage && k_.stages[*st].reduce) {
         put("S");
-        put(static_cast<int64_t>(st->second));
+        put(static_cast<int64_t>(*st));
       } else {
         put("B");
         put(static_cast<int64_t>(buf(p_.buf_of[n])));
@@ -121,7 +131,7 @@ class Describer {
       return;
     }
     const int id = static_cast<int>(numbered_.size());
-    numbered_[n] = id;
+    numbered_.push_back({n, id});
     put("{");
     put(static_cast<int64_t>(id));
     put("}");
@@ -139,9 +149,8 @@ class Describer {
   const KernelSpec& k_;
   std::string out_;
   KernelDescription desc_;
-  std::unordered_map<int, int> local_;
-  std::unordered_map<NodeId, int> numbered_;
-  std::unordered_map<NodeId, int> stage_of_;
+  std::vector<std::pair<NodeId, int>> numbered_;
+  std::vector<std::pair<NodeId, int>> stage_of_;
 };
 
 }  // namespace

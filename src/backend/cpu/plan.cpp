@@ -534,23 +534,26 @@ class Planner {
     view_last_.assign(plan_.bufs.size(), -1);
     for (size_t si = 0; si < plan_.steps.size(); ++si) {
       const Step& st = plan_.steps[si];
-      std::set<int> used;
+      std::vector<int> used;
       if (st.kind == Step::Kernel) {
         for (const Stage& s : plan_.kernels[st.kernel].stages) {
-          if (s.out_buf >= 0) used.insert(s.out_buf);
+          if (s.out_buf >= 0) used.push_back(s.out_buf);
           bool computes = !s.reduce && plan_.buf_of[s.node] == s.out_buf;
           collect_leaf_bufs(s.reduce ? g_.node(s.node).operands[0].node : s.node, &used,
                             computes ? static_cast<int>(s.node) : -1);
         }
       } else {
-        used.insert(plan_.buf_of[st.node]);
-        used.insert(st.outs.begin(), st.outs.end());
-        for (const BlasView& bv : st.views) used.insert(plan_.buf_of[bv.base]);
+        used.push_back(plan_.buf_of[st.node]);
+        used.insert(used.end(), st.outs.begin(), st.outs.end());
+        for (const BlasView& bv : st.views) used.push_back(plan_.buf_of[bv.base]);
         if (st.kind != Step::MatMul)
-          for (const ir::Value& v : g_.node(st.node).operands) used.insert(plan_.buf_of[v.node]);
+          for (const ir::Value& v : g_.node(st.node).operands) used.push_back(plan_.buf_of[v.node]);
       }
-      for (int b : std::set<int>(used))  // a view keeps its base alive
-        if (b >= 0 && plan_.bufs[b].kind == BufferInfo::View) used.insert(plan_.bufs[b].base);
+      for (size_t j = 0, n = used.size(); j < n; ++j)  // a view keeps its base alive
+        if (int b = used[j]; b >= 0 && plan_.bufs[b].kind == BufferInfo::View)
+          used.push_back(plan_.bufs[b].base);
+      std::sort(used.begin(), used.end());
+      used.erase(std::unique(used.begin(), used.end()), used.end());
       for (int b : used) {
         if (b < 0) continue;
         last[b] = static_cast<int>(si);
@@ -563,15 +566,18 @@ class Planner {
         plan_.steps[last[b]].release.push_back(static_cast<int>(b));
   }
 
-  void collect_leaf_bufs(NodeId n, std::set<int>* out, int root) {
+  // Appends the buffers the expression at n reads (duplicates included).
+  void collect_leaf_bufs(NodeId n, std::vector<int>* out, int root) {
     std::vector<NodeId> stack = {n};
-    std::set<NodeId> seen;
+    if (visit_mark_.size() < g_.size()) visit_mark_.assign(g_.size(), 0);
+    const uint32_t stamp = ++visit_stamp_;
     while (!stack.empty()) {
       NodeId id = stack.back();
       stack.pop_back();
-      if (!seen.insert(id).second) continue;
+      if (visit_mark_[id] == stamp) continue;
+      visit_mark_[id] = stamp;
       if (has_buf_[id] && static_cast<int>(id) != root) {
-        out->insert(plan_.buf_of[id]);
+        out->push_back(plan_.buf_of[id]);
         continue;
       }
       for (const ir::Value& v : g_.node(id).operands) stack.push_back(v.node);
@@ -655,6 +661,8 @@ class Planner {
   const std::vector<std::vector<NodeId>>& results_;  // see split_results
   std::vector<bool> stand_in_;  // result k >= 1 of a multi-result node: no step of its own
   std::vector<int> last_use_;  // per buffer: the last step that touches it
+  std::vector<uint32_t> visit_mark_;  // collect_leaf_bufs: nodes seen in the current walk
+  uint32_t visit_stamp_ = 0;
   std::vector<int> view_last_;  // per buffer: the last step that reads a view of it
   bool allow_views_ = false;
   std::vector<uint8_t> view_;   // per node: a View buffer
