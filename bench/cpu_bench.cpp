@@ -685,7 +685,7 @@ std::vector<Figure> warm_start() {
     return f;
   }
   fs::path dir = fs::temp_directory_path() / ("loom_warm_start_" + std::to_string(::getpid()));
-  constexpr int kReps = 3;
+  constexpr int kReps = 5;
   std::vector<double> cold_wall, cold_compile, cold_fwd, warm_wall, warm_compile, warm_fwd;
   long long warm_compiles = 0, warm_disk_hits = 0;
   for (int rep = 0; rep < kReps; ++rep) {
@@ -733,7 +733,7 @@ Register r4("decoder_forward",
             "seed decoder forward (50 layers) vs the sgemm lower bound and PyTorch",
             decoder_forward);
 Register r5("warm_start",
-            "seed decoder forward in a fresh process: cold vs warm persistent cache (median of 3)",
+            "seed decoder forward in a fresh process: cold vs warm persistent cache (median of 5)",
             warm_start);
 
 }  // namespace

@@ -41,22 +41,35 @@ void Graph::clear() {
   outputs_.clear();
 }
 
+namespace {
+// Marks map[id] = 1 for every node the roots need (map: zeros of g.size()); returns how many.
+size_t mark_live(const Graph& g, std::span<const Value> roots, std::vector<NodeId>& map) {
+  for (Value v : roots) {
+    LOOM_ASSERT(v.node < g.size());
+    map[v.node] = 1;
+  }
+  size_t live = 0;
+  for (size_t id = g.size(); id-- > 0;) {
+    if (!map[id]) continue;
+    ++live;
+    for (Value v : g.node(static_cast<NodeId>(id)).operands) map[v.node] = 1;
+  }
+  return live;
+}
+}  // namespace
+
+size_t count_live(const Graph& g, std::span<const Value> roots) {
+  std::vector<NodeId> map(g.size(), 0);
+  return mark_live(g, roots, map);
+}
+
 Graph prune(const Graph& g, std::span<const Value> roots, bool renumber_params,
             std::vector<NodeId>* remap) {
   constexpr NodeId kDropped = std::numeric_limits<NodeId>::max();
   const size_t n = g.size();
   // One table marks and then remaps: 0 = dead, 1 = live, then the new id (or kDropped).
   std::vector<NodeId> map(n, 0);
-  for (Value v : roots) {
-    LOOM_ASSERT(v.node < n);
-    map[v.node] = 1;
-  }
-  size_t live = 0;
-  for (size_t id = n; id-- > 0;) {
-    if (!map[id]) continue;
-    ++live;
-    for (Value v : g.node(static_cast<NodeId>(id)).operands) map[v.node] = 1;
-  }
+  const size_t live = mark_live(g, roots, map);
   Graph out;
   if (live == n && !renumber_params) {  // nothing to drop: a plain copy is the fastest
     out = g;

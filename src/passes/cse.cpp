@@ -1,6 +1,11 @@
 // Common-subexpression elimination: the graph is rebuilt through a hash-consing Builder, so
 // a node identical to an earlier one (op, operands, attributes, type) becomes that node.
 // Multi-result nodes are copied as they are.
+#include <cstring>
+#include <algorithm>
+#include <vector>
+
+#include "loom/core/hash.h"
 #include "loom/ir/builder.h"
 #include "passes/passes_impl.h"
 
@@ -8,11 +13,45 @@ namespace loom::passes::detail {
 
 namespace {
 
+// True when two single-result, region-free nodes have the same op, operands, attributes and
+// type. Without such a pair the rebuild merges nothing: its first merge, in topological
+// order, needs two nodes whose operands are already the same nodes.
+bool has_direct_duplicate(const ir::Graph& g) {
+  auto hash = [](const ir::Node& n) {
+    uint64_t h = static_cast<uint64_t>(n.op) | (static_cast<uint64_t>(n.type.dtype) << 8) |
+                 (uint64_t{n.attrs.flag} << 16);
+    for (int64_t d : n.type.shape) h = hash_combine(h, static_cast<uint64_t>(d));
+    for (ir::Value v : n.operands) h = hash_combine(h, (uint64_t{v.node} << 8) | v.index);
+    for (int64_t x : n.attrs.ints) h = hash_combine(h, static_cast<uint64_t>(x));
+    h = hash_combine(h, static_cast<uint64_t>(n.attrs.i));
+    uint64_t fbits = 0;  // 0.0 and -0.0 compare equal, so they hash alike
+    if (n.attrs.f != 0) std::memcpy(&fbits, &n.attrs.f, sizeof fbits);
+    return hash_combine(h, fbits);
+  };
+  // Sorted (hash, node) pairs: equal nodes are neighbours among equal hashes.
+  std::vector<std::pair<uint64_t, ir::NodeId>> keys;
+  keys.reserve(g.size());
+  for (ir::NodeId id = 0; id < g.size(); ++id) {
+    const ir::Node& n = g.node(id);
+    if (n.num_results() == 1 && n.regions.empty()) keys.push_back({hash(n), id});
+  }
+  std::sort(keys.begin(), keys.end());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    for (size_t j = i + 1; j < keys.size() && keys[j].first == keys[i].first; ++j) {
+      const ir::Node &a = g.node(keys[i].second), &b = g.node(keys[j].second);
+      if (a.op == b.op && a.type == b.type && a.operands == b.operands && a.attrs == b.attrs)
+        return true;
+    }
+  }
+  return false;
+}
+
 class Cse final : public Pass {
  public:
   std::string_view name() const override { return "cse"; }
 
   bool run(ir::Graph& g) override {
+    if (!has_direct_duplicate(g)) return false;  // the usual case for a traced graph
     ir::Graph out;
     out.reserve(g.size());
     ir::Builder b(out, /*hash_cons=*/true);

@@ -14,6 +14,7 @@ class Dce final : public Pass {
     std::vector<ir::Value> roots = g.outputs();
     const size_t num_outputs = roots.size();
     for (ir::NodeId p : g.params()) roots.push_back({p, 0});
+    if (ir::count_live(g, roots) == g.size()) return false;  // the usual case: no copy
     ir::Graph out = ir::prune(g, roots);
     if (out.size() == g.size()) return false;
     out.outputs().resize(num_outputs);  // drop the parameter roots again

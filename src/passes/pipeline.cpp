@@ -6,6 +6,7 @@
 
 #include "loom/core/config.h"
 #include "loom/core/error.h"
+#include "loom/core/profile.h"
 #include "passes/passes_impl.h"
 
 namespace loom::passes {
@@ -61,7 +62,11 @@ bool Pipeline::run(ir::Graph& g) {
   dump(dump_dir_, dump_prefix_, step++, "input", g, false);
   bool changed = false;
   for (auto& pass : passes_) {
-    bool c = pass->run(g);
+    bool c;
+    {
+      profile::Scope ps("compile", [&] { return "pass " + std::string(pass->name()); });
+      c = pass->run(g);
+    }
     changed = changed || c;
     try {
       if (c) ir::verify(g);  // an unchanged graph is the verified one

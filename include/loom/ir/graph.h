@@ -93,6 +93,8 @@ class Graph {
 // appearance). remap, when given, receives old node id -> new node id (UINT32_MAX if dropped).
 Graph prune(const Graph& g, std::span<const Value> roots, bool renumber_params = false,
             std::vector<NodeId>* remap = nullptr);
+// How many nodes `roots` need (prune keeps exactly these); g.size() when nothing is dead.
+size_t count_live(const Graph& g, std::span<const Value> roots);
 
 // The 128-bit structural fingerprint: ops, attributes, types, operand wiring, parameter
 // indices, outputs and regions. Independent of node ids, names, pointers and map order.
