@@ -124,6 +124,44 @@ std::string DiskCache::path_of(const Hash128& key) const {
 
 void DiskCache::remove_entry(const std::string& path) { ::unlink(path.c_str()); }
 
+namespace {
+// True when `file` is a whole entry of this format whose checksum holds (and whose key is
+// *key, when given).
+bool verify_entry(const std::string& file, const Hash128* key) {
+  Header h;
+  if (file.size() < DiskCache::kHeaderBytes) return false;
+  std::memcpy(&h, file.data(), DiskCache::kHeaderBytes);
+  if (std::memcmp(h.magic, kMagic, sizeof kMagic) != 0 || h.version != DiskCache::kFormatVersion ||
+      h.header_bytes != DiskCache::kHeaderBytes ||
+      h.payload_bytes != file.size() - DiskCache::kHeaderBytes)
+    return false;
+  if (key && (h.key_lo != key->lo || h.key_hi != key->hi)) return false;
+  std::string_view payload(file.data() + DiskCache::kHeaderBytes,
+                           file.size() - DiskCache::kHeaderBytes);
+  Hash128 sum = checksum(h, payload);
+  return sum.lo == h.sum_lo && sum.hi == h.sum_hi;
+}
+}  // namespace
+
+std::optional<std::string> DiskCache::newest_payload() const {
+  if (!enabled()) return std::nullopt;
+  const std::string dir = this->dir();
+  fs::path newest;
+  fs::file_time_type newest_time{};
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    std::error_code e2;
+    if (it->path().extension() != kSuffix) continue;
+    auto mtime = fs::last_write_time(it->path(), e2);
+    if (!e2 && (newest.empty() || mtime > newest_time)) newest = it->path(), newest_time = mtime;
+  }
+  std::string file;
+  if (newest.empty() || !read_file(newest.string(), &file) || !verify_entry(file, nullptr))
+    return std::nullopt;
+  file.erase(0, kHeaderBytes);
+  return file;
+}
+
 std::optional<std::string> DiskCache::load(const Hash128& key) {
   if (!enabled()) return std::nullopt;
   const std::string path = path_of(key);
@@ -132,20 +170,8 @@ std::optional<std::string> DiskCache::load(const Hash128& key) {
     misses_++;
     return std::nullopt;
   }
-  Header h;
-  bool ok = file.size() >= kHeaderBytes;
-  if (ok) {
-    std::memcpy(&h, file.data(), kHeaderBytes);
-    ok = std::memcmp(h.magic, kMagic, sizeof kMagic) == 0 && h.version == kFormatVersion &&
-         h.header_bytes == kHeaderBytes && h.key_lo == key.lo && h.key_hi == key.hi &&
-         h.payload_bytes == file.size() - kHeaderBytes;
-  }
-  if (ok) {
-    std::string_view payload(file.data() + kHeaderBytes, file.size() - kHeaderBytes);
-    Hash128 sum = checksum(h, payload);
-    ok = sum.lo == h.sum_lo && sum.hi == h.sum_hi;
-  }
-  if (!ok) {  // truncated, corrupt, another format version or another key: never used
+  // Truncated, corrupt, another format version or another key: never used.
+  if (!verify_entry(file, &key)) {
     rejected_++;
     misses_++;
     remove_entry(path);

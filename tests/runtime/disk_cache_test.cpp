@@ -230,6 +230,30 @@ TEST_F(DiskCacheTest, TwoProcessesWritingAtOnceLeaveAValidCache) {
 }
 
 // The store itself, in this process: LRU eviction by use and verification on load.
+// The JIT links the newest entry at start-up to warm its linker: it must be the newest, whole
+// and verified, and reading it must not count as a hit or touch its time.
+TEST_F(DiskCacheTest, NewestPayloadIsTheLatestVerifiedEntry) {
+  backend::DiskCache& dc = backend::DiskCache::instance();
+  const std::string saved = dc.dir();
+  dc.set_dir(dir_.string());
+  dc.reset_stats();
+  EXPECT_FALSE(dc.newest_payload().has_value());  // empty directory
+  ASSERT_TRUE(dc.store(Hash128{1, 7}, "older"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_TRUE(dc.store(Hash128{2, 7}, "newer"));
+  auto before = fs::last_write_time(dc.path_of(Hash128{2, 7}));
+  EXPECT_EQ(dc.newest_payload(), std::optional<std::string>("newer"));
+  EXPECT_EQ(fs::last_write_time(dc.path_of(Hash128{2, 7})), before);
+  EXPECT_EQ(dc.stats().hits, 0);
+  {  // a flipped byte in the newest entry: nothing rather than a corrupt payload
+    std::fstream io(dc.path_of(Hash128{2, 7}), std::ios::in | std::ios::out | std::ios::binary);
+    io.seekp(static_cast<std::streamoff>(backend::DiskCache::kHeaderBytes));
+    io.put('N');
+  }
+  EXPECT_FALSE(dc.newest_payload().has_value());
+  dc.set_dir(saved);
+}
+
 TEST_F(DiskCacheTest, DirectoryIsBoundedAndEvictsTheLeastRecentlyUsed) {
   backend::DiskCache& dc = backend::DiskCache::instance();
   const std::string saved = dc.dir();

@@ -54,6 +54,9 @@ class DiskCache {
   std::optional<std::string> load(const Hash128& key);
   // Stores `payload` under `key` atomically; false (counted) when it cannot be written.
   bool store(const Hash128& key, std::string_view payload);
+  // The verified payload of the most recently used entry, without touching or counting it
+  // (the JIT links one at start-up to warm its linker), or nullopt.
+  std::optional<std::string> newest_payload() const;
   // A payload that verified but that its user could not use (the JIT refused it): counted
   // in `rejected` and removed.
   void reject(const Hash128& key);

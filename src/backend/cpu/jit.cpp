@@ -116,8 +116,10 @@ struct Jit::Impl {
   // symbols: libm and libc, from the process) and returns the addresses of `names`; an
   // llvm::Error on failure. No ORC session: linking a small cached object costs tens of
   // microseconds rather than a JITDylib, a materialization and a session lookup.
+  // keep = false: only exercise the linker (the memory is freed on return).
   llvm::Expected<std::vector<void*>> link(std::unique_ptr<llvm::MemoryBuffer> object,
-                                          const std::vector<std::string>& names) {
+                                          const std::vector<std::string>& names,
+                                          bool keep = true) {
     auto file = llvm::object::ObjectFile::createObjectFile(object->getMemBufferRef());
     if (!file) return file.takeError();
     auto mm = std::make_unique<llvm::SectionMemoryManager>();
@@ -135,6 +137,7 @@ struct Jit::Impl {
                                                    llvm::inconvertibleErrorCode());
       out.push_back(reinterpret_cast<void*>(static_cast<uintptr_t>(sym.getAddress())));
     }
+    if (!keep) return out;
     std::string err;
     if (mm->finalizeMemory(&err))
       return llvm::make_error<llvm::StringError>("finalizing code memory: " + err,
@@ -155,7 +158,17 @@ std::once_flag start_once;
 
 void Jit::start() {
   std::call_once(start_once, [] {
-    start_up() = std::async(std::launch::async, [] { instance(); });
+    start_up() = std::async(std::launch::async, [] {
+      Jit& jit = instance();
+      // The first link of a process faults in the object reader and the linker (0.1-0.2 ms):
+      // when a persistent cache holds code, link its newest object once, here, and drop it.
+      if (auto bytes = backend::DiskCache::instance().newest_payload()) {
+        profile::Scope ps("compile", "llvm warm-up link");
+        auto fns = jit.impl_->link(llvm::MemoryBuffer::getMemBuffer(*bytes, "loom-warm-up", false),
+                                   {}, /*keep=*/false);
+        if (!fns) llvm::consumeError(fns.takeError());
+      }
+    });
   });
 }
 
