@@ -613,10 +613,10 @@ std::vector<CompiledKernel> compile_kernels(const ir::Graph& g, const Plan& plan
   std::vector<size_t> missing;
   {
     profile::Scope ps("compile", "describe kernels");
+    descs = detail::describe_all(g, plan);
     std::lock_guard lock(cache().mu);
     for (size_t i = 0; i < plan.kernels.size(); ++i) {
-      descs.push_back(detail::describe(g, plan, plan.kernels[i]));
-      out[i].bufs = descs.back().bufs;
+      out[i].bufs = descs[i].bufs;
       out[i].outer = plan.kernels[i].outer.numel();
       out[i].work = work_per_outer(plan.kernels[i]);
       if (const KernelSpec& k = plan.kernels[i]; k.out_shift != 0) {
@@ -627,7 +627,7 @@ std::vector<CompiledKernel> compile_kernels(const ir::Graph& g, const Plan& plan
         out[i].out_shift_bytes = k.out_shift * static_cast<int64_t>(itemsize(plan.bufs[b].type.dtype));
       }
       out[i].name = plan.kernels[i].name;
-      auto it = cache().fns.find(descs.back().text);
+      auto it = cache().fns.find(descs[i].text);
       if (it != cache().fns.end()) {
         out[i].fn = it->second;
         cache().stats.hits++;

@@ -13,5 +13,7 @@ struct KernelDescription {
   std::vector<int> bufs;  // plan buffer ids by local argument index
 };
 KernelDescription describe(const ir::Graph& g, const Plan& p, const KernelSpec& k);
+// describe() of every kernel of the plan, printing each distinct text once.
+std::vector<KernelDescription> describe_all(const ir::Graph& g, const Plan& p);
 
 }  // namespace loom::cpu::detail

@@ -1,8 +1,15 @@
 // The canonical description of a kernel: its cache key, and the order of its buffers.
 // Built with plain appends (no streams): describing is on every compile's path, warm or not.
+// describe_all first hashes what the text would say (the same walk, hashing each token
+// instead of printing it), and prints the text once per distinct hash: a graph's kernels
+// are mostly repeats (50 identical decoder layers give one text).
 #include <charconv>
+#include <cstring>
+#include <unordered_map>
 #include <utility>
 #include <vector>
+
+#include "loom/core/hash.h"
 
 #include "backend/cpu/codegen_impl.h"
 
@@ -12,10 +19,12 @@ namespace {
 
 class Describer {
  public:
-  Describer(const ir::Graph& g, const Plan& p, const KernelSpec& k) : g_(g), p_(p), k_(k) {}
+  // hash != nullptr: the walk feeds *hash with the tokens and leaves the text empty.
+  Describer(const ir::Graph& g, const Plan& p, const KernelSpec& k, Hasher128* hash = nullptr)
+      : g_(g), p_(p), k_(k), hash_(hash) {}
 
   KernelDescription run() {
-    out_.reserve(1024);
+    if (!hash_) out_.reserve(1024);
     put("outer");
     put_dims(k_.outer);
     put(" chunk");
@@ -47,14 +56,26 @@ class Describer {
   }
 
  private:
-  void put(std::string_view s) { out_ += s; }
+  // Each token as text, or as a tagged word of the hash: equal token streams give equal
+  // texts, so equal hashes (barring a 128-bit collision) mean equal texts.
+  void put(std::string_view s) {
+    if (hash_) {
+      uint64_t w = s.size();
+      for (size_t i = 0; i < s.size(); ++i) w = w * 131 + static_cast<unsigned char>(s[i]);
+      hash_->add(w ^ 0x736c69746572616cULL);
+      return;
+    }
+    out_ += s;
+  }
   void put(int64_t v) {
+    if (hash_) return hash_->add(static_cast<uint64_t>(v));
     char b[24];
     out_.append(b, std::to_chars(b, b + sizeof b, v).ptr);
   }
   // Shortest text that reads back as the same double: kernels with constants that differ in
   // any bit must not share a description (and so a compiled function).
   void put(double v) {
+    if (hash_) return hash_->add_double(v == 0 ? 0.0 : v);  // 0 and -0 print differently
     char b[32];
     out_.append(b, std::to_chars(b, b + sizeof b, v).ptr);
   }
@@ -91,7 +112,8 @@ class Describer {
 
   void op_text(NodeId n) {
     const ir::Node& node = g_.node(n);
-    put(ir::op_name(node.op));
+    if (hash_) hash_->add(static_cast<uint64_t>(node.op) ^ 0x6f70000000000000ULL);
+    else put(ir::op_name(node.op));
     put(":");
     put_type(node.type);
     put("[");
@@ -147,6 +169,7 @@ class Describer {
   const ir::Graph& g_;
   const Plan& p_;
   const KernelSpec& k_;
+  Hasher128* hash_;
   std::string out_;
   KernelDescription desc_;
   std::vector<std::pair<NodeId, int>> numbered_;
@@ -157,6 +180,23 @@ class Describer {
 
 KernelDescription describe(const ir::Graph& g, const Plan& p, const KernelSpec& k) {
   return Describer(g, p, k).run();
+}
+
+std::vector<KernelDescription> describe_all(const ir::Graph& g, const Plan& p) {
+  std::vector<KernelDescription> out;
+  out.reserve(p.kernels.size());
+  struct HashOf {
+    size_t operator()(const Hash128& h) const { return static_cast<size_t>(h.lo); }
+  };
+  std::unordered_map<Hash128, size_t, HashOf> first;  // hash -> the kernel that printed it
+  for (const KernelSpec& k : p.kernels) {
+    Hasher128 h;
+    KernelDescription d = Describer(g, p, k, &h).run();
+    auto [it, fresh] = first.try_emplace(h.finish(), out.size());
+    d.text = fresh ? Describer(g, p, k).run().text : out[it->second].text;
+    out.push_back(std::move(d));
+  }
+  return out;
 }
 
 }  // namespace loom::cpu::detail
