@@ -19,7 +19,10 @@ using ir::Value;
 
 class Simplifier {
  public:
-  explicit Simplifier(Graph& out) : out_(out), b_(out, /*hash_cons=*/false) {}
+  // probe: match the rules against `out` without building anything (a rule that fires
+  // returns a placeholder value), to learn whether any fires at all.
+  explicit Simplifier(Graph& out, bool probe = false)
+      : out_(out), b_(out, /*hash_cons=*/false), probe_(probe) {}
 
   // Returns the simplified value of node `n` (operands already mapped into out_), or nullopt.
   std::optional<Value> rewrite(const Node& n) {
@@ -81,6 +84,7 @@ class Simplifier {
     Value y = inner->operands[0];
     if (has_type(y, n)) return y;  // reshape(reshape(y, s1), y.shape) -> y
     // reshape(reshape(y, s1), s2) -> reshape(y, s2)
+    if (probe_) return y;
     return b_.make(OpKind::Reshape, std::span<const Value>(&y, 1), n.attrs);
   }
 
@@ -94,6 +98,7 @@ class Simplifier {
     for (int64_t p : n.attrs.ints) a.ints.push_back(inner->attrs.ints[p]);
     Value y = inner->operands[0];
     if (is_identity(a.ints)) return y;
+    if (probe_) return y;
     return b_.make(OpKind::Permute, std::span<const Value>(&y, 1), std::move(a));
   }
 
@@ -119,11 +124,13 @@ class Simplifier {
     std::optional<double> r =
         fold_elementwise(n.op, std::span<const double>(xs, n.operands.size()), in, n.type.dtype);
     if (!r) return std::nullopt;
+    if (probe_) return n.operands[0];
     return b_.constant(*r, n.type.dtype);
   }
 
   Graph& out_;
   ir::Builder b_;
+  bool probe_;
 };
 
 class Simplify final : public Pass {
@@ -131,6 +138,17 @@ class Simplify final : public Pass {
   std::string_view name() const override { return "simplify"; }
 
   bool run(Graph& g) override {
+    // Most graphs have nothing to simplify: find out before copying every node. Until a
+    // rule fires the rebuilt graph is a copy of g, so matching against g itself is exact.
+    {
+      Simplifier probe(g, /*probe=*/true);
+      bool fires = false;
+      for (ir::NodeId id = 0; id < g.size() && !fires; ++id) {
+        const Node& n = g.node(id);
+        fires = n.num_results() == 1 && n.regions.empty() && probe.rewrite(n).has_value();
+      }
+      if (!fires) return false;
+    }
     Graph out;
     out.reserve(g.size());
     Simplifier s(out);
