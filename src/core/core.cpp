@@ -80,7 +80,10 @@ std::ostream& operator<<(std::ostream& os, const Shape& s) { return os << s.str(
 std::ostream& operator<<(std::ostream& os, const TensorType& t) { return os << t.str(); }
 
 namespace {
-// The caching pool: free blocks by exact size class (4 KiB granules), bounded in bytes.
+// The caching pool: free blocks by exact size class (4 KiB granules), bounded in bytes. A
+// block that does not fit under the bound evicts the free blocks of the least recently used
+// classes first, so the pool follows the workload: sizes an earlier phase of the program
+// used (another model, another batch) give way instead of keeping every later block out.
 class Pool {
  public:
   static constexpr size_t kMinPooled = 64 << 10;
@@ -91,23 +94,35 @@ class Pool {
   void* take(size_t cap) {
     std::lock_guard lock(mu_);
     auto it = free_.find(cap);
-    if (it == free_.end() || it->second.empty()) return nullptr;
-    void* p = it->second.back();
-    it->second.pop_back();
+    if (it == free_.end() || it->second.blocks.empty()) return nullptr;
+    void* p = it->second.blocks.back();
+    it->second.blocks.pop_back();
+    it->second.last_use = ++tick_;
     held_ -= cap;
     ++hits_;
     return p;
   }
   bool give(void* p, size_t cap) {
     std::lock_guard lock(mu_);
-    if (held_ + cap > limit_) return false;
-    free_[cap].push_back(p);
+    if (cap > limit_ || !evict_locked(limit_ - cap, cap)) return false;
+    Class& cls = free_[cap];
+    cls.blocks.push_back(p);
+    cls.last_use = ++tick_;
     held_ += cap;
     return true;
   }
   size_t held() {
     std::lock_guard lock(mu_);
     return held_;
+  }
+  size_t limit() {
+    std::lock_guard lock(mu_);
+    return limit_;
+  }
+  void set_limit(size_t bytes) {
+    std::lock_guard lock(mu_);
+    limit_ = bytes;
+    evict_locked(limit_, 0);
   }
   size_t hits() {
     std::lock_guard lock(mu_);
@@ -119,9 +134,31 @@ class Pool {
     const char* v = std::getenv("LOOM_POOL_MB");
     limit_ = (v && *v ? static_cast<size_t>(std::strtoull(v, nullptr, 10)) : 2048) << 20;
   }
+  // Frees blocks of the least recently used classes other than `keep` until at most
+  // `target` bytes are held; false when only blocks of `keep` are left above it.
+  bool evict_locked(size_t target, size_t keep) {
+    while (held_ > target) {
+      Class* victim = nullptr;
+      size_t victim_cap = 0;
+      for (auto& [c, cls] : free_) {
+        if (c == keep || cls.blocks.empty()) continue;
+        if (!victim || cls.last_use < victim->last_use) victim = &cls, victim_cap = c;
+      }
+      if (!victim) return false;
+      std::free(victim->blocks.back());
+      victim->blocks.pop_back();
+      held_ -= victim_cap;
+    }
+    return true;
+  }
+  struct Class {
+    std::vector<void*> blocks;
+    uint64_t last_use = 0;  // tick of the latest take or give
+  };
   std::mutex mu_;
-  std::unordered_map<size_t, std::vector<void*>> free_;
+  std::unordered_map<size_t, Class> free_;
   size_t held_ = 0, hits_ = 0, limit_ = 0;
+  uint64_t tick_ = 0;
 };
 
 size_t size_class(size_t nbytes) {
@@ -168,6 +205,8 @@ Buffer Buffer::allocate(size_t nbytes) {
 }
 
 size_t Buffer::pool_free_bytes() { return Pool::get().held(); }
+size_t Buffer::pool_limit() { return Pool::get().limit(); }
+void Buffer::set_pool_limit(size_t bytes) { Pool::get().set_limit(bytes); }
 size_t Buffer::pool_hits() { return Pool::get().hits(); }
 size_t Buffer::live_bytes() { return static_cast<size_t>(live_bytes_now.load()); }
 size_t Buffer::peak_bytes() { return static_cast<size_t>(live_bytes_peak.load()); }

@@ -3,8 +3,9 @@
 // Copies share the same memory (shared ownership); Buffer::allocate gives fresh memory.
 // The byte count is fixed at allocation. Blocks of 64 KiB and more come from a process-wide
 // caching pool: a freed block is kept for the next allocation of the same size (up to
-// LOOM_POOL_MB, default 2048, in all), so steady-state steps do not call the system
-// allocator or fault in fresh pages. Thread-safety: the handle is as safe as shared_ptr; the
+// LOOM_POOL_MB, default 2048, in all; a block that does not fit evicts the blocks of the
+// least recently used sizes), so steady-state steps do not call the system allocator or
+// fault in fresh pages. Thread-safety: the handle is as safe as shared_ptr; the
 // pool takes a lock; the bytes are not synchronized.
 #pragma once
 
@@ -26,6 +27,9 @@ class Buffer {
   // Bytes held by the caching pool now (free blocks), and blocks served from it so far.
   static size_t pool_free_bytes();
   static size_t pool_hits();
+  // The pool's bound in bytes (LOOM_POOL_MB); lowering it frees blocks down to it.
+  static size_t pool_limit();
+  static void set_pool_limit(size_t bytes);
   // Bytes held by live buffers now, and the most since reset_peak() (the runtime's own
   // measure of memory, for benchmarks: it excludes the pool's free blocks).
   static size_t live_bytes();

