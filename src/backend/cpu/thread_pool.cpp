@@ -2,8 +2,11 @@
 // from a shared counter under the lock (jobs are a few coarse chunks, so contention is nil).
 #include "backend/cpu/thread_pool.h"
 
+#include <chrono>
 #include <cstdlib>
 #include <string>
+
+#include <immintrin.h>
 
 #include "loom/core/profile.h"
 
@@ -11,6 +14,19 @@ namespace loom::cpu {
 
 namespace {
 thread_local bool in_worker = false;
+
+constexpr int kSpinMicros = 200;
+
+// Spins (with pause) until done() or kSpinMicros pass; true when done() held.
+template <class Done>
+bool spin_until(Done done) {
+  const auto limit = std::chrono::steady_clock::now() + std::chrono::microseconds(kSpinMicros);
+  for (int i = 0;; ++i) {
+    if (done()) return true;
+    _mm_pause();
+    if ((i & 63) == 63 && std::chrono::steady_clock::now() > limit) return done();
+  }
+}
 
 int default_threads() {
   if (const char* v = std::getenv("LOOM_NUM_THREADS")) {
@@ -57,7 +73,7 @@ void ThreadPool::work() {
     }
     (*fn)(i);
     std::lock_guard lock(mu_);
-    if (++finished_ == n_) done_.notify_all();
+    if (finished_.fetch_add(1) + 1 == n_) done_.notify_all();
   }
 }
 
@@ -65,6 +81,7 @@ void ThreadPool::worker_loop() {
   in_worker = true;
   uint64_t seen = 0;
   for (;;) {
+    spin_until([&] { return stop_.load() || generation_.load() != seen; });
     {
       std::unique_lock lock(mu_);
       wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
@@ -92,6 +109,7 @@ void ThreadPool::run(int n, const std::function<void(int)>& fn) {
   }
   wake_.notify_all();
   work();
+  spin_until([&] { return finished_.load() == n; });
   std::unique_lock lock(mu_);
   done_.wait(lock, [&] { return finished_ == n_; });
   job_ = nullptr;

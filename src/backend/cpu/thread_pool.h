@@ -1,13 +1,19 @@
 // ThreadPool: persistent workers for the CPU backend's parallel loops.
 //
 // run(n, fn) calls fn(0..n-1) across the calling thread and the workers and returns when all
-// are done. Workers sleep on a condition variable between jobs (they never spin), and BLAS
-// calls are made from the pool with OpenBLAS itself single-threaded, so the two never
-// compete for cores (PyTorch 1.13 runs 2-6x slower here when both pools spin). A run from a
-// worker (nested) executes inline. Threads: LOOM_NUM_THREADS, else the number of cores.
+// are done. After a job, workers spin (with pause) for at most kSpinMicros for the next one,
+// then sleep on a condition variable; the caller likewise spins that long for the last task
+// before sleeping. A wake-up through the kernel costs 20-80 us on a VM, as much as a small
+// kernel, and a step's kernels come microseconds apart (the MLP step of loom-bench
+// mlp_train: 180 us of its 820 us were such gaps). Spins are bounded so that an idle
+// process sleeps, and BLAS calls are made from the pool with OpenBLAS itself
+// single-threaded, so the two never compete for cores (PyTorch 1.13 runs 2-6x slower here
+// when both pools spin unbounded). A run from a worker (nested) executes inline. Threads:
+// LOOM_NUM_THREADS, else the number of cores.
 // Thread-safe: concurrent run() calls from different threads are serialized.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <functional>
 #include <mutex>
@@ -33,9 +39,10 @@ class ThreadPool {
   std::condition_variable wake_, done_;
   std::vector<std::thread> workers_;
   const std::function<void(int)>* job_ = nullptr;
-  int n_ = 0, next_ = 0, finished_ = 0;
-  uint64_t generation_ = 0;
-  bool stop_ = false;
+  int n_ = 0, next_ = 0;
+  std::atomic<int> finished_{0};         // written under mu_, read by spinning callers
+  std::atomic<uint64_t> generation_{0};  // written under mu_, read by spinning workers
+  std::atomic<bool> stop_{false};
 };
 
 }  // namespace loom::cpu
