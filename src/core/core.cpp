@@ -12,6 +12,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include <unistd.h>
+
 #include "loom/core/buffer.h"
 #include "loom/core/config.h"
 #include "loom/core/error.h"
@@ -130,9 +132,18 @@ class Pool {
   }
 
  private:
+  // LOOM_POOL_MB, else a quarter of the machine's memory (at least 1 GiB): a training step's
+  // working set (the 50-layer decoder's forward and backward: about 2 GiB) must fit, and
+  // two models or phases alternating should not evict each other on every step.
   Pool() {
     const char* v = std::getenv("LOOM_POOL_MB");
-    limit_ = (v && *v ? static_cast<size_t>(std::strtoull(v, nullptr, 10)) : 2048) << 20;
+    if (v && *v) {
+      limit_ = static_cast<size_t>(std::strtoull(v, nullptr, 10)) << 20;
+    } else {
+      const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+      const size_t ram = pages > 0 && page > 0 ? static_cast<size_t>(pages) * static_cast<size_t>(page) : 0;
+      limit_ = std::max<size_t>(ram / 4, size_t{1} << 30);
+    }
   }
   // Frees blocks of the least recently used classes other than `keep` until at most
   // `target` bytes are held; false when only blocks of `keep` are left above it.

@@ -3,10 +3,10 @@
 // Copies share the same memory (shared ownership); Buffer::allocate gives fresh memory.
 // The byte count is fixed at allocation. Blocks of 64 KiB and more come from a process-wide
 // caching pool: a freed block is kept for the next allocation of the same size (up to
-// LOOM_POOL_MB, default 2048, in all; a block that does not fit evicts the blocks of the
-// least recently used sizes), so steady-state steps do not call the system allocator or
-// fault in fresh pages. Thread-safety: the handle is as safe as shared_ptr; the
-// pool takes a lock; the bytes are not synchronized.
+// LOOM_POOL_MB, default a quarter of physical memory, in all; a block that does not fit
+// evicts the blocks of the least recently used sizes), so steady-state steps do not call the
+// system allocator or fault in fresh pages. Thread-safety: the handle is as safe as
+// shared_ptr; the pool takes a lock; the bytes are not synchronized.
 #pragma once
 
 #include <cstddef>

@@ -15,12 +15,20 @@ namespace loom::cpu {
 namespace {
 thread_local bool in_worker = false;
 
-constexpr int kSpinMicros = 200;
+// How long a thread spins before it sleeps: LOOM_SPIN_US, default 200 (0: never spin).
+int spin_micros() {
+  static const int us = [] {
+    const char* v = std::getenv("LOOM_SPIN_US");
+    return v && *v ? std::max(0, std::atoi(v)) : 200;
+  }();
+  return us;
+}
 
-// Spins (with pause) until done() or kSpinMicros pass; true when done() held.
+// Spins (with pause) until done() or spin_micros() pass; true when done() held.
 template <class Done>
 bool spin_until(Done done) {
-  const auto limit = std::chrono::steady_clock::now() + std::chrono::microseconds(kSpinMicros);
+  if (spin_micros() == 0) return done();
+  const auto limit = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_micros());
   for (int i = 0;; ++i) {
     if (done()) return true;
     _mm_pause();

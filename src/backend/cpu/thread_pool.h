@@ -1,7 +1,8 @@
 // ThreadPool: persistent workers for the CPU backend's parallel loops.
 //
 // run(n, fn) calls fn(0..n-1) across the calling thread and the workers and returns when all
-// are done. After a job, workers spin (with pause) for at most kSpinMicros for the next one,
+// are done. After a job, workers spin (with pause) for at most LOOM_SPIN_US (default 200;
+// 0 turns spinning off) for the next one,
 // then sleep on a condition variable; the caller likewise spins that long for the last task
 // before sleeping. A wake-up through the kernel costs 20-80 us on a VM, as much as a small
 // kernel, and a step's kernels come microseconds apart (the MLP step of loom-bench
