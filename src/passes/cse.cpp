@@ -2,7 +2,6 @@
 // a node identical to an earlier one (op, operands, attributes, type) becomes that node.
 // Multi-result nodes are copied as they are.
 #include <cstring>
-#include <algorithm>
 #include <vector>
 
 #include "loom/core/hash.h"
@@ -28,18 +27,24 @@ bool has_direct_duplicate(const ir::Graph& g) {
     if (n.attrs.f != 0) std::memcpy(&fbits, &n.attrs.f, sizeof fbits);
     return hash_combine(h, fbits);
   };
-  // Sorted (hash, node) pairs: equal nodes are neighbours among equal hashes.
-  std::vector<std::pair<uint64_t, ir::NodeId>> keys;
-  keys.reserve(g.size());
+  // An open-addressing table of (hash, node): one probe sequence per node, no allocation
+  // but the table.
+  size_t cap = 16;
+  while (cap < 2 * g.size()) cap *= 2;
+  std::vector<std::pair<uint64_t, ir::NodeId>> table(cap, {0, ir::NodeId(-1)});
   for (ir::NodeId id = 0; id < g.size(); ++id) {
     const ir::Node& n = g.node(id);
-    if (n.num_results() == 1 && n.regions.empty()) keys.push_back({hash(n), id});
-  }
-  std::sort(keys.begin(), keys.end());
-  for (size_t i = 0; i < keys.size(); ++i) {
-    for (size_t j = i + 1; j < keys.size() && keys[j].first == keys[i].first; ++j) {
-      const ir::Node &a = g.node(keys[i].second), &b = g.node(keys[j].second);
-      if (a.op == b.op && a.type == b.type && a.operands == b.operands && a.attrs == b.attrs)
+    if (n.num_results() != 1 || !n.regions.empty()) continue;
+    const uint64_t h = hash(n);
+    for (size_t i = h & (cap - 1);; i = (i + 1) & (cap - 1)) {
+      auto& [th, tid] = table[i];
+      if (tid == ir::NodeId(-1)) {
+        table[i] = {h, id};
+        break;
+      }
+      if (th != h) continue;
+      const ir::Node& m = g.node(tid);
+      if (m.op == n.op && m.type == n.type && m.operands == n.operands && m.attrs == n.attrs)
         return true;
     }
   }
