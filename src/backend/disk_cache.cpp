@@ -143,23 +143,42 @@ bool verify_entry(const std::string& file, const Hash128* key) {
 }
 }  // namespace
 
-std::optional<std::string> DiskCache::newest_payload() const {
-  if (!enabled()) return std::nullopt;
-  const std::string dir = this->dir();
-  fs::path newest;
-  fs::file_time_type newest_time{};
+std::vector<std::pair<Hash128, std::string>> DiskCache::newest_entries(size_t max_count,
+                                                                       size_t max_bytes) const {
+  std::vector<std::pair<Hash128, std::string>> out;
+  if (!enabled() || max_count == 0) return out;
+  struct Item {
+    fs::path path;
+    fs::file_time_type mtime;
+  };
+  std::vector<Item> items;
   std::error_code ec;
-  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+  for (fs::directory_iterator it(dir(), ec), end; !ec && it != end; it.increment(ec)) {
     std::error_code e2;
     if (it->path().extension() != kSuffix) continue;
     auto mtime = fs::last_write_time(it->path(), e2);
-    if (!e2 && (newest.empty() || mtime > newest_time)) newest = it->path(), newest_time = mtime;
+    if (!e2) items.push_back({it->path(), mtime});
   }
-  std::string file;
-  if (newest.empty() || !read_file(newest.string(), &file) || !verify_entry(file, nullptr))
-    return std::nullopt;
-  file.erase(0, kHeaderBytes);
-  return file;
+  std::sort(items.begin(), items.end(),
+            [](const Item& a, const Item& b) { return a.mtime > b.mtime; });
+  size_t bytes = 0;
+  for (const Item& item : items) {
+    if (out.size() >= max_count) break;
+    std::string file;
+    if (!read_file(item.path.string(), &file) || !verify_entry(file, nullptr)) continue;
+    if (bytes + file.size() > max_bytes) break;
+    bytes += file.size();
+    Header h;
+    std::memcpy(&h, file.data(), kHeaderBytes);
+    file.erase(0, kHeaderBytes);
+    out.push_back({Hash128{h.key_lo, h.key_hi}, std::move(file)});
+  }
+  return out;
+}
+
+void DiskCache::note_hit(const Hash128& key) {
+  hits_++;
+  ::utimensat(AT_FDCWD, path_of(key).c_str(), nullptr, 0);  // LRU: this entry was just used
 }
 
 std::optional<std::string> DiskCache::load(const Hash128& key) {

@@ -230,27 +230,40 @@ TEST_F(DiskCacheTest, TwoProcessesWritingAtOnceLeaveAValidCache) {
 }
 
 // The store itself, in this process: LRU eviction by use and verification on load.
-// The JIT links the newest entry at start-up to warm its linker: it must be the newest, whole
-// and verified, and reading it must not count as a hit or touch its time.
-TEST_F(DiskCacheTest, NewestPayloadIsTheLatestVerifiedEntry) {
+// The JIT preloads the newest entries at start-up: newest first, whole and verified, within
+// the bounds, and reading them must not count as hits or touch their times.
+TEST_F(DiskCacheTest, NewestEntriesAreTheLatestVerifiedOnes) {
   backend::DiskCache& dc = backend::DiskCache::instance();
   const std::string saved = dc.dir();
   dc.set_dir(dir_.string());
   dc.reset_stats();
-  EXPECT_FALSE(dc.newest_payload().has_value());  // empty directory
+  EXPECT_TRUE(dc.newest_entries(8, 1 << 20).empty());  // empty directory
   ASSERT_TRUE(dc.store(Hash128{1, 7}, "older"));
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
   ASSERT_TRUE(dc.store(Hash128{2, 7}, "newer"));
   auto before = fs::last_write_time(dc.path_of(Hash128{2, 7}));
-  EXPECT_EQ(dc.newest_payload(), std::optional<std::string>("newer"));
+  auto all = dc.newest_entries(8, 1 << 20);
+  ASSERT_EQ(all.size(), 2u);
+  EXPECT_EQ(all[0].first, (Hash128{2, 7}));
+  EXPECT_EQ(all[0].second, "newer");
+  EXPECT_EQ(all[1].first, (Hash128{1, 7}));
+  EXPECT_EQ(all[1].second, "older");
+  EXPECT_EQ(dc.newest_entries(1, 1 << 20).size(), 1u);
+  EXPECT_TRUE(dc.newest_entries(8, 10).empty());  // the newest alone is over 10 bytes
   EXPECT_EQ(fs::last_write_time(dc.path_of(Hash128{2, 7})), before);
   EXPECT_EQ(dc.stats().hits, 0);
-  {  // a flipped byte in the newest entry: nothing rather than a corrupt payload
-    std::fstream io(dc.path_of(Hash128{2, 7}), std::ios::in | std::ios::out | std::ios::binary);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // file times tick coarsely
+  dc.note_hit(Hash128{1, 7});  // a preloaded entry used: counted, and now the newest
+  EXPECT_EQ(dc.stats().hits, 1);
+  EXPECT_EQ(dc.newest_entries(1, 1 << 20)[0].first, (Hash128{1, 7}));
+  {  // a flipped byte: that entry is left out, never handed over corrupt
+    std::fstream io(dc.path_of(Hash128{1, 7}), std::ios::in | std::ios::out | std::ios::binary);
     io.seekp(static_cast<std::streamoff>(backend::DiskCache::kHeaderBytes));
     io.put('N');
   }
-  EXPECT_FALSE(dc.newest_payload().has_value());
+  all = dc.newest_entries(8, 1 << 20);
+  ASSERT_EQ(all.size(), 1u);
+  EXPECT_EQ(all[0].second, "newer");
   dc.set_dir(saved);
 }
 

@@ -22,6 +22,8 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "loom/core/hash.h"
 
@@ -54,9 +56,13 @@ class DiskCache {
   std::optional<std::string> load(const Hash128& key);
   // Stores `payload` under `key` atomically; false (counted) when it cannot be written.
   bool store(const Hash128& key, std::string_view payload);
-  // The verified payload of the most recently used entry, without touching or counting it
-  // (the JIT links one at start-up to warm its linker), or nullopt.
-  std::optional<std::string> newest_payload() const;
+  // The verified entries (key, payload) most recently used, newest first: at most
+  // `max_count` of them and `max_bytes` in all, without touching or counting them (the JIT
+  // preloads them at start-up, on a background thread).
+  std::vector<std::pair<Hash128, std::string>> newest_entries(size_t max_count,
+                                                              size_t max_bytes) const;
+  // Counts a hit on `key` served from memory (a preloaded entry) and marks it used (LRU).
+  void note_hit(const Hash128& key);
   // A payload that verified but that its user could not use (the JIT refused it): counted
   // in `rejected` and removed.
   void reject(const Hash128& key);

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <future>
 #include <mutex>
+#include <map>
 #include <optional>
 
 #include "llvm/Config/llvm-config.h"
@@ -108,6 +109,9 @@ struct Jit::Impl {
   // The memory of every linked object: code stays loaded for the life of the process.
   std::mutex memory_mu;
   std::vector<std::unique_ptr<llvm::SectionMemoryManager>> memory;
+  // Objects of the persistent cache linked ahead of use by the start-up thread, by key; a
+  // compile takes its entry (under memory_mu).
+  std::map<Hash128, std::vector<void*>> preloaded;
 
   // A fresh module configured for the host.
   std::unique_ptr<llvm::Module> new_module(llvm::LLVMContext& ctx) {
@@ -121,10 +125,10 @@ struct Jit::Impl {
   // symbols: libm and libc, from the process) and returns the addresses of `names`; an
   // llvm::Error on failure. No ORC session: linking a small cached object costs tens of
   // microseconds rather than a JITDylib, a materialization and a session lookup.
-  // keep = false: only exercise the linker (the memory is freed on return).
+  // With no names, returns the functions k0, k1, ... the object defines (the code
+  // generator's names, in order).
   llvm::Expected<std::vector<void*>> link(std::unique_ptr<llvm::MemoryBuffer> object,
-                                          const std::vector<std::string>& names,
-                                          bool keep = true) {
+                                          const std::vector<std::string>& names) {
     auto file = llvm::object::ObjectFile::createObjectFile(object->getMemBufferRef());
     if (!file) return file.takeError();
     auto mm = std::make_unique<llvm::SectionMemoryManager>();
@@ -135,14 +139,15 @@ struct Jit::Impl {
       return llvm::make_error<llvm::StringError>(dyld.getErrorString().str(),
                                                  llvm::inconvertibleErrorCode());
     std::vector<void*> out;
-    for (const std::string& n : names) {
+    for (size_t k = 0; names.empty() || k < names.size(); ++k) {
+      const std::string n = names.empty() ? "k" + std::to_string(k) : names[k];
       llvm::JITEvaluatedSymbol sym = dyld.getSymbol(n);
+      if (!sym.getAddress() && names.empty()) break;
       if (!sym.getAddress())
         return llvm::make_error<llvm::StringError>("no symbol '" + n + "' in the object",
                                                    llvm::inconvertibleErrorCode());
       out.push_back(reinterpret_cast<void*>(static_cast<uintptr_t>(sym.getAddress())));
     }
-    if (!keep) return out;
     std::string err;
     if (mm->finalizeMemory(&err))
       return llvm::make_error<llvm::StringError>("finalizing code memory: " + err,
@@ -154,6 +159,10 @@ struct Jit::Impl {
 };
 
 namespace {
+// What the start-up thread preloads from the persistent cache: the newest entries, at most.
+constexpr size_t kPreloadCount = 64;
+constexpr size_t kPreloadBytes = 16 << 20;
+
 std::future<void>& start_up() {
   static std::future<void> f;
   return f;
@@ -165,13 +174,21 @@ void Jit::start() {
   std::call_once(start_once, [] {
     start_up() = std::async(std::launch::async, [] {
       Jit& jit = instance();
-      // The first link of a process faults in the object reader and the linker (0.1-0.2 ms):
-      // when a persistent cache holds code, link its newest object once, here, and drop it.
-      if (auto bytes = backend::DiskCache::instance().newest_payload()) {
-        profile::Scope ps("compile", "llvm warm-up link");
-        auto fns = jit.impl_->link(llvm::MemoryBuffer::getMemBuffer(*bytes, "loom-warm-up", false),
-                                   {}, /*keep=*/false);
-        if (!fns) llvm::consumeError(fns.takeError());
+      // A process that restarts a program asks for the code it asked for last time: link the
+      // persistent cache's most recently used objects here, while the program starts and
+      // traces, so that its compiles find them linked (a load and a link cost 0.1-0.2 ms
+      // each on the compiling thread, the process's first link twice that).
+      auto entries = backend::DiskCache::instance().newest_entries(kPreloadCount, kPreloadBytes);
+      if (entries.empty()) return;
+      profile::Scope ps("compile", "llvm preload cached objects");
+      for (auto& [key, bytes] : entries) {
+        auto fns = jit.impl_->link(llvm::MemoryBuffer::getMemBuffer(bytes, "loom-preload", false), {});
+        if (!fns) {
+          llvm::consumeError(fns.takeError());  // a compile loads it (and rejects it) itself
+          continue;
+        }
+        std::lock_guard lock(jit.impl_->memory_mu);
+        jit.impl_->preloaded.emplace(key, std::move(*fns));
       }
     });
   });
@@ -218,6 +235,18 @@ std::vector<void*> Jit::compile(std::string_view what, const std::vector<std::st
     {
       profile::Scope pk("compile", "disk cache key");
       key = module_key(what, impl_->environment);
+    }
+    {
+      std::unique_lock lock(impl_->memory_mu);
+      auto it = impl_->preloaded.find(key);
+      if (it != impl_->preloaded.end() && it->second.size() == names.size()) {
+        std::vector<void*> fns = std::move(it->second);
+        impl_->preloaded.erase(it);
+        lock.unlock();
+        disk.note_hit(key);
+        if (loaded) *loaded = true;
+        return fns;
+      }
     }
     std::optional<std::string> bytes;
     {

@@ -17,7 +17,9 @@
 // linked on its own, so symbol names only need to be unique within a module and a refused
 // object leaves nothing behind.
 // start() creates the instance (target machines, about 1 ms) on a background thread, so that
-// a process's first compile, often a load from the persistent cache, does not wait for it.
+// a process's first compile, often a load from the persistent cache, does not wait for it;
+// that thread then links the cache's most recently used objects, which a restarted program
+// is about to ask for, and compile() takes them by key.
 // Thread-safe: compile() takes a lock around code generation and linking.
 #pragma once
 
