@@ -54,6 +54,7 @@ class StepCache {
   };
   CompileOptions opts;
   std::string name;
+  std::string before_name;  // names the pending work the cut before a call runs
   std::mutex mu;
   std::vector<Hash128> fingerprints;
   std::vector<std::shared_ptr<const ir::Graph>> graphs;
@@ -67,6 +68,7 @@ std::shared_ptr<StepCache> make_step_cache(CompileOptions opts, std::source_loca
   size_t slash = file.rfind('/');
   if (slash != std::string::npos) file = file.substr(slash + 1);
   c->name = opts.name.empty() ? str_cat("step at ", file, ":", loc.line()) : opts.name;
+  c->before_name = c->name + " (work pending before the step)";
   LOOM_CHECK(opts.max_different_graphs >= 0, "[compile] max_different_graphs must be >= 0, got ",
              opts.max_different_graphs);
   c->opts = std::move(opts);
@@ -176,7 +178,10 @@ std::vector<Tensor> run_step(StepCache& c, CallKey key, const FlatFn& fn,
                "' cannot run while a loop body or assume_pure function is being traced");
   LOOM_CHECK_T(TraceError, ctx.step() == nullptr, "[compile] step '", c.name,
                "' was called inside another compiled step");
-  ctx.sync_all();  // the cut before
+  {
+    GraphName before(c.before_name);
+    ctx.sync_all();  // the cut before
+  }
   GraphName graph_name(c.name);  // labels the step's compile, replays and metrics
   CallSignature sig = call_signature(key, "compile");
   {
