@@ -125,7 +125,6 @@ std::vector<Adjoint> scan_vjp(ir::Builder& b, NodeId id, std::span<const Adjoint
   const Graph& body = *n.regions[0];
   const int64_t c = n.attrs.ints[0], x = n.attrs.ints[1], L = n.attrs.i;
   const int64_t k = static_cast<int64_t>(n.operands.size()) - c - x;
-  const bool remat = n.attrs.f != 0;
   // The body's own outputs, before any augmentation (carries, then ys).
   const int64_t y = static_cast<int64_t>(body.outputs().size()) - c;
   auto param = [&](int64_t i) { return body.params()[static_cast<size_t>(i)]; };  // 0: index
@@ -146,7 +145,7 @@ std::vector<Adjoint> scan_vjp(ir::Builder& b, NodeId id, std::span<const Adjoint
   // them); otherwise the forward values the backward reads (residuals), and the carries it
   // reads. Index, xs and captured operands are bound as they are; constants are copied. A
   // body holding a multi-result node (a nested loop) is recomputed, as with remat.
-  bool recompute = n.attrs.f != 0;
+  bool recompute = n.attrs.f != 0;  // .remat
   for (NodeId i = static_cast<NodeId>(P + c + y); i < comb.forward_end; ++i)
     recompute = recompute || G.node(i).num_results() != 1;
   // Cheap forward values (elementwise and layout ops) are recomputed in the backward from

@@ -78,6 +78,12 @@ int64_t normalize_axis(const char* op, int64_t axis, int64_t rank) {
   return axis < 0 ? axis + (rank == 0 ? 1 : rank) : axis;
 }
 std::string TensorType::str() const { return std::string(short_name(dtype)) + shape.str(); }
+std::string type_change(const TensorType& before, const TensorType& after) {
+  const char* what = before.dtype != after.dtype
+                         ? (before.shape != after.shape ? "shape and dtype" : "dtype")
+                         : "shape";
+  return std::string("changed ") + what + ": " + before.str() + " -> " + after.str();
+}
 std::ostream& operator<<(std::ostream& os, const Shape& s) { return os << s.str(); }
 std::ostream& operator<<(std::ostream& os, const TensorType& t) { return os << t.str(); }
 
@@ -261,6 +267,12 @@ const Config& config() {
 }
 
 namespace detail {
+std::string file_line(const std::source_location& loc) {
+  std::string_view file = loc.file_name();
+  file = file.substr(file.find_last_of('/') + 1);  // npos + 1 == 0: no slash, the whole name
+  return std::string(file) + ":" + std::to_string(loc.line());
+}
+
 void assert_fail(const char* cond, const char* file, int line) {
   std::fprintf(stderr, "loom internal error: %s:%d: assertion failed: %s\n", file, line, cond);
   std::abort();

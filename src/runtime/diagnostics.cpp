@@ -55,6 +55,11 @@ struct SiteKeyHash {
   }
 };
 
+struct LabelHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const { return std::hash<std::string_view>()(s); }
+};
+
 struct Note {
   RecompileReason::Kind kind;
   std::string message, before, after, path;
@@ -66,6 +71,7 @@ struct ThreadNames {
   NameStats* site = nullptr;
   int site_depth = 0;
   std::unordered_map<SiteKey, NameStats*, SiteKeyHash> sites;
+  std::unordered_map<std::string, NameStats*, LabelHash, std::equal_to<>> labels;
   std::vector<Note> notes;
   double last_sync_end_us = -1;
 };
@@ -74,24 +80,27 @@ ThreadNames& thread_names() {
   return t;
 }
 
+// The name `label` (GraphName, a SyncSite label), interned once per thread: a compiled step
+// names two graphs on every call.
+NameStats* label_name(std::string_view label) {
+  ThreadNames& t = thread_names();
+  auto it = t.labels.find(label);
+  if (it != t.labels.end()) return it->second;
+  NameStats* n = intern(std::string(label));
+  t.labels.emplace(std::string(label), n);
+  return n;
+}
+
 NameStats* site_name(const std::source_location& loc) {
   ThreadNames& t = thread_names();
   SiteKey key{loc.file_name(), loc.line()};
   auto it = t.sites.find(key);
   if (it != t.sites.end()) return it->second;
-  std::string file = loc.file_name();
-  size_t slash = file.find_last_of('/');
-  if (slash != std::string::npos) file = file.substr(slash + 1);
-  NameStats* n = intern(file + ":" + std::to_string(loc.line()));
+  NameStats* n = intern(loom::detail::file_line(loc));
   t.sites.emplace(key, n);
   return n;
 }
 
-std::string type_change(const TensorType& a, const TensorType& b, int64_t k) {
-  const char* what = a.dtype != b.dtype ? (a.shape != b.shape ? "shape and dtype" : "dtype")
-                                        : "shape";
-  return loom::detail::str_cat("input ", k, " changed ", what, ": ", a.str(), " -> ", b.str());
-}
 
 GraphRecord make_record(const ir::Graph& g, const Hash128& fingerprint) {
   GraphRecord r;
@@ -141,7 +150,9 @@ RecompileReason explain(const GraphRecord& before, const GraphRecord& now, std::
         r.before = before.params[k].str();
         r.after = now.params[k].str();
       }
-      if (changes.size() < 4) changes.push_back(type_change(before.params[k], now.params[k], static_cast<int64_t>(k)));
+      if (changes.size() < 4)
+        changes.push_back(
+            loom::detail::str_cat("input ", k, " ", type_change(before.params[k], now.params[k])));
     }
     if (!changes.empty()) {
       r.kind = RecompileReason::Kind::InputType;
@@ -288,7 +299,7 @@ GraphName::GraphName(std::string_view name) {
   LOOM_CHECK(!name.empty(), "[GraphName] expected a non-empty graph name");
   auto& t = runtime::detail::thread_names();
   previous_ = t.explicit_name;
-  t.explicit_name = runtime::detail::intern(std::string(name));
+  t.explicit_name = runtime::detail::label_name(name);
 }
 
 GraphName::~GraphName() {
@@ -345,7 +356,7 @@ SyncSite::SyncSite(const std::source_location& loc) : SyncSite(static_cast<void*
 
 SyncSite::SyncSite(std::string_view label) : SyncSite(static_cast<void*>(nullptr)) {
   auto& t = detail::thread_names();
-  if (t.site_depth == 1) t.site = detail::intern(std::string(label));
+  if (t.site_depth == 1) t.site = detail::label_name(label);
 }
 
 SyncSite::SyncSite(void*) {

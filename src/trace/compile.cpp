@@ -64,10 +64,7 @@ class StepCache {
 
 std::shared_ptr<StepCache> make_step_cache(CompileOptions opts, std::source_location loc) {
   auto c = std::make_shared<StepCache>();
-  std::string file = loc.file_name();
-  size_t slash = file.rfind('/');
-  if (slash != std::string::npos) file = file.substr(slash + 1);
-  c->name = opts.name.empty() ? str_cat("step at ", file, ":", loc.line()) : opts.name;
+  c->name = opts.name.empty() ? "step at " + file_line(loc) : opts.name;
   c->before_name = c->name + " (work pending before the step)";
   LOOM_CHECK(opts.max_different_graphs >= 0, "[compile] max_different_graphs must be >= 0, got ",
              opts.max_different_graphs);

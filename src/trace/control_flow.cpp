@@ -18,11 +18,8 @@ namespace loom::detail {
 namespace {
 
 std::string where_text(const Site& site) {
-  std::string file = site.loc.file_name();
-  size_t slash = file.rfind('/');
-  if (slash != std::string::npos) file = file.substr(slash + 1);
-  return str_cat("the ", site.role, " of ", site.api, " called at ", file, ":", site.loc.line(),
-                 " (in ", site.loc.function_name(), ")");
+  return str_cat("the ", site.role, " of ", site.api, " called at ", file_line(site.loc), " (in ",
+                 site.loc.function_name(), ")");
 }
 
 // A closed scope: its graph, explicit parameters, captures and outputs.
@@ -473,9 +470,7 @@ void note_call_miss(const std::string& where, const std::vector<const CallSignat
       const TensorType &x = e->types[k], &y = sig.types[k];
       if (x == y) continue;
       if (!sd && b.empty()) b = x.str(), a = y.str(), p = paths[k];
-      const char* what = x.dtype != y.dtype ? (x.shape != y.shape ? "shape and dtype" : "dtype")
-                                            : "shape";
-      d.push_back(str_cat(paths[k], " changed ", what, ": ", x.str(), " -> ", y.str()));
+      d.push_back(paths[k] + " " + type_change(x, y));
     }
     for (size_t k = 0; k < sig.grads.size(); ++k) {
       if (e->grads[k] == sig.grads[k]) continue;
@@ -508,9 +503,7 @@ void note_pure_miss(PureCache& cache, const CallSignature& sig) {
     std::lock_guard<std::mutex> lock(cache.mu);
     for (const auto& [_, entry] : cache.entries) earlier.push_back(&entry.sig);
   }
-  std::string file = cache.loc.file_name();
-  file = file.substr(file.find_last_of('/') + 1);  // npos + 1 == 0: no slash, whole name
-  note_call_miss(str_cat("assume_pure function at ", file, ":", cache.loc.line()), earlier, sig);
+  note_call_miss("assume_pure function at " + file_line(cache.loc), earlier, sig);
 }
 
 }  // namespace

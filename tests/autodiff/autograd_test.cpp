@@ -96,9 +96,12 @@ TEST_F(Autograd, EveryOpHasARuleOrIsMarkedNotDifferentiable) {
     SCOPED_TRACE(std::string(loom::ir::op_name(kind)));
     RuleKind k = loom::autodiff::rule_kind(kind);
     const uint32_t t = loom::ir::info(kind).traits;
-    if (t & (loom::ir::kCompare | loom::ir::kBoolOnly | loom::ir::kRandom | loom::ir::kSource))
+    if (t & (loom::ir::kCompare | loom::ir::kBoolOnly | loom::ir::kRandom | loom::ir::kSource)) {
       EXPECT_EQ(k, RuleKind::NotDifferentiable);
-    if (t & loom::ir::kRegion) EXPECT_EQ(k, RuleKind::ControlFlow);
+    }
+    if (t & loom::ir::kRegion) {
+      EXPECT_EQ(k, RuleKind::ControlFlow);
+    }
   }
 }
 

@@ -6,6 +6,7 @@
 // internal invariant. Thread-safe: everything here is stateless.
 #pragma once
 
+#include <source_location>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -62,6 +63,8 @@ std::string str_cat(const Parts&... parts) {
   return os.str();
 }
 [[noreturn]] void assert_fail(const char* cond, const char* file, int line);
+// "model.cpp:42": a call site for messages and graph names (the file without its directory).
+std::string file_line(const std::source_location& loc);
 }  // namespace detail
 
 }  // namespace loom

@@ -71,6 +71,10 @@ struct TensorType {
   }
 };
 
+// How a type changed, for recompile explanations: "changed shape: f32[4,8] -> f32[8,8]"
+// (or "dtype", or "shape and dtype").
+std::string type_change(const TensorType& before, const TensorType& after);
+
 std::ostream& operator<<(std::ostream& os, const Shape& s);
 std::ostream& operator<<(std::ostream& os, const TensorType& t);
 
