@@ -42,7 +42,20 @@ inline double seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// Median of `reps` timings of f() in seconds.
+// The median of v; of `reps` timings of f() in seconds.
+double median(std::vector<double> v);
 double median_seconds(int reps, const std::function<void()>& f);
+
+// Baselines and child processes print "key value" lines. command_output runs a shell command
+// and returns its standard output (*status: its exit status, -1 when it could not start);
+// word_in and figure_in read the value after `key` ("" and -1 when absent).
+std::string command_output(const std::string& cmd, int* status = nullptr);
+std::string word_in(const std::string& output, const std::string& key);
+double figure_in(const std::string& output, const std::string& key);
+// Whether /usr/bin/python3 imports torch (python3-torch: the PyTorch baselines).
+bool torch_available();
+// The figure `key` that `python3 -c CODE` prints (CODE without double quotes), or -1 when
+// PyTorch is missing or the script prints nothing under that key.
+double torch_figure(const std::string& code, const std::string& key);
 
 }  // namespace loom::bench

@@ -13,11 +13,6 @@
 namespace loom::bench {
 namespace {
 
-double median_of(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
 std::string backend_name() { return std::string(runtime::current_backend().name()); }
 
 // A decoder-like layer: tanh(h @ W + x) + h, with W captured and x one row of xs.
@@ -49,7 +44,7 @@ std::vector<Figure> scan_compile_flat() {
       (length == 10 ? short_ms : long_ms).push_back((m1.compile_seconds - m0.compile_seconds) * 1e3);
     }
   }
-  double s = median_of(short_ms), l = median_of(long_ms);
+  double s = median(short_ms), l = median(long_ms);
   return {
       {"scan10_compile_ms", s, "ms", "scan of 10 steps (tanh(h@W+x)+h), cold, median of 7 on " + backend_name()},
       {"scan10000_compile_ms", l, "ms", "the same body, 10000 steps"},
@@ -95,7 +90,7 @@ std::vector<Figure> scan_vs_unrolled() {
       t.push_back(loom::metrics().execute_seconds - m0.execute_seconds);
       if (rep == 0) *out = y.to_vector<float>();
     }
-    return median_of(t);
+    return median(t);
   };
   std::vector<float> ys, yu;
   double ts = time_exec(scanned, &ys), tu = time_exec(unrolled, &yu);
@@ -112,21 +107,14 @@ std::vector<Figure> scan_vs_unrolled() {
 // A Python loop over PyTorch tensors doing the same cumulative sum, per iteration (us), or
 // a negative value when PyTorch is not installed.
 double torch_loop_us(int64_t n) {
-  if (std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") != 0) return -1;
-  std::string cmd =
-      "/usr/bin/python3 -c \"\nimport torch, time\ntorch.set_num_threads(1)\n"
+  return torch_figure(
+      "\nimport torch, time\ntorch.set_num_threads(1)\n"
       "xs = torch.arange(1, " + std::to_string(n + 1) + ", dtype=torch.float32).reshape(-1, 1)\n"
       "ts = []\nfor rep in range(9):\n  t0 = time.perf_counter()\n  acc = torch.zeros(1)\n"
       "  out = []\n  for x in xs:\n    acc = acc + x\n    out.append(acc)\n  ys = torch.stack(out)\n"
       "  ts.append(time.perf_counter() - t0)\nts.sort()\nprint('us', ts[4] / " + std::to_string(n) +
-      " * 1e6)\n\" 2>/dev/null";
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (!pipe) return -1;
-  double us = -1;
-  char line[256];
-  while (std::fgets(line, sizeof line, pipe)) std::sscanf(line, "us %lf", &us);
-  pclose(pipe);
-  return us;
+          " * 1e6)\n",
+      "us");
 }
 
 std::vector<Figure> cumsum_scan() {
@@ -149,7 +137,7 @@ std::vector<Figure> cumsum_scan() {
     t.push_back(loom::metrics().execute_seconds - m0.execute_seconds);
     last = total.item<float>();
   }
-  double per_iter_ns = median_of(t) / kN * 1e9;
+  double per_iter_ns = median(t) / kN * 1e9;
   // Same run: the loop on the host, in C++ (the floor).
   volatile float sink = 0;
   double host_s = median_seconds(21, [&] {
@@ -203,7 +191,7 @@ std::vector<Figure> assume_pure_hit() {
       t.push_back((seconds() - t0) / kCalls);
       loom::sync();  // every result is dead: drops the pending graph
     }
-    return median_of(t);
+    return median(t);
   };
   Metrics m0 = loom::metrics();
   double hit10 = per_call([&] { return small(x, y); });

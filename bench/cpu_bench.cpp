@@ -32,11 +32,6 @@ namespace {
 
 constexpr double kGiga = 1e9;
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
 // Notes end up inside JSON strings that main.cpp prints unescaped.
 std::string json_safe(std::string s) {
   for (char& c : s)
@@ -455,7 +450,7 @@ std::string torch_script() {
 // Runs the PyTorch reference and returns its median in ms, or a negative value with `why`.
 double torch_median_ms(std::string& why, std::string& version, const std::string& extra = "") {
   const char* python = "/usr/bin/python3";
-  if (std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") != 0) {
+  if (!torch_available()) {
     why = "PyTorch not installed for /usr/bin/python3 (apt-get install python3-torch)";
     return -1;
   }
@@ -466,19 +461,10 @@ double torch_median_ms(std::string& why, std::string& version, const std::string
   }
   std::string cmd = std::string(python) + " '" + script + "' --layers " +
                     std::to_string(kLayers) + " --reps 7 " + extra + " 2>&1";
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (!pipe) {
-    why = "could not start " + std::string(python);
-    return -1;
-  }
-  double ms = -1;
-  char line[512];
-  while (std::fgets(line, sizeof line, pipe)) {
-    char value[256];
-    if (std::sscanf(line, "median_ms %lf", &ms) == 1) continue;
-    if (std::sscanf(line, "torch_version %255s", value) == 1) version = value;
-  }
-  int rc = pclose(pipe);
+  int rc = 0;
+  const std::string out = command_output(cmd, &rc);
+  const double ms = figure_in(out, "median_ms");
+  if (std::string v = word_in(out, "torch_version"); !v.empty()) version = v;
   if (rc != 0 || ms < 0) {
     why = "torch_reference.py failed (exit " + std::to_string(rc) + ")";
     return -1;
@@ -663,17 +649,14 @@ ChildRun run_warm_start_child(const std::string& dir) {
   if (ec || exe.find('\'') != std::string::npos || dir.find('\'') != std::string::npos) return r;
   std::string cmd = "'" + exe + "' --child warm_start '" + dir + "' 2>/dev/null";
   double t0 = seconds();
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (!pipe) return r;
-  char line[256];
-  while (std::fgets(line, sizeof line, pipe)) {
-    std::sscanf(line, "compile_s %lf", &r.compile);
-    std::sscanf(line, "forward_s %lf", &r.forward);
-    std::sscanf(line, "compiles %lld", &r.compiles);
-    std::sscanf(line, "disk_hits %lld", &r.disk_hits);
-  }
-  r.ok = pclose(pipe) == 0 && r.compiles >= 0;
+  int rc = 0;
+  const std::string out = command_output(cmd, &rc);
   r.wall = seconds() - t0;
+  r.compile = figure_in(out, "compile_s");
+  r.forward = figure_in(out, "forward_s");
+  r.compiles = static_cast<long long>(figure_in(out, "compiles"));
+  r.disk_hits = static_cast<long long>(figure_in(out, "disk_hits"));
+  r.ok = rc == 0 && r.compiles >= 0;
   return r;
 }
 

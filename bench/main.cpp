@@ -2,7 +2,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <sstream>
 #include <string>
 
 #include "bench.h"
@@ -19,6 +21,11 @@ std::vector<std::pair<std::string, std::function<int(int, char**)>>>& children()
   return c;
 }
 
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
 double median_seconds(int reps, const std::function<void()>& f) {
   std::vector<double> t;
   for (int i = 0; i < reps; ++i) {
@@ -26,8 +33,51 @@ double median_seconds(int reps, const std::function<void()>& f) {
     f();
     t.push_back(seconds() - t0);
   }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+  return median(std::move(t));
+}
+
+std::string command_output(const std::string& cmd, int* status) {
+  std::string out;
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (!pipe) {
+    if (status) *status = -1;
+    return out;
+  }
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, pipe)) > 0;) out.append(buf, n);
+  int rc = pclose(pipe);
+  if (status) *status = rc;
+  return out;
+}
+
+std::string word_in(const std::string& output, const std::string& key) {
+  std::istringstream lines(output);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.size() <= key.size() || line.compare(0, key.size(), key) != 0 || line[key.size()] != ' ')
+      continue;
+    std::istringstream rest(line.substr(key.size()));
+    std::string word;
+    rest >> word;
+    return word;
+  }
+  return "";
+}
+
+double figure_in(const std::string& output, const std::string& key) {
+  std::string w = word_in(output, key);
+  char* end = nullptr;
+  double v = std::strtod(w.c_str(), &end);
+  return w.empty() || *end ? -1 : v;
+}
+
+bool torch_available() {
+  static const bool yes = std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") == 0;
+  return yes;
+}
+
+double torch_figure(const std::string& code, const std::string& key) {
+  if (!torch_available()) return -1;
+  return figure_in(command_output("/usr/bin/python3 -c \"" + code + "\" 2>/dev/null"), key);
 }
 
 }  // namespace loom::bench

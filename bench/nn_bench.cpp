@@ -14,11 +14,6 @@
 namespace loom::bench {
 namespace {
 
-double median_of(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
 // The seed's decoder layer: Linear -> GELU -> residual.
 struct DecoderLayer : nn::Module {
   std::shared_ptr<nn::Linear> linear;
@@ -71,7 +66,7 @@ StepTiming time_step(int n, bool scan, int64_t seq, int reps) {
     if (rep == 0) r.compile_ms = (loom::metrics().compile_seconds - m0.compile_seconds) * 1e3;
     else t.push_back(dt);
   }
-  if (!t.empty()) r.step_ms = median_of(t) * 1e3;
+  if (!t.empty()) r.step_ms = median(t) * 1e3;
   return r;
 }
 
@@ -87,7 +82,7 @@ std::vector<Figure> scan_layers_compile() {
       sv.push_back(time_step(n, true, seq--, 0).compile_ms);
       lv.push_back(time_step(n, false, seq--, 0).compile_ms);
     }
-    const double s = median_of(sv), l = median_of(lv);
+    const double s = median(sv), l = median(lv);
     f.push_back({"scan_layers_L" + std::to_string(n) + "_compile_ms", s, "ms",
                  "seed decoder forward+backward, dim 512, x [4," + std::to_string(seq + 1) + ".." +
                      std::to_string(first) + ",512], cold kernels, median of 5"});
@@ -117,7 +112,7 @@ double stacking_ms() {
     loom::sync();
     if (rep > 0) t.push_back(seconds() - t0);
   }
-  return median_of(t) * 1e3;
+  return median(t) * 1e3;
 }
 
 // Step times of the same decoder run as scan_layers and as a for loop, the two alternating
@@ -140,9 +135,9 @@ StepTiming interleaved_steps(StepTiming* loop, int reps) {
     s.push_back(step(true));
     l.push_back(step(false));
   }
-  loop->step_ms = median_of(l) * 1e3;
+  loop->step_ms = median(l) * 1e3;
   StepTiming r;
-  r.step_ms = median_of(s) * 1e3;
+  r.step_ms = median(s) * 1e3;
   return r;
 }
 
@@ -166,9 +161,8 @@ std::vector<Figure> scan_layers_step() {
 
 // PyTorch 1.13's steps per second for the same MLP step, or a negative value.
 double torch_mlp_steps_per_s() {
-  if (std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") != 0) return -1;
-  const char* script =
-      "/usr/bin/python3 -c \"\n"
+  return torch_figure(
+      "\n"
       "import torch, time\n"
       "torch.manual_seed(0)\n"
       "m = torch.nn.Sequential(torch.nn.Linear(784, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))\n"
@@ -182,14 +176,8 @@ double torch_mlp_steps_per_s() {
       "  t0 = time.perf_counter()\n"
       "  for _ in range(300): step()\n"
       "  best = max(best, 300 / (time.perf_counter() - t0))\n"
-      "print('steps_per_s', best)\n\" 2>/dev/null";
-  FILE* pipe = popen(script, "r");
-  if (!pipe) return -1;
-  double v = -1;
-  char line[256];
-  while (std::fgets(line, sizeof line, pipe)) std::sscanf(line, "steps_per_s %lf", &v);
-  pclose(pipe);
-  return v;
+      "print('steps_per_s', best)\n",
+      "steps_per_s");
 }
 
 struct Mlp : nn::Module {
@@ -280,7 +268,7 @@ std::vector<Figure> trace_once_overhead() {
     double dt = seconds() - t0;
     traced.push_back(dt - (loom::metrics().execute_seconds - m0.execute_seconds));
   }
-  double h = median_of(host), tr = median_of(traced);
+  double h = median(host), tr = median(traced);
   return {
       {"trace_once_host_us", h * 1e6, "us", "goal < 20: replaying an MLP + AdamW step, excluding execution"},
       {"baseline_traced_host_us", tr * 1e6, "us", "same run: tracing the step and syncing (cache hit)"},
