@@ -7,7 +7,8 @@ packages=(
   llvm-19-dev libzstd-dev
   libopenblas-dev
   libgtest-dev libbenchmark-dev
-  pybind11-dev python3-dev python3-numpy
+  libxxhash-dev nlohmann-json3-dev clang-format-19
+  python3-dev python3-venv python3-numpy python3-torch
 )
 missing=()
 for p in "${packages[@]}"; do

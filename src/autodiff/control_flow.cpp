@@ -123,7 +123,8 @@ std::vector<Value> augment_scan(ir::Builder& b, NodeId id, const Graph& old_body
 std::vector<Adjoint> scan_vjp(ir::Builder& b, NodeId id, std::span<const Adjoint> radj) {
   const Node n = b.graph().node(id);
   const Graph& body = *n.regions[0];
-  const int64_t c = n.attrs.ints[0], x = n.attrs.ints[1], L = n.attrs.i;
+  const ir::ScanAttrs attrs = ir::ScanAttrs::of(n);
+  const int64_t c = attrs.counts[0], x = attrs.counts[1], L = attrs.length;
   const int64_t k = static_cast<int64_t>(n.operands.size()) - c - x;
   // The body's own outputs, before any augmentation (carries, then ys).
   const int64_t y = static_cast<int64_t>(body.outputs().size()) - c;
@@ -145,7 +146,7 @@ std::vector<Adjoint> scan_vjp(ir::Builder& b, NodeId id, std::span<const Adjoint
   // them); otherwise the forward values the backward reads (residuals), and the carries it
   // reads. Index, xs and captured operands are bound as they are; constants are copied. A
   // body holding a multi-result node (a nested loop) is recomputed, as with remat.
-  bool recompute = n.attrs.f != 0;  // .remat
+  bool recompute = attrs.remat != 0;
   for (NodeId i = static_cast<NodeId>(P + c + y); i < comb.forward_end; ++i)
     recompute = recompute || G.node(i).num_results() != 1;
   // Cheap forward values (elementwise and layout ops) are recomputed in the backward from

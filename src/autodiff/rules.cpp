@@ -277,25 +277,12 @@ Value unbroadcast(ir::Builder& b, Value g, const Shape shape) {
   return b.reshape(s, shape);
 }
 
+// From ops.def's traits: a new op is differentiable unless marked kNoGrad, and then needs
+// a rule below (the registry test checks that every differentiable op has one).
 RuleKind rule_kind(OpKind op) {
-  switch (op) {
-    case OpKind::Parameter: case OpKind::Constant: case OpKind::Iota: case OpKind::Not:
-    case OpKind::And: case OpKind::Or: case OpKind::Eq: case OpKind::Ne: case OpKind::Lt:
-    case OpKind::Le: case OpKind::Gt: case OpKind::Ge: case OpKind::ArgMax:
-    case OpKind::RandUniform: case OpKind::RandNormal:
-      return RuleKind::NotDifferentiable;
-    case OpKind::Call: case OpKind::Scan: case OpKind::While:
-      return RuleKind::ControlFlow;
-    case OpKind::Neg: case OpKind::Abs: case OpKind::Exp: case OpKind::Log: case OpKind::Sqrt:
-    case OpKind::Tanh: case OpKind::Sin: case OpKind::Cos: case OpKind::Erf: case OpKind::Convert:
-    case OpKind::Add: case OpKind::Sub: case OpKind::Mul: case OpKind::Div: case OpKind::Pow:
-    case OpKind::Maximum: case OpKind::Minimum: case OpKind::Where: case OpKind::ReduceSum:
-    case OpKind::ReduceMax: case OpKind::ReduceMin: case OpKind::MatMul: case OpKind::Reshape:
-    case OpKind::Permute: case OpKind::Expand: case OpKind::Slice: case OpKind::Concat:
-    case OpKind::Gather: case OpKind::IndexSelect:
-      return RuleKind::Differentiable;
-  }
-  throw AutodiffError(loom::detail::str_cat("[autodiff] op #", static_cast<int>(op), " has no rule"));
+  if (ir::has_trait(op, ir::kNoGrad)) return RuleKind::NotDifferentiable;
+  if (ir::has_trait(op, ir::kRegion)) return RuleKind::ControlFlow;
+  return RuleKind::Differentiable;
 }
 
 std::vector<Adjoint> vjp(ir::Builder& b, ir::NodeId id, std::span<const Adjoint> result_adjoints) {

@@ -78,4 +78,8 @@ std::string type_change(const TensorType& before, const TensorType& after);
 std::ostream& operator<<(std::ostream& os, const Shape& s);
 std::ostream& operator<<(std::ostream& os, const TensorType& t);
 
+// Throws ShapeError naming `op` unless every extent is >= 0, the rank is at most 16 and the
+// element count is at most 2^48 (loom's limits on every tensor and IR value).
+void check_shape(const char* op, const Shape& s);
+
 }  // namespace loom

@@ -26,9 +26,7 @@ TensorType infer_type(const Graph& g, OpKind op, std::span<const Value> operands
 std::vector<TensorType> infer_region_types(const Graph& g, OpKind op,
                                            std::span<const Value> operands, const Attrs& attrs,
                                            std::span<const std::shared_ptr<const Graph>> regions);
-// Throws ShapeError naming `op` unless every extent is >= 0, the rank is at most 16 and the
-// element count is at most 2^48.
-void check_shape(const char* op, const Shape& s);
+using loom::check_shape;  // core/shape.h
 // Broadcast shape of a and b (numpy rules); throws ShapeError naming `op`.
 Shape broadcast_shapes(const char* op, const Shape& a, const Shape& b);
 

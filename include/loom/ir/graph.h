@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "loom/core/error.h"
 #include "loom/core/hash.h"
 #include "loom/core/shape.h"
 #include "loom/ir/op_kind.h"
@@ -53,6 +54,23 @@ struct Node {
   size_t num_results() const { return 1 + more_types.size(); }
   const TensorType& result_type(uint32_t i) const { return i == 0 ? type : more_types[i - 1]; }
 };
+
+// Typed attribute views, generated from ops.def's attribute columns: ScanAttrs::of(node)
+// has members counts, length, reverse and remat. of() asserts the node's op. Placeholder
+// members ('_...') name fields the op does not use.
+#define LOOM_OP(Name, text, arity, traits, ints_, i_, flag_, f_) \
+  struct Name##Attrs {                                             \
+    const SmallVector<int64_t, 6>& ints_;                          \
+    int64_t i_;                                                    \
+    bool flag_;                                                    \
+    double f_;                                                     \
+    static Name##Attrs of(const Node& n) {                         \
+      LOOM_ASSERT(n.op == OpKind::Name);                           \
+      return {n.attrs.ints, n.attrs.i, n.attrs.flag, n.attrs.f};   \
+    }                                                              \
+  };
+#include "loom/ir/ops.def"
+#undef LOOM_OP
 
 class Graph {
  public:

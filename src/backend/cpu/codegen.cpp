@@ -637,7 +637,7 @@ std::vector<CompiledKernel> compile_kernels(const ir::Graph& g, const Plan& plan
     }
   }
   if (missing.empty()) return out;
-  // Names only need to be unique within the module (each module gets its own JITDylib), so
+  // Names only need to be unique within the module (each object is linked on its own), so
   // the same kernels give the same module text in every process: the persistent-cache key.
   // One function per distinct description (concat pieces of one shape share one), named in
   // order of first use.

@@ -172,7 +172,8 @@ class CpuBackend final : public Backend {
   CpuBackend() {
     // Products are split across loom's own pool; OpenBLAS threads would compete with it.
     openblas_set_num_threads(1);
-    // The LLJIT takes about 1 ms to build: build it while the program traces its first graph.
+    // The JIT's target machines take about 1 ms to build: build them while the program
+    // traces its first graph.
     cpu::Jit::start();
   }
   std::string_view name() const override { return "cpu"; }

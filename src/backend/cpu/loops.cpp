@@ -150,17 +150,18 @@ std::unique_ptr<LoopProgram> compile_loop(const Program& p, size_t si) {
   for (const auto& r : n.regions) l->regions.push_back(compile_program(*r, /*region=*/true));
   const Program& first = l->regions[0];
   if (n.op == ir::OpKind::Scan) {
-    l->carries = n.attrs.ints[0];
-    l->length = n.attrs.i;
-    l->reverse = n.attrs.flag;
-    for (int64_t j = 0; j < n.attrs.ints[1]; ++j) {
+    const ir::ScanAttrs a = ir::ScanAttrs::of(n);
+    l->carries = a.counts[0];
+    l->length = a.length;
+    l->reverse = a.reverse;
+    for (int64_t j = 0; j < a.counts[1]; ++j) {
       const ir::NodeId param = first.graph.params()[1 + l->carries + j];
       l->slice_bytes.push_back(first.graph.node(param).type.nbytes());
     }
     for (size_t k = l->carries; k < first.graph.outputs().size(); ++k)
       l->y_bytes.push_back(first.graph.type(first.graph.outputs()[k]).nbytes());
   } else if (n.op == ir::OpKind::While) {
-    l->carries = n.attrs.ints[0];
+    l->carries = ir::WhileAttrs::of(n).counts[0];
   }
   int64_t at = 0;
   for (int64_t k = 0; k < l->carries; ++k) {

@@ -108,19 +108,37 @@ Coords operand_coords(const ir::Graph& g, NodeId n, size_t k, const Coords& c) {
   }
 }
 
+Lowering lowering(OpKind op, DType dt) {
+  switch (op) {
+    case OpKind::Parameter: case OpKind::Constant: case OpKind::Iota: case OpKind::Neg:
+    case OpKind::Abs: case OpKind::Exp: case OpKind::Log: case OpKind::Sqrt: case OpKind::Tanh:
+    case OpKind::Sin: case OpKind::Cos: case OpKind::Erf: case OpKind::Not: case OpKind::Convert:
+    case OpKind::Add: case OpKind::Sub: case OpKind::Mul: case OpKind::Div:
+    case OpKind::Maximum: case OpKind::Minimum: case OpKind::And: case OpKind::Or:
+    case OpKind::Eq: case OpKind::Ne: case OpKind::Lt: case OpKind::Le: case OpKind::Gt:
+    case OpKind::Ge: case OpKind::Where: case OpKind::ReduceSum: case OpKind::ReduceMax:
+    case OpKind::ReduceMin: case OpKind::ArgMax: case OpKind::Reshape: case OpKind::Permute:
+    case OpKind::Expand: case OpKind::Slice: case OpKind::Concat: case OpKind::RandUniform:
+    case OpKind::RandNormal:
+      return Lowering::Fused;
+    case OpKind::Pow:  // integer powers loop over the exponent's bits: the reference's
+      return is_floating(dt) ? Lowering::Fused : Lowering::Fallback;
+    case OpKind::MatMul:  // OpenBLAS has no integer or half-precision products
+      return dt == DType::Float32 || dt == DType::Float64 ? Lowering::Blas : Lowering::Fallback;
+    case OpKind::Gather: case OpKind::IndexSelect:  // data-dependent addresses, bounds checks
+      return Lowering::Fallback;
+    case OpKind::Call: case OpKind::Scan: case OpKind::While:
+      return Lowering::Loop;
+  }
+  LOOM_ASSERT(false);
+  return Lowering::Fallback;
+}
+
 bool codegen_supports(const ir::Graph& g, NodeId n) {
   const ir::Node& node = g.node(n);
-  switch (node.op) {
-    case OpKind::Gather:
-    case OpKind::IndexSelect:
-      return false;
-    case OpKind::Pow:
-      return is_floating(node.type.dtype);
-    case OpKind::MatMul:
-      return node.type.dtype == DType::Float32 || node.type.dtype == DType::Float64;
-    default:
-      return node.regions.empty() && node.more_types.empty();
-  }
+  if (!node.regions.empty() || !node.more_types.empty()) return false;
+  const Lowering l = lowering(node.op, node.type.dtype);
+  return l == Lowering::Fused || l == Lowering::Blas;
 }
 
 namespace {
@@ -241,9 +259,7 @@ class Planner {
         }
       }
       // Transcendentals expand to ~20 instructions: recomputing them costs code and time.
-      bool heavy = op == OpKind::Exp || op == OpKind::Log || op == OpKind::Tanh ||
-                   op == OpKind::Erf || op == OpKind::Sin || op == OpKind::Cos || op == OpKind::Pow ||
-                   op == OpKind::RandUniform || op == OpKind::RandNormal;
+      const bool heavy = ir::has_trait(op, ir::kCostly);
       int64_t c = heavy ? 12 : 1, dep = 1;
       for (const ir::Value& v : node.operands) {
         c += has_buf_[v.node] ? 0 : cost[v.node];

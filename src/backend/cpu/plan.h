@@ -109,6 +109,12 @@ struct Plan {
   std::vector<std::vector<int>> donors;
 };
 
+// How the CPU backend runs an op of ops.def with result dtype `dt`: computed inline in a
+// fused loop kernel, a BLAS product, a native loop (regions), or the reference kernel as a
+// declared fallback. Every op must be listed (plan.cpp's switch has no default and builds
+// with -Werror=switch, so a new op in ops.def does not build until it is declared here).
+enum class Lowering { Fused, Blas, Loop, Fallback };
+Lowering lowering(ir::OpKind op, DType dt);
 // Ops the code generator computes inline (the rest run as reference fallbacks, or as Loop
 // steps when they have regions).
 bool codegen_supports(const ir::Graph& g, NodeId n);

@@ -46,12 +46,13 @@ Array leading_slice(const Array& xs, const TensorType& slice, int64_t t) {
 void scan_kernel(const ir::Node& node, Regions regions, std::span<const Array> in,
                  std::span<Array> out) {
   const ir::Graph& body = *node.regions[0];
-  const int64_t c = node.attrs.ints[0], x = node.attrs.ints[1], length = node.attrs.i;
+  const ir::ScanAttrs a = ir::ScanAttrs::of(node);
+  const int64_t c = a.counts[0], x = a.counts[1], length = a.length;
   std::vector<Array> carry(in.begin(), in.begin() + c);
   std::vector<Array> args(1 + in.size());
   for (size_t k = c + x; k < in.size(); ++k) args[1 + k] = in[k];  // captured: bound once
   for (int64_t step = 0; step < length; ++step) {
-    const int64_t t = node.attrs.flag ? length - 1 - step : step;
+    const int64_t t = a.reverse ? length - 1 - step : step;
     args[0] = make_array({DType::Int64, {}});
     args[0].set_i(0, t);
     for (int64_t k = 0; k < c; ++k) args[1 + k] = carry[k];
@@ -73,7 +74,7 @@ void while_kernel(const ir::Node& node, Regions regions, std::span<const Array> 
                   std::span<Array> out) {
   const ir::Graph& cond = *node.regions[0];
   const ir::Graph& body = *node.regions[1];
-  const int64_t n = node.attrs.ints[0];
+  const int64_t n = ir::WhileAttrs::of(node).counts[0];
   std::vector<Array> state(in.begin(), in.end());
   while (run_region(*regions[0], cond, state)[0].get_i(0) != 0) {
     std::vector<Array> res = run_region(*regions[1], body, state);
