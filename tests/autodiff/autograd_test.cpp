@@ -1,7 +1,7 @@
-// Autograd: every differentiable op against central finite differences in float64, the rule
-// registry, scan against the unrolled loop (saved residuals and remat), assume_pure against
-// the undecorated function, fori_loop, the functional transforms, NoGradGuard and detach, a
-// training loop that compiles its step once, and the errors.
+// Autograd mechanics (per-op gradients are rows of tests/ops/op_harness_test.cpp): the rule
+// registry, a composite against float64 central differences, scan against the unrolled loop (saved
+// residuals and remat), assume_pure against the undecorated function, fori_loop, the functional
+// transforms, NoGradGuard and detach, a training loop that compiles its step once, and the errors.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -65,7 +65,8 @@ void check(const char* name, const Fn& f, const std::vector<Arg>& args, double t
   for (size_t i = 0; i < args.size(); ++i)
     xs.push_back(values(args[i].shape.numel(), args[i].lo, args[i].hi, static_cast<int>(i)));
   Inputs leaves;
-  for (size_t i = 0; i < args.size(); ++i) leaves.push_back(f64(xs[i], args[i].shape).requires_grad_());
+  for (size_t i = 0; i < args.size(); ++i)
+    leaves.push_back(f64(xs[i], args[i].shape).requires_grad_());
   Tensor loss = weighted(f(leaves));
   ASSERT_TRUE(loss.requires_grad());
   loss.backward();
@@ -105,100 +106,13 @@ TEST_F(Autograd, EveryOpHasARuleOrIsMarkedNotDifferentiable) {
   }
 }
 
-TEST_F(Autograd, ElementwiseUnary) {
-  check("neg", [](const Inputs& x) { return -x[0]; }, {{{3, 4}}});
-  check("abs", [](const Inputs& x) { return loom::abs(x[0]); }, {{{3, 4}, 0.1, 2}});
-  check("abs neg", [](const Inputs& x) { return loom::abs(x[0]); }, {{{5}, -2, -0.1}});
-  check("exp", [](const Inputs& x) { return loom::exp(x[0]); }, {{{3, 4}}});
-  check("log", [](const Inputs& x) { return loom::log(x[0]); }, {{{3, 4}, 0.2, 3}});
-  check("sqrt", [](const Inputs& x) { return loom::sqrt(x[0]); }, {{{3, 4}, 0.2, 3}});
-  check("rsqrt", [](const Inputs& x) { return loom::rsqrt(x[0]); }, {{{6}, 0.2, 3}});
-  check("tanh", [](const Inputs& x) { return loom::tanh(x[0]); }, {{{3, 4}}});
-  check("sin", [](const Inputs& x) { return loom::sin(x[0]); }, {{{3, 4}}});
-  check("cos", [](const Inputs& x) { return loom::cos(x[0]); }, {{{3, 4}}});
-  check("erf", [](const Inputs& x) { return loom::erf(x[0]); }, {{{3, 4}}});
-  check("sigmoid", [](const Inputs& x) { return loom::sigmoid(x[0]); }, {{{3, 4}}});
-  check("relu", [](const Inputs& x) { return loom::relu(x[0]); }, {{{3, 4}}});
-  check("gelu", [](const Inputs& x) { return loom::gelu(x[0]); }, {{{3, 4}}});
-  check("clamp", [](const Inputs& x) { return loom::clamp(x[0], -0.55, 0.61); }, {{{3, 4}}});
-  // f64 -> f32 -> f64 rounds to float: a wider step (the function is linear) and tolerance.
-  check("convert", [](const Inputs& x) { return loom::to(loom::to(x[0], loom::float32) * 3.0, loom::float64); },
-        {{{4}}}, 1e-4, 1e-2);
-}
-
-TEST_F(Autograd, ElementwiseBinaryWithBroadcasting) {
-  check("add", [](const Inputs& x) { return x[0] + x[1]; }, {{{3, 4}}, {{4}}});
-  check("sub", [](const Inputs& x) { return x[0] - x[1]; }, {{{3, 1}}, {{1, 4}}});
-  check("mul", [](const Inputs& x) { return x[0] * x[1]; }, {{{2, 3, 4}}, {{3, 1}}});
-  check("div", [](const Inputs& x) { return x[0] / x[1]; }, {{{3, 4}}, {{4}, 0.5, 2}});
-  check("pow", [](const Inputs& x) { return loom::pow(x[0], x[1]); }, {{{3, 4}, 0.3, 2}, {{4}}});
-  check("pow scalar", [](const Inputs& x) { return loom::pow(x[0], 3.0); }, {{{5}}});
-  check("scalar ops", [](const Inputs& x) { return 2.0 / (x[0] + 3.0) - x[0] * 0.5; }, {{{5}}});
-  check("maximum", [](const Inputs& x) { return loom::maximum(x[0], x[1]); }, {{{3, 4}}, {{3, 4}, -1.3, 1.2}});
-  check("minimum", [](const Inputs& x) { return loom::minimum(x[0], x[1]); }, {{{3, 4}}, {{4}, -1.3, 1.2}});
-  check("where", [](const Inputs& x) { return loom::where(x[0] > 0.0, x[0] * x[1], x[1]); },
-        {{{3, 4}}, {{4}}});
-}
-
-TEST_F(Autograd, MaximumTiesSplitTheGradient) {
-  Tensor a = f64({1, 2}, {2}).requires_grad_(), b = f64({1, 3}, {2}).requires_grad_();
-  loom::sum(loom::maximum(a, b)).backward();
-  EXPECT_EQ(a.grad().to_vector<double>(), (std::vector<double>{0.5, 0}));
-  EXPECT_EQ(b.grad().to_vector<double>(), (std::vector<double>{0.5, 1}));
-}
-
-TEST_F(Autograd, Reductions) {
-  check("sum dims", [](const Inputs& x) { return loom::sum(x[0], {1}); }, {{{3, 4}}});
-  check("sum all", [](const Inputs& x) { return loom::sum(x[0]) * x[0]; }, {{{3, 2}}});
-  check("mean keepdim", [](const Inputs& x) { return loom::mean(x[0], {0}, true) * x[0]; }, {{{3, 4}}});
-  check("max dims", [](const Inputs& x) { return loom::max(x[0], {1}); }, {{{3, 4}}});
-  check("min all", [](const Inputs& x) { return loom::min(x[0]); }, {{{3, 4}}});
-  check("softmax", [](const Inputs& x) { return loom::softmax(x[0], 1); }, {{{3, 4}}});
-  check("log_softmax", [](const Inputs& x) { return loom::log_softmax(x[0], 0); }, {{{3, 4}}});
-}
-
-TEST_F(Autograd, MatmulBatchedAndBroadcast) {
-  check("matmul", [](const Inputs& x) { return loom::matmul(x[0], x[1]); }, {{{3, 4}}, {{4, 2}}});
-  check("batched", [](const Inputs& x) { return loom::matmul(x[0], x[1]); }, {{{2, 3, 4}}, {{4, 2}}});
-  check("broadcast batch", [](const Inputs& x) { return loom::matmul(x[0], x[1]); },
-        {{{3, 4}}, {{2, 4, 2}}});
-  check("vector", [](const Inputs& x) { return loom::matmul(x[0], x[1]); }, {{{4}}, {{4, 3}}});
-  check("transposed weight", [](const Inputs& x) { return loom::matmul(x[0], loom::transpose(x[1], 0, 1)); },
-        {{{3, 4}}, {{5, 4}}});
-}
-
-TEST_F(Autograd, Layout) {
-  check("reshape", [](const Inputs& x) { return loom::reshape(x[0], {4, 3}) * x[1]; }, {{{3, 4}}, {{3}}});
-  check("permute", [](const Inputs& x) { return loom::permute(x[0], {2, 0, 1}); }, {{{2, 3, 4}}});
-  check("expand", [](const Inputs& x) { return loom::expand(x[0], {2, 3, 4}); }, {{{3, 1}}});
-  check("squeeze", [](const Inputs& x) { return loom::unsqueeze(loom::squeeze(x[0], 1), 0); }, {{{3, 1, 2}}});
-  check("slice", [](const Inputs& x) { return loom::slice(x[0], 1, 1, 6, 2); }, {{{3, 7}}});
-  check("slice tail", [](const Inputs& x) { return loom::slice(x[0], 0, -2, 100); }, {{{5, 2}}});
-  check("select", [](const Inputs& x) { return x[0][1]; }, {{{3, 4}}});
-  check("cat", [](const Inputs& x) { return loom::cat({x[0], x[1] * 2.0, x[0]}, 1); }, {{{2, 3}}, {{2, 2}}});
-  check("stack", [](const Inputs& x) { return loom::stack({x[0], x[1]}, 1); }, {{{2, 3}}, {{2, 3}}});
-  check("flatten", [](const Inputs& x) { return loom::flatten(x[0]) * 2.0; }, {{{2, 3}}});
-}
-
-TEST_F(Autograd, Indexing) {
-  Tensor idx = loom::tensor(std::vector<int64_t>{2, 0, 2, 1}, {4});
-  check("index_select", [&](const Inputs& x) { return loom::index_select(x[0], 0, idx); }, {{{3, 5}}});
-  check("index_select axis 1", [&](const Inputs& x) { return loom::index_select(x[0], 1, idx); }, {{{2, 3}}});
-  check("embedding", [&](const Inputs& x) { return loom::embedding(loom::reshape(idx, {2, 2}), x[0]); },
-        {{{3, 4}}});
-  Tensor gidx = loom::tensor(std::vector<int64_t>{1, 1, 0, 3, 2, 2}, {2, 3});
-  check("gather", [&](const Inputs& x) { return loom::gather(x[0], 1, gidx); }, {{{3, 4}}});
-  Tensor target = loom::tensor(std::vector<int64_t>{3, 0, 1}, {3});
-  check("cross_entropy", [&](const Inputs& x) { return loom::cross_entropy(x[0], target); }, {{{3, 4}}});
-}
-
-TEST_F(Autograd, NetworkFunctions) {
-  check("layer_norm", [](const Inputs& x) { return loom::layer_norm(x[0], {4}, x[1], x[2]); },
-        {{{3, 4}}, {{4}}, {{4}}});
-  check("mse_loss", [](const Inputs& x) { return loom::mse_loss(x[0], x[1]); }, {{{3, 4}}, {{3, 4}}});
-  check("mlp", [](const Inputs& x) {
-    return loom::tanh(loom::matmul(loom::gelu(loom::matmul(x[0], x[1])), x[2]));
-  }, {{{2, 3}}, {{3, 4}}, {{4, 2}}});
+// A composite of several ops (the per-op gradients are rows of tests/ops/op_harness_test.cpp).
+TEST_F(Autograd, MlpAgainstFiniteDifferences) {
+  check("mlp",
+        [](const Inputs& x) {
+          return loom::tanh(loom::matmul(loom::gelu(loom::matmul(x[0], x[1])), x[2]));
+        },
+        {{{2, 3}}, {{3, 4}}, {{4, 2}}});
 }
 
 TEST_F(Autograd, AccumulatesAcrossBackwardCallsAndStopsAtDetachAndNoGrad) {
@@ -237,7 +151,7 @@ TEST_F(Autograd, ExplicitGradientAndErrors) {
   EXPECT_THROW((x * x).backward(f64({1}, {1})), loom::ShapeError);
   EXPECT_THROW(loom::sum(f64({1}, {1})).backward(), loom::AutodiffError);  // no grad needed
   Tensor y = x * 2.0;
-  EXPECT_THROW(y.requires_grad_(), loom::AutodiffError);  // not a leaf
+  EXPECT_THROW(y.requires_grad_(), loom::AutodiffError);        // not a leaf
   EXPECT_THROW(x.add_(f64({1, 1}, {2})), loom::AutodiffError);  // leaf updated in place
   {
     loom::NoGradGuard guard;
@@ -325,33 +239,55 @@ TEST_F(Autograd, ScanMatchesTheUnrolledLoop) {
 }
 
 TEST_F(Autograd, ScanAgainstFiniteDifferencesAndNested) {
-  check("scan cumprod", [](const Inputs& x) {
-    return loom::scan([](const Tensor& c, const Tensor& v) { Tensor n = c * v; return std::pair{n, n}; },
-                      x[1], x[0]).second;
-  }, {{{4, 2}}, {{2}}});
-  check("nested scan", [](const Inputs& x) {
-    return loom::scan([](const Tensor& c, const Tensor& row) {
-      Tensor inner = loom::scan([](const Tensor& a, const Tensor& v) {
-        return std::pair{loom::sin(a + v), std::tuple<>{}};
-      }, c, row).first;
-      return std::pair{inner * c, std::tuple<>{}};
-    }, x[1], x[0]).first;
-  }, {{{3, 2}}, {{}}});
-  check("fori static", [](const Inputs& x) {
-    return std::get<0>(loom::fori_loop(0, 4, [&](const Tensor& i, const Tensor& h) {
-      return loom::tanh(h * x[1] + loom::to(i, loom::float64));
-    }, x[0]));
-  }, {{{3}}, {{3}}});
+  check("scan cumprod",
+        [](const Inputs& x) {
+          return loom::scan(
+                     [](const Tensor& c, const Tensor& v) {
+                       Tensor n = c * v;
+                       return std::pair{n, n};
+                     },
+                     x[1], x[0])
+              .second;
+        },
+        {{{4, 2}}, {{2}}});
+  check("nested scan",
+        [](const Inputs& x) {
+          return loom::scan(
+                     [](const Tensor& c, const Tensor& row) {
+                       Tensor inner = loom::scan(
+                                          [](const Tensor& a, const Tensor& v) {
+                                            return std::pair{loom::sin(a + v), std::tuple<>{}};
+                                          },
+                                          c, row)
+                                          .first;
+                       return std::pair{inner * c, std::tuple<>{}};
+                     },
+                     x[1], x[0])
+              .first;
+        },
+        {{{3, 2}}, {{}}});
+  check("fori static",
+        [](const Inputs& x) {
+          return std::get<0>(loom::fori_loop(
+              0, 4,
+              [&](const Tensor& i, const Tensor& h) {
+                return loom::tanh(h * x[1] + loom::to(i, loom::float64));
+              },
+              x[0]));
+        },
+        {{{3}}, {{3}}});
 }
 
 TEST_F(Autograd, RematAndSavedResidualsGiveEqualGradientsAndDifferentGraphs) {
   auto run = [](bool remat) {
     Tensor w = f64(values(4, -1, 1, 5), {4}).requires_grad_();
     Tensor xs = f64(values(24, -1, 1, 6), {6, 4});
-    auto [c, ys] = loom::scan([&](const Tensor& h, const Tensor& x) {
-      Tensor n = loom::sin(loom::exp(h * w) * x);
-      return std::pair{n, std::tuple<>{}};
-    }, loom::zeros({4}, loom::float64), xs, {.remat = remat});
+    auto [c, ys] = loom::scan(
+        [&](const Tensor& h, const Tensor& x) {
+          Tensor n = loom::sin(loom::exp(h * w) * x);
+          return std::pair{n, std::tuple<>{}};
+        },
+        loom::zeros({4}, loom::float64), xs, {.remat = remat});
     loom::sum(c).backward();
     std::string ir = loom::pending_ir({w.grad()});
     return std::pair{w.grad().to_vector<double>(), ir};

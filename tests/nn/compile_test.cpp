@@ -1,5 +1,6 @@
-// compile(step): one graph per call, full_graph and max_different_graphs errors, and
-// trace_once against the untraced step (bit for bit over 20 training steps).
+// compile(step): one graph per call and trace_once against the untraced step (bit for bit
+// over 20 training steps); its full_graph and max_different_graphs errors are in
+// tests/trace/footguns_test.cpp.
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -38,29 +39,6 @@ TEST_F(CompileTest, OneGraphPerCallCompiledOnce) {
   EXPECT_EQ(loom::metrics().compiles, 1);
 }
 
-TEST_F(CompileTest, FullGraphNamesTheRead) {
-  auto step = loom::compile([](const Tensor& x) {
-    if (loom::sum(x).item<float>() > 0) return x * 2.0;
-    return x;
-  }, {.name = "branchy", .full_graph = true});
-  expect_error<loom::TraceError>([&] { step(loom::ones({2})); }, {"[item]", "'branchy'", "full_graph"});
-  // Without full_graph the read is allowed (it cuts the graph).
-  auto loose = loom::compile([](const Tensor& x) { return x * loom::sum(x).item<float>(); });
-  EXPECT_EQ(loose(loom::ones({2})).to_vector<float>(), (std::vector<float>{2, 2}));
-}
-
-TEST_F(CompileTest, MaxDifferentGraphsNamesTheFirstDifferingOp) {
-  int calls = 0;
-  auto step = loom::compile([&](const Tensor& x) {
-    ++calls;
-    return calls > 2 ? loom::exp(x) : loom::tanh(x);
-  }, {.name = "drifting", .max_different_graphs = 1});
-  step(loom::ones({3}));
-  step(loom::ones({3}));
-  expect_error<loom::TraceError>([&] { step(loom::ones({3})); },
-                                 {"'drifting'", "max_different_graphs = 1", "tanh", "exp", "became"});
-}
-
 struct Mlp : nn::Module {
   std::shared_ptr<nn::Linear> a, b;
   Mlp() {
@@ -78,8 +56,10 @@ void train(bool trace_once, bool adamw, std::vector<std::vector<float>>* params,
   Tensor x = loom::randn({12, 6});
   Tensor y = loom::argmax(loom::randn({12, 3}), 1);
   std::unique_ptr<loom::optim::Optimizer> opt;
-  if (adamw) opt = std::make_unique<loom::optim::AdamW>(model.parameters(), 0.01);
-  else opt = std::make_unique<loom::optim::SGD>(model.parameters(), 0.1, 0.9, 1e-3);
+  if (adamw)
+    opt = std::make_unique<loom::optim::AdamW>(model.parameters(), 0.01);
+  else
+    opt = std::make_unique<loom::optim::SGD>(model.parameters(), 0.1, 0.9, 1e-3);
   loom::sync();
   *traced = 0;
   auto body = [&](const Tensor& xb, const Tensor& yb) {
@@ -114,10 +94,12 @@ TEST_F(CompileTest, TraceOnceEqualsTheUntracedStepBitForBit) {
 
 TEST_F(CompileTest, TraceOnceReplaysFreshRandomNumbersAndRetracesOnNewShapes) {
   int traced = 0;
-  auto step = loom::compile([&](const Tensor& x) {
-    ++traced;
-    return loom::dropout(x, 0.5);
-  }, {.trace_once = true});
+  auto step = loom::compile(
+      [&](const Tensor& x) {
+        ++traced;
+        return loom::dropout(x, 0.5);
+      },
+      {.trace_once = true});
   std::vector<float> a = step(loom::ones({64})).to_vector<float>();
   std::vector<float> b = step(loom::ones({64})).to_vector<float>();
   EXPECT_NE(a, b);

@@ -1,23 +1,48 @@
-// The table-driven op harness: a row per public op. Each row checks type inference (dtype and
-// shape of the result), the IR round trip and fingerprint stability of the traced graph, and
-// the computed values against closed forms evaluated in double in this file, across dtypes,
-// broadcasting, 0-d and 0-size tensors.
+// The table-driven op harness (after ggml's test-backend-ops): for every row of op_rows.h and
+// every dtype and case it checks
+//   type rules   the result's dtype and shape against the closed form's,
+//   IR           print, parse, print gives the same text, and the parsed graph's fingerprint
+//                equals the fingerprint of the graph the tracer built (taken from the trace
+//                context, not from text),
+//   closed form  the values on the ref backend against the row's closed form in double,
+//   ref vs cpu   the same program on cpu against ref (bitwise for exact rows),
+//   VJP          for differentiable rows, backward() against float64 central differences,
+// and, once over the table, that every public op has a row and every ops.def op is reached.
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <functional>
-#include <random>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
 
+#include "backend/diff_util.h"
 #include "loom/ir/builder.h"
-#include "loom/loom.h"
+#include "loom/ir/op_kind.h"
+#include "ops/op_rows.h"
+#include "trace/context.h"
 
+namespace loom::optest {
 namespace {
 
-using loom::DType;
-using loom::Shape;
-using loom::Tensor;
+// The graph the tracer built for `outs`: the trace context's cut, as sync would run it
+// (test-only access through the private header; no text in between).
+ir::Graph traced_graph(const std::vector<Tensor>& outs) {
+  std::vector<detail::TensorImpl*> impls;
+  for (const Tensor& t : outs) impls.push_back(t.impl());
+  std::vector<uint32_t> slots;
+  return detail::TraceContext::get().cut(impls, &slots);
+}
 
-double tolerance(DType dt) {
+void collect_ops(const ir::Graph& g, std::set<std::string>* ops) {
+  for (const ir::Node& n : g.nodes()) {
+    if (n.op != ir::OpKind::Parameter) ops->insert(std::string(ir::op_name(n.op)));
+    for (const auto& r : n.regions) collect_ops(*r, ops);
+  }
+}
+
+double tol_of(DType dt) {
   switch (dt) {
     case DType::Float64: return 1e-12;
     case DType::Float32: return 2e-6;
@@ -27,220 +52,285 @@ double tolerance(DType dt) {
   }
 }
 
-// Input of `shape` with values drawn from [lo, hi], rounded to dtype (returned tensor holds
-// the rounded values; the oracle reads them back so rounding of inputs is not an error).
-Tensor make_input(const Shape& shape, DType dt, double lo, double hi, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<double> u(lo, hi);
-  std::vector<double> v(static_cast<size_t>(shape.numel()));
-  for (double& x : v) x = loom::is_floating(dt) ? u(gen) : std::round(u(gen));
-  Tensor t = loom::to(loom::tensor(v, shape), dt);
-  loom::sync();
-  return t;
-}
+bool same_value(double a, double b) { return (std::isnan(a) && std::isnan(b)) || a == b; }
 
-void expect_close(const std::vector<double>& got, const std::vector<double>& want, DType dt,
-                  const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  double tol = tolerance(dt);
+// "" or the first mismatches of got against want.
+std::string compare(const Row& row, const Expected& want, const std::vector<double>& got,
+                    const char* what) {
+  std::ostringstream os;
+  os.precision(17);
+  if (got.size() != want.v.size()) {
+    os << what << ": " << got.size() << " values, want " << want.v.size();
+    return os.str();
+  }
+  int bad = 0;
   for (size_t i = 0; i < got.size(); ++i) {
-    if (std::isnan(want[i])) {
-      EXPECT_TRUE(std::isnan(got[i])) << what << " at " << i << ": want nan, got " << got[i];
-    } else if (std::isinf(want[i])) {
-      EXPECT_EQ(got[i], want[i]) << what << " at " << i;
+    const double w = want.v[i], g = got[i];
+    bool ok;
+    if (row.exact || !is_floating(want.dtype) || std::isnan(w) || std::isinf(w)) {
+      ok = same_value(w, g);
     } else {
-      EXPECT_NEAR(got[i], want[i], tol * std::max(1.0, std::fabs(want[i])))
-          << what << " at " << i;
+      const double scale = want.scale.empty() ? std::fabs(w) : want.scale[i];
+      ok = std::fabs(g - w) <= tol_of(want.dtype) * row.mult * std::max(1.0, scale);
     }
+    if (!ok && bad++ < 4) os << what << " element " << i << ": want " << w << ", got " << g << "\n";
   }
+  return os.str();
 }
 
-// Traces the graph of `out`, checks that text round-trips and the fingerprint is stable.
-void check_ir(const Tensor& out, const std::string& what) {
-  std::string text = loom::pending_ir({out});
-  loom::ir::Graph g = loom::ir::parse(text);
-  EXPECT_EQ(loom::ir::to_text(g), text) << what;
-  EXPECT_EQ(loom::ir::fingerprint(g), loom::ir::fingerprint(loom::ir::parse(loom::ir::to_text(g))))
-      << what;
-}
-
-const std::vector<Shape> kUnaryShapes = {{}, {0}, {5}, {2, 3}, {2, 0, 3}};
-const std::vector<DType> kFloatTypes = {DType::Float32, DType::Float64, DType::BFloat16,
-                                        DType::Float16};
-
-struct UnaryRow {
-  const char* name;
-  std::function<Tensor(const Tensor&)> op;
-  std::function<double(double)> oracle;
-  double lo, hi;
-  bool ints_too;  // also defined on integer tensors, keeping their dtype
+struct Built {
+  std::vector<HostArg> host;
+  std::vector<Tensor> in;
 };
 
-const std::vector<UnaryRow>& unary_rows() {
-  static const std::vector<UnaryRow> rows = {
-      {"neg", [](const Tensor& x) { return -x; }, [](double x) { return -x; }, -5, 5, true},
-      {"abs", [](const Tensor& x) { return loom::abs(x); }, [](double x) { return std::fabs(x); }, -5, 5, true},
-      {"exp", [](const Tensor& x) { return loom::exp(x); }, [](double x) { return std::exp(x); }, -4, 4, false},
-      {"log", [](const Tensor& x) { return loom::log(x); }, [](double x) { return std::log(x); }, 0.1, 9, false},
-      {"sqrt", [](const Tensor& x) { return loom::sqrt(x); }, [](double x) { return std::sqrt(x); }, 0, 9, false},
-      {"rsqrt", [](const Tensor& x) { return loom::rsqrt(x); }, [](double x) { return 1 / std::sqrt(x); }, 0.1, 9, false},
-      {"tanh", [](const Tensor& x) { return loom::tanh(x); }, [](double x) { return std::tanh(x); }, -3, 3, false},
-      {"sigmoid", [](const Tensor& x) { return loom::sigmoid(x); }, [](double x) { return 1 / (1 + std::exp(-x)); }, -6, 6, false},
-      {"relu", [](const Tensor& x) { return loom::relu(x); }, [](double x) { return x > 0 ? x : 0; }, -3, 3, true},
-      {"gelu", [](const Tensor& x) { return loom::gelu(x); }, [](double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); }, -4, 4, false},
-      {"sin", [](const Tensor& x) { return loom::sin(x); }, [](double x) { return std::sin(x); }, -3, 3, false},
-      {"cos", [](const Tensor& x) { return loom::cos(x); }, [](double x) { return std::cos(x); }, -3, 3, false},
-      {"erf", [](const Tensor& x) { return loom::erf(x); }, [](double x) { return std::erf(x); }, -2, 2, false},
-      {"clamp", [](const Tensor& x) { return loom::clamp(x, -1.0, 2.0); }, [](double x) { return std::min(std::max(x, -1.0), 2.0); }, -3, 3, false},
-      {"pow2", [](const Tensor& x) { return loom::pow(x, 2); }, [](double x) { return x * x; }, -3, 3, true},
-      {"mul_scalar", [](const Tensor& x) { return x * 3; }, [](double x) { return 3 * x; }, -3, 3, true},
-      {"rsub_scalar", [](const Tensor& x) { return 1 - x; }, [](double x) { return 1 - x; }, -3, 3, true},
-  };
-  return rows;
+// The inputs of case `c` at dtype dt, seeded by the case's position.
+Built build(const Case& c, DType dt, uint32_t seed) {
+  Built b;
+  for (const Arg& a : c.args) {
+    const DType adt = a.dtype.value_or(dt);
+    std::vector<double> v = a.values;
+    if (v.empty()) v = difftest::host_values(adt, a.shape.numel(), seed, a.lo, a.hi);
+    for (double& x : v) x = difftest::representable(adt, x);
+    b.in.push_back(difftest::from_values(adt, a.shape, v));
+    b.host.push_back({adt, a.shape, std::move(v)});
+    seed += 7;
+  }
+  return b;
 }
 
-TEST(OpHarness, UnaryRowsAgainstClosedForms) {
-  uint32_t seed = 1;
-  for (const UnaryRow& row : unary_rows()) {
-    std::vector<DType> types = kFloatTypes;
-    if (row.ints_too) types.insert(types.end(), {DType::Int32, DType::Int64});
-    for (DType dt : types) {
-      for (const Shape& s : kUnaryShapes) {
-        std::string what = std::string(row.name) + " " + std::string(loom::name(dt)) + s.str();
-        Tensor x = make_input(s, dt, row.lo, row.hi, seed++);
-        Tensor y = row.op(x);
-        EXPECT_EQ(y.shape(), s) << what;
-        EXPECT_EQ(y.dtype(), dt) << what;
-        check_ir(y, what);
-        std::vector<double> in = x.to_vector<double>(), want;
-        for (double v : in) {
-          double w = row.oracle(v);
-          want.push_back(loom::is_floating(dt) ? w : std::trunc(w));
-        }
-        expect_close(y.to_vector<double>(), want, dt, what);
-      }
+std::vector<const Case*> cases_at(const Row& row, DType dt) {
+  std::vector<const Case*> cs;
+  for (const Case& c : row.cases) {
+    if (!c.floats_only || is_floating(dt)) cs.push_back(&c);
+  }
+  return cs;
+}
+
+std::string str_of(const std::set<std::string>& s) {
+  std::string out;
+  for (const std::string& x : s) out += (out.empty() ? "" : " ") + x;
+  return out;
+}
+
+// Traces the row's cases at dt on `backend`, checks types and IR (on ref), runs, reads.
+std::vector<std::vector<double>> run_cases(const Row& row, DType dt, const std::string& backend,
+                                           std::set<std::string>* ops) {
+  runtime::set_backend(backend);
+  manual_seed(1234);
+  std::vector<const Case*> cs = cases_at(row, dt);
+  std::vector<Built> built;
+  for (size_t k = 0; k < cs.size(); ++k) built.push_back(build(*cs[k], dt, 100 + 31 * k));
+  sync();
+  std::vector<Tensor> ys;
+  for (size_t k = 0; k < cs.size(); ++k) ys.push_back(row.op(built[k].in));
+  std::vector<std::vector<double>> vals;
+  for (size_t k = 0; k < cs.size(); ++k) {
+    SCOPED_TRACE(cs[k]->label);
+    const Tensor& y = ys[k];
+    if (backend == "ref") {
+      const Expected want = row.closed(built[k].host);
+      EXPECT_EQ(y.dtype(), want.dtype) << "type rule";
+      EXPECT_EQ(y.shape(), want.shape) << "type rule";
+      const std::string text = pending_ir({y});
+      const ir::Graph parsed = ir::parse(text);
+      EXPECT_EQ(ir::to_text(parsed), text) << "IR round trip";
+      const ir::Graph traced = traced_graph({y});
+      EXPECT_EQ(ir::fingerprint(parsed), ir::fingerprint(traced))
+          << "the parsed graph's fingerprint differs from the traced graph's:\n"
+          << text;
+      collect_ops(traced, ops);
+    }
+  }
+  sync();
+  for (const Tensor& y : ys) vals.push_back(y.to_vector<double>());
+  return vals;
+}
+
+// sum(y * w) with fixed weights, so that every element of y matters.
+Tensor weighted(const Tensor& y) {
+  std::vector<double> w = difftest::host_values(DType::Float64, y.numel(), 99, -1.5, 1.5);
+  return sum(to(y, DType::Float64) * difftest::from_values(DType::Float64, y.shape(), w));
+}
+
+// backward() against central differences of the same function, in float64, on ref.
+void check_vjp(const Row& row, const Case& c) {
+  SCOPED_TRACE("VJP " + c.label);
+  runtime::set_backend("ref");
+  Built b = build(c, DType::Float64, 500);
+  std::vector<Tensor> leaves = b.in;
+  std::vector<size_t> diff;
+  for (size_t i = 0; i < c.args.size(); ++i) {
+    if (c.args[i].diff && is_floating(b.host[i].dtype) && b.host[i].shape.numel() > 0) {
+      leaves[i] = leaves[i].detach().requires_grad_();
+      diff.push_back(i);
+    }
+  }
+  ASSERT_FALSE(diff.empty()) << "no differentiable input";
+  weighted(row.op(leaves)).backward();
+  sync();
+  auto eval = [&](size_t i, size_t e, double delta) {
+    std::vector<double> v = b.host[i].v;
+    v[e] += delta;
+    std::vector<Tensor> in = b.in;
+    in[i] = difftest::from_values(DType::Float64, b.host[i].shape, v);
+    return weighted(row.op(in)).item<double>();
+  };
+  const double eps = 1e-6;
+  for (size_t i : diff) {
+    ASSERT_TRUE(leaves[i].grad().defined()) << "input " << i << " got no gradient";
+    std::vector<double> g = leaves[i].grad().to_vector<double>();
+    ASSERT_EQ(g.size(), b.host[i].v.size());
+    for (size_t e = 0; e < g.size(); ++e) {
+      const double fd = (eval(i, e, eps) - eval(i, e, -eps)) / (2 * eps);
+      EXPECT_NEAR(g[e], fd, row.fd_tol * std::max(1.0, std::fabs(fd)))
+          << "input " << i << " element " << e;
     }
   }
 }
 
-TEST(OpHarness, FloatOnlyOpsPromoteIntegersToFloat32) {
-  Tensor x = loom::tensor(std::vector<int64_t>{1, 4, 9}, {3});
-  Tensor y = loom::sqrt(x);
-  EXPECT_EQ(y.dtype(), DType::Float32);
-  EXPECT_EQ(y.to_vector<float>(), (std::vector<float>{1, 2, 3}));
-}
+class OpHarness : public difftest::DiffTest {};
 
-TEST(OpHarness, NanAndInfPropagate) {
-  const double inf = INFINITY, nan = NAN;
-  Tensor x = loom::tensor(std::vector<double>{nan, inf, -inf, 0.0}, {4});
-  expect_close(loom::exp(x).to_vector<double>(), {nan, inf, 0, 1}, DType::Float64, "exp");
-  expect_close(loom::relu(x).to_vector<double>(), {nan, inf, 0, 0}, DType::Float64, "relu");
-  expect_close(loom::tanh(x).to_vector<double>(), {nan, 1, -1, 0}, DType::Float64, "tanh");
-  expect_close(loom::maximum(x, loom::zeros({4}, DType::Float64)).to_vector<double>(),
-               {nan, inf, 0, 0}, DType::Float64, "maximum");
-  expect_close((x / loom::tensor(0.0)).to_vector<double>(), {nan, inf, -inf, nan}, DType::Float64,
-               "div by zero");
-  expect_close(loom::sigmoid(x).to_vector<double>(), {nan, 1, 0, 0.5}, DType::Float64, "sigmoid");
-}
-
-struct BinaryRow {
-  const char* name;
-  std::function<Tensor(const Tensor&, const Tensor&)> op;
-  std::function<double(double, double)> oracle;
-  double lo, hi;
-  bool ints_too, compare;
-};
-
-TEST(OpHarness, BinaryRowsBroadcastAcrossDTypes) {
-  const std::vector<BinaryRow> rows = {
-      {"add", [](auto& a, auto& b) { return a + b; }, [](double a, double b) { return a + b; }, -5, 5, true, false},
-      {"sub", [](auto& a, auto& b) { return a - b; }, [](double a, double b) { return a - b; }, -5, 5, true, false},
-      {"mul", [](auto& a, auto& b) { return a * b; }, [](double a, double b) { return a * b; }, -5, 5, true, false},
-      {"div", [](auto& a, auto& b) { return a / b; }, [](double a, double b) { return a / b; }, 0.5, 5, false, false},
-      {"pow", [](auto& a, auto& b) { return loom::pow(a, b); }, [](double a, double b) { return std::pow(a, b); }, 0.5, 3, false, false},
-      {"maximum", [](auto& a, auto& b) { return loom::maximum(a, b); }, [](double a, double b) { return std::max(a, b); }, -5, 5, true, false},
-      {"minimum", [](auto& a, auto& b) { return loom::minimum(a, b); }, [](double a, double b) { return std::min(a, b); }, -5, 5, true, false},
-      {"lt", [](auto& a, auto& b) { return a < b; }, [](double a, double b) { return double(a < b); }, -2, 2, true, true},
-      {"le", [](auto& a, auto& b) { return a <= b; }, [](double a, double b) { return double(a <= b); }, -2, 2, true, true},
-      {"gt", [](auto& a, auto& b) { return a > b; }, [](double a, double b) { return double(a > b); }, -2, 2, true, true},
-      {"ge", [](auto& a, auto& b) { return a >= b; }, [](double a, double b) { return double(a >= b); }, -2, 2, true, true},
-      {"eq", [](auto& a, auto& b) { return a == b; }, [](double a, double b) { return double(a == b); }, -2, 2, true, true},
-      {"ne", [](auto& a, auto& b) { return a != b; }, [](double a, double b) { return double(a != b); }, -2, 2, true, true},
-  };
-  const std::vector<std::pair<Shape, Shape>> shapes = {
-      {{4}, {4}}, {{2, 3}, {3}}, {{2, 1}, {1, 3}}, {{}, {2, 2}}, {{0, 3}, {3}}, {{3, 1, 2}, {4, 1}}};
-  uint32_t seed = 100;
-  for (const BinaryRow& row : rows) {
-    std::vector<DType> types = kFloatTypes;
-    if (row.ints_too) types.insert(types.end(), {DType::Int32, DType::Int64});
-    for (DType dt : types) {
-      for (auto& [sa, sb] : shapes) {
-        std::string what = std::string(row.name) + " " + std::string(loom::name(dt)) + sa.str() + sb.str();
-        Tensor a = make_input(sa, dt, row.lo, row.hi, seed++);
-        Tensor b = make_input(sb, dt, row.lo, row.hi, seed++);
-        Tensor y = row.op(a, b);
-        Shape want_shape = loom::ir::broadcast_shapes("test", sa, sb);
-        EXPECT_EQ(y.shape(), want_shape) << what;
-        EXPECT_EQ(y.dtype(), row.compare ? DType::Bool : dt) << what;
-        check_ir(y, what);
-        // Oracle by explicit broadcasting through expand-free index math.
-        std::vector<double> va = a.to_vector<double>(), vb = b.to_vector<double>(), want;
-        auto idx = [&](const Shape& s, int64_t k) {
-          int64_t off = 0, stride = 1;
-          for (size_t d = want_shape.size(); d-- > 0;) {
-            int64_t coord = k % want_shape[d];
-            k /= want_shape[d];
-            size_t sd = d + s.size();
-            if (sd >= want_shape.size()) {
-              size_t i = sd - want_shape.size();
-              if (s[i] != 1) off += coord * stride;
-              stride *= s[i];
-            }
-          }
-          return off;
-        };
-        for (int64_t k = 0; k < want_shape.numel(); ++k) {
-          double w = row.oracle(va[idx(sa, k)], vb[idx(sb, k)]);
-          want.push_back(loom::is_floating(dt) || row.compare ? w : std::trunc(w));
-        }
-        DType tol_dt = row.compare ? DType::Float64 : dt;
-        expect_close(y.to_vector<double>(), want, tol_dt, what);
+TEST_F(OpHarness, EveryRowEveryDTypeAndCase) {
+  for (const Row& row : op_rows()) {
+    SCOPED_TRACE(row.label());
+    std::set<std::string> ops;
+    for (DType dt : row.dtypes) {
+      SCOPED_TRACE(std::string(name(dt)));
+      std::vector<const Case*> cs = cases_at(row, dt);
+      std::vector<std::vector<double>> ref, cpu;
+      try {
+        ref = run_cases(row, dt, "ref", &ops);
+        cpu = run_cases(row, dt, "cpu", &ops);
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << "threw: " << e.what();
+        sync();
+        continue;
       }
+      runtime::set_backend("ref");
+      for (size_t k = 0; k < cs.size(); ++k) {
+        SCOPED_TRACE(cs[k]->label);
+        Built b = build(*cs[k], dt, 100 + 31 * k);
+        Expected want = row.closed(b.host);
+        if (row.property) {
+          EXPECT_EQ(row.property(b.host, want, ref[k]), "") << "property on ref";
+        } else {
+          EXPECT_EQ(compare(row, want, ref[k], "closed form vs ref"), "");
+        }
+        // cpu against ref: the ref values stand in for the closed form's (same tolerance).
+        Expected as_ref = want;
+        as_ref.v = ref[k];
+        EXPECT_EQ(compare(row, as_ref, cpu[k], "cpu vs ref"), "");
+      }
+      sync();
+    }
+    EXPECT_EQ(str_of(ops), str_of(std::set<std::string>(row.ir_ops.begin(), row.ir_ops.end())))
+        << "the IR ops the traced graphs hold (declared in the row's ir_ops)";
+    if (row.differentiable) {
+      int fd_cases = 0;
+      for (const Case& c : row.cases) {
+        if (!c.fd) continue;
+        ++fd_cases;
+        check_vjp(row, c);
+      }
+      EXPECT_GT(fd_cases, 0) << "a differentiable row needs a case marked fd";
     }
   }
 }
 
-TEST(OpHarness, TypePromotionFollowsPyTorch) {
-  Tensor i32 = loom::tensor(std::vector<int32_t>{1, 2}, {2});
-  Tensor i64 = loom::tensor(std::vector<int64_t>{1, 2}, {2});
-  Tensor f32 = loom::tensor(std::vector<float>{1, 2}, {2});
-  Tensor b = loom::tensor(std::vector<bool>{true, false}, {2});
-  EXPECT_EQ((i64 + 2).dtype(), DType::Int64);                          // int + C++ int stays int
-  EXPECT_EQ((i32 + 2).dtype(), DType::Int32);                          // scalars do not widen
-  EXPECT_EQ((i64 + 2.5).dtype(), DType::Float32);                      // int + float -> default float
-  EXPECT_EQ((i32 + i64).dtype(), DType::Int64);
-  EXPECT_EQ((i32 + loom::tensor(int64_t{5})).dtype(), DType::Int32);   // 0-d same category
-  EXPECT_EQ((i32 + loom::tensor(2.5)).dtype(), DType::Float64);        // 0-d higher category
-  EXPECT_EQ((f32 + loom::tensor(2.5)).dtype(), DType::Float32);
-  EXPECT_EQ((b + 1).dtype(), DType::Int64);
-  EXPECT_EQ((i64 / i64).dtype(), DType::Float32);                      // true division
-  EXPECT_EQ((f32 + loom::to(f32, DType::Float64)).dtype(), DType::Float64);
-  EXPECT_EQ((loom::to(f32, DType::BFloat16) + loom::to(f32, DType::Float16)).dtype(), DType::Float32);
-  EXPECT_EQ((i64 + 2).to_vector<int64_t>(), (std::vector<int64_t>{3, 4}));
-  EXPECT_EQ((i64 / i64).to_vector<float>(), (std::vector<float>{1, 1}));
-  EXPECT_EQ(loom::sum(b).dtype(), DType::Int64);
-  EXPECT_EQ(loom::sum(b).item<int64_t>(), 1);
+// The names of the public ops, read from the header itself so that a new op without a row
+// fails here: every `Tensor name(` and `Tensor operator<op>(` declaration of ops.h, and the
+// factories of tensor.h that build from a shape.
+std::set<std::string> public_ops() {
+  const std::string dir = LOOM_SOURCE_DIR;
+  std::set<std::string> names;
+  const std::regex decl(R"(^Tensor (\w+|operator\S+?)\()");
+  for (const char* header : {"/include/loom/trace/ops.h", "/include/loom/trace/tensor.h"}) {
+    std::ifstream f(dir + header);
+    EXPECT_TRUE(f.good()) << dir + header;
+    std::string line;
+    std::smatch m;
+    while (std::getline(f, line)) {
+      if (std::regex_search(line, m, decl) && m[1] != "tensor") names.insert(m[1]);
+    }
+  }
+  return names;
 }
 
-TEST(OpHarness, WhereSelectsAndBroadcasts) {
-  Tensor c = loom::tensor(std::vector<bool>{true, false, true}, {3});
-  Tensor a = loom::tensor(std::vector<float>{1, 2, 3}, {3});
-  Tensor y = loom::where(c, a, loom::tensor(-1.0f));
-  EXPECT_EQ(y.to_vector<float>(), (std::vector<float>{1, -1, 3}));
-  Tensor z = loom::where(loom::reshape(c, {3, 1}), a, loom::zeros({3}));
-  EXPECT_EQ(z.shape(), (Shape{3, 3}));
-  EXPECT_EQ(z.to_vector<float>(), (std::vector<float>{1, 2, 3, 0, 0, 0, 1, 2, 3}));
-  EXPECT_EQ(loom::logical_not(c).to_vector<bool>(), (std::vector<bool>{false, true, false}));
+// The ops.def ops that the public ops of ops.h cannot reach: control flow, reached through
+// loom/trace/control_flow.h and tested in tests/trace/control_flow_test.cpp and
+// tests/backend/control_flow_backend_test.cpp. Parameter is every graph's input. `and` and
+// `or`: no forward op emits them today (pow's VJP uses `and`; bool + bool is issue 13's).
+const std::set<std::string> kNotReachedFromOpsH = {"call",      "scan", "while",
+                                                   "parameter", "and",  "or"};
+
+TEST_F(OpHarness, RegistryEveryPublicOpHasARowAndEveryIrOpIsReached) {
+  std::set<std::string> rows;
+  std::map<std::string, std::set<std::string>> reached;  // ops.def op -> rows
+  for (const Row& r : op_rows()) {
+    rows.insert(r.name);
+    for (const std::string& op : r.ir_ops) reached[op].insert(r.label());
+  }
+  const std::set<std::string> pub = public_ops();
+  EXPECT_GT(pub.size(), 50u) << "the declarations of ops.h were not found";
+  for (const std::string& op : pub) EXPECT_TRUE(rows.count(op)) << "no harness row for " << op;
+  for (const std::string& r : rows) {
+    EXPECT_TRUE(pub.count(r) || r == "Tensor::operator[]") << "a row of no public op: " << r;
+  }
+  for (const ir::OpInfo& info : ir::kOpInfo) {
+    const std::string op(info.name);
+    if (kNotReachedFromOpsH.count(op)) continue;
+    EXPECT_TRUE(reached.count(op)) << "ops.def op '" << op << "' is reached by no harness row";
+  }
+  for (const auto& [op, by] : reached) {
+    ir::OpKind kind;
+    EXPECT_TRUE(ir::parse_op(op, &kind)) << "a row names an op that ops.def lacks: " << op;
+  }
+  if (std::getenv("LOOM_HARNESS_REPORT")) {  // the map of the report: op -> rows
+    for (const auto& [op, by] : reached) std::printf("%s: %s\n", op.c_str(), str_of(by).c_str());
+  }
+}
+
+// The fingerprint the harness compares can fail: the parsed graph of another op, or of the
+// same op with another attribute, has another fingerprint than the traced one.
+TEST_F(OpHarness, FingerprintOfTheTracedGraphTracksOpsAndAttributes) {
+  Tensor x = difftest::input(DType::Float32, {2, 3}, 1);
+  Tensor i = difftest::input(DType::Int64, {2, 3}, 2, 0, 1);
+  sync();
+  auto fp = [](const Tensor& t) { return ir::fingerprint(traced_graph({t})); };
+  auto fp_text = [](const std::string& text) { return ir::fingerprint(ir::parse(text)); };
+  const std::vector<std::pair<Tensor, Tensor>> pairs = {
+      {exp(x), log(x)},
+      {sum(x, {0}), sum(x, {1})},
+      {sum(x, {1}, false), sum(x, {1}, true)},
+      {slice(x, 1, 0, 3, 1), slice(x, 1, 0, 3, 2)},
+      {to(x, DType::Float64), to(x, DType::BFloat16)},
+      {permute(x, {1, 0}), reshape(x, {3, 2})},
+      {argmax(x, 0), argmax(x, 1)},
+      {gather(x, 0, i), gather(x, 1, i)},
+      {x + x, x * x},
+  };
+  for (const auto& [a, b] : pairs) {
+    const std::string ta = pending_ir({a}), tb = pending_ir({b});
+    SCOPED_TRACE(ta + "\nvs\n" + tb);
+    EXPECT_NE(fp(a), fp(b));
+    EXPECT_NE(fp_text(tb), fp(a)) << "another graph's text matches the traced graph";
+    EXPECT_EQ(fp_text(ta), fp(a));
+  }
+  // An edit of one token of the text: the op, then an attribute (a square input keeps the
+  // edited text well typed).
+  Tensor sq = difftest::input(DType::Float32, {3, 3}, 3);
+  sync();
+  const std::string text = pending_ir({sum(exp(sq), {1})});
+  const auto traced = fp(sum(exp(sq), {1}));
+  std::string op_edit = std::regex_replace(text, std::regex("exp\\("), "log(");
+  std::string attr_edit = std::regex_replace(text, std::regex("axes=\\[1\\]"), "axes=[0]");
+  ASSERT_NE(op_edit, text);
+  ASSERT_NE(attr_edit, text);
+  EXPECT_EQ(fp_text(text), traced);
+  EXPECT_NE(fp_text(op_edit), traced);
+  EXPECT_NE(fp_text(attr_edit), traced);
+  sync();
 }
 
 }  // namespace
+}  // namespace loom::optest
