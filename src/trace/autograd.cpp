@@ -18,9 +18,11 @@ namespace detail {
 std::string while_site(const ir::Graph* body);
 
 namespace {
-// A bit beside the grad state: backward() already ran through this node and used what it
-// saved, so a second backward through it raises, as torch does without retain_graph.
-constexpr uint8_t kSpent = 0x80;
+// Per thread: the tensors backward() ran from. A second backward() of one of them raises when
+// its graph holds a node that saved tensors, as torch without retain_graph. (Per tensor, not
+// per node: hash-consing merges the nodes of a forward recomputed before a sync with the old
+// ones, which torch would build afresh.)
+thread_local std::vector<std::weak_ptr<TensorImpl>> backward_roots;
 
 // Whether torch's node for this op keeps tensors for its backward (its second backward
 // raises): not for sums, layout changes, conversions or products with a constant.
@@ -43,11 +45,11 @@ bool saves_tensors(const ir::Graph& g, const ir::Node& n) {
     default: return true;
   }
 }
-// The active nodes that a backward sweep from root visits (up to the wrt values), checked:
-// a while loop on the way (no reverse rule: its trip count is known only at run time) or a
-// node an earlier backward() used up raise. Returns the nodes that save tensors.
-std::vector<ir::NodeId> backward_path(const ir::Graph& graph, const std::vector<uint8_t>& state,
-                                      ir::Value root, const std::vector<ir::Value>& wrt,
+// The active nodes that a backward sweep from root visits (up to the wrt values): a while
+// loop on the way raises (no reverse rule: its trip count is known only at run time). Returns
+// the nodes that save tensors.
+std::vector<ir::NodeId> backward_path(const ir::Graph& graph, ir::Value root,
+                                      const std::vector<ir::Value>& wrt,
                                       const std::vector<uint8_t>& act, const char* what) {
   std::vector<uint8_t> seen(graph.size(), 0);
   for (ir::Value w : wrt) seen[w.node] = 1;
@@ -64,15 +66,7 @@ std::vector<ir::NodeId> backward_path(const ir::Graph& graph, const std::vector<
                  ": a while loop has no reverse-mode gradient (its trip count is only known at "
                  "run time; fori_loop with tensor bounds is a while loop). Use fori_loop with "
                  "integer bounds or scan (both differentiable), or detach() what enters the loop");
-    if (saves_tensors(graph, n)) {
-      LOOM_CHECK_T(AutodiffError, !(id < state.size() && (state[id] & kSpent)), "[", what,
-                   "] trying to backward through the graph a second time: an earlier backward() "
-                   "already went through its ",
-                   ir::op_name(n.op), " node ", n.type,
-                   " (as torch without retain_graph); recompute the forward for a second "
-                   "backward, or sum the losses and call backward() once");
-      saving.push_back(id);
-    }
+    if (saves_tensors(graph, n)) saving.push_back(id);
     for (ir::Value v : n.operands) stack.push_back(v.node);
   }
   return saving;
@@ -82,7 +76,7 @@ std::vector<ir::NodeId> backward_path(const ir::Graph& graph, const std::vector<
 
 uint8_t TraceContext::resolve(ir::NodeId id) {
   if (grad_state_.size() < graph_.size()) grad_state_.resize(graph_.size(), kUnknown);
-  if (grad_state_[id] != kUnknown) return grad_state_[id] & ~kSpent;
+  if (grad_state_[id] != kUnknown) return grad_state_[id];
   // Post-order over the unresolved operands (a traced op adds a few nodes at a time).
   std::vector<ir::NodeId> stack{id};
   while (!stack.empty()) {
@@ -93,7 +87,7 @@ uint8_t TraceContext::resolve(ir::NodeId id) {
     }
     bool ready = true, active = false;
     for (ir::Value v : graph_.node(n).operands) {
-      uint8_t st = grad_state_[v.node] & ~kSpent;
+      uint8_t st = grad_state_[v.node];
       if (st == kUnknown) {
         stack.push_back(v.node);
         ready = false;
@@ -190,7 +184,17 @@ std::vector<Tensor> TraceContext::gradients(const Tensor& out, const Tensor& see
   for (const Tensor& w : wrt) wrt_values.push_back(value_of(w));
   std::vector<uint8_t> act(graph_.size(), 0);
   for (ir::NodeId id = 0; id < graph_.size(); ++id) act[id] = resolve(id) == kActive;
-  std::vector<ir::NodeId> path = backward_path(graph_, grad_state_, o.value, wrt_values, act, what);
+  std::vector<ir::NodeId> saving = backward_path(graph_, o.value, wrt_values, act, what);
+  const bool is_backward = std::string_view(what) == "backward";
+  bool again = false;
+  for (const std::weak_ptr<TensorImpl>& r : backward_roots) again = again || r.lock().get() == &o;
+  LOOM_CHECK_T(AutodiffError, !(is_backward && again && !saving.empty()),
+               "[backward] trying to backward through the graph a second time: backward() already "
+               "ran from this ",
+               o.type, " tensor, and its graph's ",
+               ir::op_name(graph_.node(saving.empty() ? 0 : saving[0]).op),
+               " node saved tensors for it (as torch without retain_graph); recompute the "
+               "forward for a second backward, or add the losses and call backward() once");
   bool prev = grad_enabled_;
   grad_enabled_ = false;
   std::vector<Tensor> grads;
@@ -204,8 +208,10 @@ std::vector<Tensor> TraceContext::gradients(const Tensor& out, const Tensor& see
     grad_state_.resize(std::max(grad_state_.size(), graph_.size()), kUnknown);
     for (size_t id = before; id < graph_.size(); ++id) grad_state_[id] = kInactive;
     for (const autodiff::Adjoint& a : adj) grads.push_back(a ? wrap(*a) : Tensor());
-    if (std::string_view(what) == "backward")
-      for (ir::NodeId id : path) grad_state_[id] |= kSpent;
+    if (is_backward && !again) {
+      std::erase_if(backward_roots, [](const auto& r) { return r.expired(); });
+      backward_roots.push_back(o.weak_from_this());
+    }
   } catch (...) {
     grad_enabled_ = prev;
     throw;

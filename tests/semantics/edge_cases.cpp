@@ -326,6 +326,15 @@ std::map<std::string, Case> all_cases() {
     L::sum(h * 3.0).backward();
     return Result{h, {w.grad()}};
   };
+  c["backward_each:recomputed_loss"] = [] {  // hash-consed into the same nodes before a sync
+    Tensor w = L::ones({3}).requires_grad_();
+    Tensor l;
+    for (int k = 0; k < 3; ++k) {
+      l = L::sum(w * w);
+      l.backward();
+    }
+    return Result{l, {w.grad()}};
+  };
   // ---- cross_entropy and ignore_index
   auto ce = [](std::vector<float> logits, std::vector<int64_t> target, int64_t ignore) {
     int64_t n = static_cast<int64_t>(target.size()), k = static_cast<int64_t>(logits.size()) / n;
