@@ -122,13 +122,14 @@ std::vector<Adjoint> elementwise_rule(Ctx& c) {
     }
     case OpKind::Maximum:
     case OpKind::Minimum: {
-      // The larger (smaller) operand takes the gradient; ties split it evenly (PyTorch).
+      // The larger (smaller) operand takes the gradient; ties split it evenly, and a nan
+      // (unordered) passes it to both, as PyTorch.
       Value a = c.x(0), bb = c.x(1);
-      OpKind wins = op == OpKind::Maximum ? OpKind::Gt : OpKind::Lt;
+      OpKind loses = op == OpKind::Maximum ? OpKind::Lt : OpKind::Gt;
       Value half = c.mul(c.g, c.c(0.5));
       Value tie = c.cmp(OpKind::Eq, a, bb);
-      Value ga = c.where(tie, half, c.where(c.cmp(wins, a, bb), c.g, c.c(0)));
-      Value gb = c.where(tie, half, c.where(c.cmp(wins, bb, a), c.g, c.c(0)));
+      Value ga = c.where(tie, half, c.where(c.cmp(loses, a, bb), c.c(0), c.g));
+      Value gb = c.where(tie, half, c.where(c.cmp(loses, bb, a), c.c(0), c.g));
       return {c.to_shape(0, ga), c.to_shape(1, gb)};
     }
     case OpKind::Where:
@@ -288,9 +289,10 @@ RuleKind rule_kind(OpKind op) {
 std::vector<Adjoint> vjp(ir::Builder& b, ir::NodeId id, std::span<const Adjoint> result_adjoints) {
   const ir::Node n = b.graph().node(id);  // copied: rules append nodes
   const RuleKind kind = rule_kind(n.op);
+  // Before the dtype test: a loop's first result may be an integer counter beside float ones.
+  if (kind == RuleKind::ControlFlow) return detail::control_flow_vjp(b, id, result_adjoints);
   if (kind == RuleKind::NotDifferentiable || !is_floating(n.type.dtype))
     return std::vector<Adjoint>(n.operands.size());
-  if (kind == RuleKind::ControlFlow) return detail::control_flow_vjp(b, id, result_adjoints);
   LOOM_ASSERT(result_adjoints.size() == 1 && result_adjoints[0]);
   Ctx c{b, n, *result_adjoints[0], id};
   std::vector<Adjoint> r;

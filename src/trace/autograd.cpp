@@ -2,15 +2,77 @@
 // functional gradients behind loom::grad and loom::value_and_grad. The VJP rules and the
 // sweep are the autodiff room's; this file decides what to differentiate and where the
 // gradients go. Backward nodes join the pending graph, so a training step is one graph.
+#include "loom/trace/autograd.h"
+
 #include <algorithm>
+#include <string_view>
 
 #include "loom/autodiff/autodiff.h"
-#include "loom/trace/autograd.h"
 #include "trace/context.h"
 
 namespace loom {
 
 namespace detail {
+
+// The call site of a while loop's body region (control_flow.cpp).
+std::string while_site(const ir::Graph* body);
+
+namespace {
+// Per thread: the tensors backward() ran from. A second backward() of one of them raises when
+// its graph holds a node that saved tensors, as torch without retain_graph. (Per tensor, not
+// per node: hash-consing merges the nodes of a forward recomputed before a sync with the old
+// ones, which torch would build afresh.)
+thread_local std::vector<std::weak_ptr<TensorImpl>> backward_roots;
+
+// Whether torch's node for this op keeps tensors for its backward (its second backward
+// raises): not for sums, layout changes, conversions or products with a constant.
+bool saves_tensors(const ir::Graph& g, const ir::Node& n) {
+  switch (n.op) {
+    case ir::OpKind::Add:
+    case ir::OpKind::Sub:
+    case ir::OpKind::Neg:
+    case ir::OpKind::Convert:
+    case ir::OpKind::ReduceSum:
+    case ir::OpKind::Reshape:
+    case ir::OpKind::Permute:
+    case ir::OpKind::Expand:
+    case ir::OpKind::Slice:
+    case ir::OpKind::Concat: return false;
+    case ir::OpKind::Mul:
+    case ir::OpKind::Div:  // mean's 1/n, gelu's 0.5: composites' constants
+      return g.node(n.operands[1].node).op != ir::OpKind::Constant &&
+             !(n.op == ir::OpKind::Mul && g.node(n.operands[0].node).op == ir::OpKind::Constant);
+    default: return true;
+  }
+}
+// The active nodes that a backward sweep from root visits (up to the wrt values): a while
+// loop on the way raises (no reverse rule: its trip count is known only at run time). Returns
+// the nodes that save tensors.
+std::vector<ir::NodeId> backward_path(const ir::Graph& graph, ir::Value root,
+                                      const std::vector<ir::Value>& wrt,
+                                      const std::vector<uint8_t>& act, const char* what) {
+  std::vector<uint8_t> seen(graph.size(), 0);
+  for (ir::Value w : wrt) seen[w.node] = 1;
+  std::vector<ir::NodeId> stack{root.node}, saving;
+  while (!stack.empty()) {
+    ir::NodeId id = stack.back();
+    stack.pop_back();
+    if (seen[id] || !act[id]) continue;
+    seen[id] = 1;
+    const ir::Node& n = graph.node(id);
+    if (n.op == ir::OpKind::Parameter) continue;
+    LOOM_CHECK_T(AutodiffError, n.op != ir::OpKind::While, "[", what,
+                 "] cannot differentiate through the ", while_site(n.regions[1].get()),
+                 ": a while loop has no reverse-mode gradient (its trip count is only known at "
+                 "run time; fori_loop with tensor bounds is a while loop). Use fori_loop with "
+                 "integer bounds or scan (both differentiable), or detach() what enters the loop");
+    if (saves_tensors(graph, n)) saving.push_back(id);
+    for (ir::Value v : n.operands) stack.push_back(v.node);
+  }
+  return saving;
+}
+
+}  // namespace
 
 uint8_t TraceContext::resolve(ir::NodeId id) {
   if (grad_state_.size() < graph_.size()) grad_state_.resize(graph_.size(), kUnknown);
@@ -107,7 +169,8 @@ std::vector<Tensor> TraceContext::gradients(const Tensor& out, const Tensor& see
   if (!seed.defined()) {
     LOOM_CHECK_T(AutodiffError, o.type.shape.numel() == 1, "[", what,
                  "] a gradient can be created implicitly only for a tensor with one element; "
-                 "got ", o.type, ": pass a gradient of that shape");
+                 "got ",
+                 o.type, ": pass a gradient of that shape");
     s = builder_.expand(builder_.constant(1, o.type.dtype), o.type.shape);
   } else {
     LOOM_CHECK_T(ShapeError, seed.shape() == o.type.shape, "[", what, "] gradient ",
@@ -121,18 +184,34 @@ std::vector<Tensor> TraceContext::gradients(const Tensor& out, const Tensor& see
   for (const Tensor& w : wrt) wrt_values.push_back(value_of(w));
   std::vector<uint8_t> act(graph_.size(), 0);
   for (ir::NodeId id = 0; id < graph_.size(); ++id) act[id] = resolve(id) == kActive;
+  std::vector<ir::NodeId> saving = backward_path(graph_, o.value, wrt_values, act, what);
+  const bool is_backward = std::string_view(what) == "backward";
+  bool again = false;
+  for (const std::weak_ptr<TensorImpl>& r : backward_roots) again = again || r.lock().get() == &o;
+  LOOM_CHECK_T(AutodiffError, !(is_backward && again && !saving.empty()),
+               "[backward] trying to backward through the graph a second time: backward() already "
+               "ran from this ",
+               o.type, " tensor, and its graph's ",
+               ir::op_name(graph_.node(saving.empty() ? 0 : saving[0]).op),
+               " node saved tensors for it (as torch without retain_graph); recompute the "
+               "forward for a second backward, or add the losses and call backward() once");
   bool prev = grad_enabled_;
   grad_enabled_ = false;
   std::vector<Tensor> grads;
   try {
     ir::Value roots[] = {o.value}, seeds[] = {s};
     const size_t before = graph_.size();
-    std::vector<autodiff::Adjoint> adj = autodiff::backward(builder_, roots, seeds, wrt_values, &act);
+    std::vector<autodiff::Adjoint> adj =
+        autodiff::backward(builder_, roots, seeds, wrt_values, &act);
     // Gradients carry no gradient themselves (no higher order): the nodes the sweep added are
     // inactive, so wrapping them needs no cut.
     grad_state_.resize(std::max(grad_state_.size(), graph_.size()), kUnknown);
     for (size_t id = before; id < graph_.size(); ++id) grad_state_[id] = kInactive;
     for (const autodiff::Adjoint& a : adj) grads.push_back(a ? wrap(*a) : Tensor());
+    if (is_backward && !again) {
+      std::erase_if(backward_roots, [](const auto& r) { return r.expired(); });
+      backward_roots.push_back(o.weak_from_this());
+    }
   } catch (...) {
     grad_enabled_ = prev;
     throw;

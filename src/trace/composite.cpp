@@ -27,10 +27,14 @@ using ir::OpKind;
 DType float_of(const Tensor& x) { return is_floating(x.dtype()) ? x.dtype() : DType::Float32; }
 }  // namespace
 
+// where(x <= 0, 0, x) rather than maximum(x, 0): the gradient at 0 is 0 and relu(nan) is nan
+// with gradient 1, as torch (maximum splits a tie's gradient evenly).
 Tensor relu(const Tensor& x) {
   LOOM_CHECK_T(DTypeError, x.dtype() != DType::Bool, "[relu] expected a numeric tensor, got ",
                type_of(x));
-  return cbin(OpKind::Maximum, x, 0);
+  detail::OpRecord rec;
+  ir::Value vx = rec.ctx.value_of(x), zero = rec.ctx.constant(0, x.dtype());
+  return rec.ctx.wrap(rec.b().where(rec.b().binary(OpKind::Le, vx, zero), zero, vx));
 }
 Tensor sigmoid(const Tensor& x) {
   DType dt = float_of(x);
@@ -43,16 +47,28 @@ Tensor gelu(const Tensor& x) {  // x/2 * (1 + erf(x/sqrt(2)))
   return cbin(OpKind::Mul, xf, 0.5) * cbin(OpKind::Add, erf(cbin(OpKind::Mul, xf, M_SQRT1_2)), 1);
 }
 
+// torch's clamp: min(max(x, lo), hi) (so hi wins when lo > hi, and nan stays nan), with
+// gradient 1 where lo <= x <= hi (bounds included) and 0 elsewhere, nan included. The value
+// outside [lo, hi] comes from branches that carry no gradient to x (x * 0 only passes nan on).
 Tensor clamp(const Tensor& x, std::optional<double> lo, std::optional<double> hi) {
   LOOM_CHECK_T(Error, lo || hi, "[clamp] expected at least one of min and max");
   // Integral bounds keep an integer tensor integral, as in torch.
   auto bound = [&](double v) {
-    return is_floating(x.dtype()) || v != std::floor(v) ? Scalar(v) : Scalar(static_cast<int64_t>(v));
+    return is_floating(x.dtype()) || v != std::floor(v) ? Scalar(v)
+                                                        : Scalar(static_cast<int64_t>(v));
   };
-  Tensor r = x;
-  if (lo) r = maximum(r, full({}, *lo, detail::result_type(x, bound(*lo))));
-  if (hi) r = minimum(r, full({}, *hi, detail::result_type(x, bound(*hi))));
-  return r;
+  DType dt = x.dtype();
+  if (lo) dt = promote_types(dt, detail::result_type(x, bound(*lo)));
+  if (hi) dt = promote_types(dt, detail::result_type(x, bound(*hi)));
+  Tensor xv = to(x, dt);
+  Tensor vlo = lo ? full({}, *lo, dt) : Tensor(), vhi = hi ? full({}, *hi, dt) : Tensor();
+  Tensor keep = lo ? xv >= vlo : xv <= vhi;
+  if (lo && hi) keep = where(keep, xv <= vhi, keep);  // keep && x <= hi
+  Tensor out = cbin(OpKind::Mul, xv, 0);
+  if (hi) out = where(xv > vhi, vhi, out);
+  if (lo) out = where(xv < vlo, vlo, out);
+  if (lo && hi) out = where(out > vhi, vhi, out);  // lo > hi: hi wins
+  return where(keep, xv, out);
 }
 
 Tensor mean(const Tensor& x) { return mean(x, {}, false); }
@@ -65,7 +81,16 @@ Tensor mean(const Tensor& x, std::vector<int64_t> dims, bool keepdim) {
   return cbin(OpKind::Div, sum(x, ds, keepdim), static_cast<double>(n));
 }
 
+namespace {
+void check_floating(const char* op, const Tensor& x) {
+  LOOM_CHECK_T(DTypeError, is_floating(x.dtype()), "[", op,
+               "] expected a floating-point tensor, got ", type_of(x),
+               " (torch refuses integer and bool inputs too); convert it with to() first");
+}
+}  // namespace
+
 Tensor softmax(const Tensor& x, int64_t dim) {
+  check_floating("softmax", x);
   int64_t d = normalize_axis("softmax", dim, x.dim());
   Tensor xf = to(x, float_of(x));
   if (x.dim() == 0) return exp(xf - xf);
@@ -74,6 +99,7 @@ Tensor softmax(const Tensor& x, int64_t dim) {
   return e / sum(e, {d}, true);
 }
 Tensor log_softmax(const Tensor& x, int64_t dim) {
+  check_floating("log_softmax", x);
   int64_t d = normalize_axis("log_softmax", dim, x.dim());
   Tensor xf = to(x, float_of(x));
   if (x.dim() == 0) return xf - xf;
@@ -89,8 +115,8 @@ Tensor layer_norm(const Tensor& x, std::vector<int64_t> normalized_shape, const 
   for (int64_t i = 0; ok && i < k; ++i) ok = x.shape()[x.dim() - k + i] == normalized_shape[i];
   LOOM_CHECK_T(ShapeError, ok, "[layer_norm] normalized_shape ", Shape(normalized_shape),
                " does not match the trailing dims of ", type_of(x));
-  LOOM_CHECK_T(DTypeError, is_floating(x.dtype()), "[layer_norm] expected a floating-point input, got ",
-               type_of(x));
+  LOOM_CHECK_T(DTypeError, is_floating(x.dtype()),
+               "[layer_norm] expected a floating-point input, got ", type_of(x));
   for (const Tensor* p : {&weight, &bias}) {
     LOOM_CHECK_T(ShapeError, !p->defined() || p->shape() == Shape(normalized_shape),
                  "[layer_norm] weight and bias must have shape ", Shape(normalized_shape), ", got ",
@@ -109,8 +135,8 @@ Tensor layer_norm(const Tensor& x, std::vector<int64_t> normalized_shape, const 
 Tensor embedding(const Tensor& indices, const Tensor& weight) {
   LOOM_CHECK_T(ShapeError, weight.dim() == 2, "[embedding] weight must be 2-d [num, dim], got ",
                type_of(weight));
-  LOOM_CHECK_T(DTypeError, is_integral(indices.dtype()), "[embedding] indices must be int32 or int64, got ",
-               type_of(indices));
+  LOOM_CHECK_T(DTypeError, is_integral(indices.dtype()),
+               "[embedding] indices must be int32 or int64, got ", type_of(indices));
   std::vector<int64_t> out = indices.shape().vec();
   out.push_back(weight.shape()[1]);
   return reshape(index_select(weight, 0, reshape(indices, {-1})), out);
@@ -118,32 +144,43 @@ Tensor embedding(const Tensor& indices, const Tensor& weight) {
 
 Tensor dropout(const Tensor& x, double p, bool training) {
   LOOM_CHECK_T(Error, p >= 0 && p <= 1, "[dropout] probability must be in [0, 1], got ", p);
-  LOOM_CHECK_T(DTypeError, is_floating(x.dtype()), "[dropout] expected a floating-point input, got ",
-               type_of(x));
+  LOOM_CHECK_T(DTypeError, is_floating(x.dtype()),
+               "[dropout] expected a floating-point input, got ", type_of(x));
   if (!training || p == 0) return x;
   if (p == 1) return cbin(OpKind::Mul, x, 0);
   Tensor keep = rand(x.shape(), x.dtype()) >= Scalar(p);
   return where(keep, x * Scalar(1.0 / (1.0 - p)), lit(0, x.dtype()));
 }
 
-Tensor cross_entropy(const Tensor& logits, const Tensor& target) {
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_index) {
   LOOM_CHECK_T(ShapeError, logits.dim() == 1 || logits.dim() == 2,
                "[cross_entropy] logits must be [C] or [N, C], got ", type_of(logits));
   int64_t cdim = logits.dim() - 1;
   Tensor logp = log_softmax(logits, cdim);
   if (is_floating(target.dtype())) {  // class probabilities
-    LOOM_CHECK_T(ShapeError, target.shape() == logits.shape(), "[cross_entropy] probability target ",
-                 type_of(target), " must match logits ", type_of(logits));
+    LOOM_CHECK_T(ShapeError, target.shape() == logits.shape(),
+                 "[cross_entropy] probability target ", type_of(target), " must match logits ",
+                 type_of(logits));
+    LOOM_CHECK_T(DTypeError, ignore_index == -100, "[cross_entropy] ignore_index (", ignore_index,
+                 ") is not supported for probability targets ", type_of(target));
     return -mean(sum(to(target, logp.dtype()) * logp, {cdim}));
   }
-  LOOM_CHECK_T(DTypeError, is_integral(target.dtype()), "[cross_entropy] target must hold class indices (int) or probabilities (float), got ",
-               type_of(target));
+  LOOM_CHECK_T(
+      DTypeError, is_integral(target.dtype()),
+      "[cross_entropy] target must hold class indices (int) or probabilities (float), got ",
+      type_of(target));
   bool ok = logits.dim() == 1 ? target.dim() == 0
                               : target.dim() == 1 && target.shape()[0] == logits.shape()[0];
   LOOM_CHECK_T(ShapeError, ok, "[cross_entropy] target ", type_of(target),
-               " does not match logits ", type_of(logits), "; expected [N] class indices for [N, C]");
-  Tensor picked = gather(logp, cdim, unsqueeze(target, -1));
-  return -mean(picked);
+               " does not match logits ", type_of(logits),
+               "; expected [N] class indices for [N, C]");
+  // The mean over the targets that are not ignore_index (torch: nan when all are); ignored
+  // rows read class 0 and are masked out, so their gradient is 0.
+  Tensor valid = target != Scalar(ignore_index);
+  Tensor safe = where(valid, target, lit(0, target.dtype()));
+  Tensor picked = gather(logp, cdim, unsqueeze(safe, -1));
+  Tensor kept = where(unsqueeze(valid, -1), picked, lit(0, logp.dtype()));
+  return -sum(kept) / to(sum(valid), logp.dtype());
 }
 
 Tensor mse_loss(const Tensor& input, const Tensor& target) {

@@ -9,8 +9,8 @@
 
 #include "loom/core/config.h"
 #include "loom/core/hash.h"
-#include "runtime/metrics_impl.h"
 #include "loom/runtime/engine.h"
+#include "runtime/metrics_impl.h"
 #include "trace/context.h"
 
 namespace loom::detail {
@@ -202,8 +202,7 @@ std::vector<Tensor> scan_flat(const Site& site, const ScanOptions& opts, const F
   }
   if (!xs.empty()) {
     LOOM_CHECK_T(ShapeError, opts.length < 0 || opts.length == xs[0].size(0), "[", site.api,
-                 "] length = ", opts.length, " but the xs leaves have leading dim ",
-                 xs[0].size(0));
+                 "] length = ", opts.length, " but the xs leaves have leading dim ", xs[0].size(0));
     length = xs[0].size(0);
   }
   LOOM_CHECK_T(ShapeError, length >= 0, "[", site.api,
@@ -238,6 +237,8 @@ std::vector<Tensor> scan_flat(const Site& site, const ScanOptions& opts, const F
 
 // ---- while_loop ------------------------------------------------------------------------
 
+void note_while_site(const std::shared_ptr<const ir::Graph>& body, const Site& site);
+
 std::vector<Tensor> while_flat(const Site& site, const FlatFn& cond, const FlatFn& body,
                                const std::vector<Tensor>& carried,
                                const std::vector<std::string>& paths) {
@@ -248,8 +249,8 @@ std::vector<Tensor> while_flat(const Site& site, const FlatFn& cond, const FlatF
   const Site cond_site{site.api, "cond", site.loc};
   Traced tc = trace(ScopeKind::Loop, cond_site, false, types, cond);
   const TensorType bool_scalar{DType::Bool, Shape{}};
-  LOOM_CHECK_T(DTypeError, tc.out_types.size() == 1 && tc.out_types[0] == bool_scalar,
-               "[", site.api, "] ", where_text(cond_site), " must return a bool scalar (bool[]), got ",
+  LOOM_CHECK_T(DTypeError, tc.out_types.size() == 1 && tc.out_types[0] == bool_scalar, "[",
+               site.api, "] ", where_text(cond_site), " must return a bool scalar (bool[]), got ",
                tc.out_types.empty() ? std::string("nothing") : tc.out_types[0].str(),
                " (compare with <, >, ==, ... and reduce to one element)");
   Traced tb = trace(ScopeKind::Loop, site, false, types, body);
@@ -301,7 +302,31 @@ std::vector<Tensor> while_flat(const Site& site, const FlatFn& cond, const FlatF
   a.ints = {n + (counter ? 1 : 0)};
   std::vector<ir::Value> r =
       ctx.builder().make_region(ir::OpKind::While, operands, a, {cond_region, body_region});
+  note_while_site(body_region, site);
   return wrap_all(ctx, r, carried.size());
+}
+
+namespace {
+struct WhileSite {
+  std::weak_ptr<const ir::Graph> body;
+  std::string where;
+};
+// Per thread (the pending graph is): the call site of each while loop's body region, for the
+// gradient error. Regions are immutable and outlive compaction, so they key it.
+thread_local std::unordered_map<const ir::Graph*, WhileSite> while_sites;
+}  // namespace
+
+void note_while_site(const std::shared_ptr<const ir::Graph>& body, const Site& site) {
+  if (while_sites.size() > 1024)
+    std::erase_if(while_sites, [](const auto& e) { return e.second.body.expired(); });
+  while_sites[body.get()] = {body, str_cat(site.api, " called at ", file_line(site.loc), " (in ",
+                                           site.loc.function_name(), ")")};
+}
+
+std::string while_site(const ir::Graph* body) {
+  auto it = while_sites.find(body);
+  return it == while_sites.end() || it->second.body.expired() ? std::string("a while_loop")
+                                                              : it->second.where;
 }
 
 // ---- fori_loop -------------------------------------------------------------------------
@@ -313,9 +338,9 @@ bool fori_static(const LoopBound& lower, const LoopBound& upper) {
                  " bound must be an integer, got the floating-point number ", b->fvalue);
     if (b->tensor.defined()) {
       TensorType t{b->tensor.dtype(), b->tensor.shape()};
-      LOOM_CHECK_T(DTypeError, t.shape.empty() && (t.dtype == DType::Int32 || t.dtype == DType::Int64),
-                   "[fori_loop] the ", name, " bound must be an integer scalar (i32[] or i64[]), got ",
-                   t);
+      LOOM_CHECK_T(
+          DTypeError, t.shape.empty() && (t.dtype == DType::Int32 || t.dtype == DType::Int64),
+          "[fori_loop] the ", name, " bound must be an integer scalar (i32[] or i64[]), got ", t);
     }
   }
   return !lower.tensor.defined() && !upper.tensor.defined();
@@ -424,8 +449,10 @@ std::vector<std::string> signature_leaf_paths(const CallSignature& sig) {
   if (i == std::string_view::npos) return {};
   ++i;
   for (size_t arg = 0; i < s.size(); ++arg) {
-    if (s[i] == 's') ++i;
-    else if (!parse_structure(s, &i, str_cat("args[", arg, "]"), &paths)) return {};
+    if (s[i] == 's')
+      ++i;
+    else if (!parse_structure(s, &i, str_cat("args[", arg, "]"), &paths))
+      return {};
     if (i >= s.size() || s[i] != ';') return {};
     ++i;
   }
@@ -489,10 +516,9 @@ void note_call_miss(const std::string& where, const std::vector<const CallSignat
   if (diffs.empty()) return;
   std::string msg = where + " re-traced: ";
   for (size_t k = 0; k < diffs.size() && k < 4; ++k) msg += (k ? "; " : "") + diffs[k];
-  runtime::note_recompile_cause(static_diff ? RecompileReason::Kind::StaticArgument
-                                            : RecompileReason::Kind::InputType,
-                                std::move(msg), std::move(before), std::move(after),
-                                std::move(path));
+  runtime::note_recompile_cause(
+      static_diff ? RecompileReason::Kind::StaticArgument : RecompileReason::Kind::InputType,
+      std::move(msg), std::move(before), std::move(after), std::move(path));
 }
 
 namespace {
@@ -557,7 +583,8 @@ std::vector<Tensor> pure_call(PureCache& cache, CallKey key, const FlatFn& fn,
   if (body) {
     counters().pure_hits++;
     if (cache.opts.check_purity || config().check_purity) {
-      std::shared_ptr<const Body> fresh = pure_body(trace(ScopeKind::Pure, site, false, sig.types, fn));
+      std::shared_ptr<const Body> fresh =
+          pure_body(trace(ScopeKind::Pure, site, false, sig.types, fn));
       check_pure(site, *body, *fresh);
     }
   } else {

@@ -1,6 +1,7 @@
 // Layout, indexing and matrix-product ops of the public API (torch semantics on top of the
 // IR's reshape, permute, expand, slice, concat, gather, index_select and matmul).
 #include <algorithm>
+#include <optional>
 
 #include "loom/trace/ops.h"
 #include "trace/ops_impl.h"
@@ -42,10 +43,88 @@ Tensor reshape(const Tensor& x, std::vector<int64_t> shape) {
   OpRecord rec;
   return rec.ctx.wrap(rec.b().reshape(rec.ctx.value_of(x), s));
 }
+namespace {
+
+// torch's computeStride: the strides of a view of (shape, strides) as `to`, if one exists.
+std::optional<std::vector<int64_t>> view_strides(const Shape& shape,
+                                                 const std::vector<int64_t>& strides,
+                                                 const Shape& to) {
+  if (shape.empty() || shape.numel() == 0) return contiguous_strides(to);
+  std::vector<int64_t> out(to.size());
+  int64_t view_d = static_cast<int64_t>(to.size()) - 1;
+  int64_t chunk = strides.back(), tensor_numel = 1, view_numel = 1;
+  for (int64_t d = static_cast<int64_t>(shape.size()) - 1; d >= 0; --d) {
+    tensor_numel *= shape[d];
+    if (d == 0 || (shape[d - 1] != 1 && strides[d - 1] != tensor_numel * chunk)) {
+      while (view_d >= 0 && (view_numel < tensor_numel || to[view_d] == 1)) {
+        out[view_d] = view_numel * chunk;
+        view_numel *= to[view_d];
+        --view_d;
+      }
+      if (view_numel != tensor_numel) return std::nullopt;
+      if (d > 0) {
+        chunk = strides[d - 1];
+        tensor_numel = view_numel = 1;
+      }
+    }
+  }
+  if (view_d != -1) return std::nullopt;
+  return out;
+}
+
+// The strides torch would give this value: layout ops that are views in torch (permute,
+// expand, slice, a reshape that is a view) keep their operand's memory; any other op, and
+// data, is contiguous. (torch's elementwise ops follow a permuted input's layout; loom's
+// results are contiguous: see docs/pytorch_differences.md.)
+std::vector<int64_t> torch_strides(const ir::Graph& g, ir::Value v, int depth = 0) {
+  const ir::Node& n = g.node(v.node);
+  const Shape& shape = g.type(v).shape;
+  if (depth > 64) return contiguous_strides(shape);
+  switch (n.op) {
+    case ir::OpKind::Permute: {
+      std::vector<int64_t> in = torch_strides(g, n.operands[0], depth + 1), out;
+      for (int64_t p : n.attrs.ints) out.push_back(in[static_cast<size_t>(p)]);
+      return out;
+    }
+    case ir::OpKind::Expand: {
+      const Shape& is = g.type(n.operands[0]).shape;
+      // A broadcast 0-d value is how full/zeros/ones are built: a fresh tensor in torch.
+      if (is.empty()) return contiguous_strides(shape);
+      std::vector<int64_t> in = torch_strides(g, n.operands[0], depth + 1);
+      std::vector<int64_t> out(shape.size(), 0);
+      const size_t lead = shape.size() - is.size();
+      for (size_t i = 0; i < is.size(); ++i) out[lead + i] = is[i] == shape[lead + i] ? in[i] : 0;
+      return out;
+    }
+    case ir::OpKind::Slice: {
+      std::vector<int64_t> out = torch_strides(g, n.operands[0], depth + 1);
+      out[static_cast<size_t>(n.attrs.i)] *= n.attrs.ints[2];
+      return out;
+    }
+    case ir::OpKind::Reshape: {
+      const Shape& is = g.type(n.operands[0]).shape;
+      auto st = view_strides(is, torch_strides(g, n.operands[0], depth + 1), shape);
+      return st ? *st : contiguous_strides(shape);  // torch's reshape copies here
+    }
+    default: return contiguous_strides(shape);
+  }
+}
+
+}  // namespace
+
+// torch's view: refused where the tensor's layout (as torch would hold it: a transpose, an
+// expand, a strided slice) cannot be viewed with the new shape; reshape copies instead.
 Tensor view(const Tensor& x, std::vector<int64_t> shape) {
   Shape s = infer_reshape("view", x, shape);
   OpRecord rec;
-  return rec.ctx.wrap(rec.b().reshape(rec.ctx.value_of(x), s));
+  ir::Value v = rec.ctx.value_of(x);
+  const ir::Graph& g = rec.b().graph();
+  std::vector<int64_t> st = torch_strides(g, v);
+  LOOM_CHECK_T(ShapeError, view_strides(x.shape(), st, s).has_value(), "[view] cannot view ",
+               type_of(x), " as ", s, ": its layout (strides ", Shape(st),
+               ", from a transpose, permute, expand or strided slice) does not allow it without a "
+               "copy, as in torch; use reshape() instead");
+  return rec.ctx.wrap(rec.b().reshape(v, s));
 }
 
 Tensor permute(const Tensor& x, std::vector<int64_t> dims) {
@@ -57,7 +136,8 @@ Tensor permute(const Tensor& x, std::vector<int64_t> dims) {
   LOOM_CHECK_T(ShapeError, std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end(),
                "[permute] dims ", Shape(dims), " repeat a dim of ", type_of(x));
   bool identity = true;
-  for (size_t i = 0; i < dims.size(); ++i) identity = identity && dims[i] == static_cast<int64_t>(i);
+  for (size_t i = 0; i < dims.size(); ++i)
+    identity = identity && dims[i] == static_cast<int64_t>(i);
   OpRecord rec;
   ir::Value v = rec.ctx.value_of(x);
   return rec.ctx.wrap(identity ? v : rec.b().permute(v, std::move(dims)));
@@ -149,8 +229,9 @@ Tensor stack(const std::vector<Tensor>& xs, int64_t dim) {
   int64_t d = normalize_axis("stack", dim, xs[0].dim() + 1);
   std::vector<Tensor> us;
   for (const Tensor& t : xs) {
-    LOOM_CHECK_T(ShapeError, t.shape() == xs[0].shape(), "[stack] expected tensors of one shape, got ",
-                 type_of(t), " beside ", type_of(xs[0]));
+    LOOM_CHECK_T(ShapeError, t.shape() == xs[0].shape(),
+                 "[stack] expected tensors of one shape, got ", type_of(t), " beside ",
+                 type_of(xs[0]));
     us.push_back(unsqueeze(t, d));
   }
   return cat(us, d);
@@ -206,7 +287,10 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
 Tensor matmul(const Tensor& a, const Tensor& b) {
   LOOM_CHECK_T(ShapeError, a.dim() >= 1 && b.dim() >= 1,
                "[matmul] both operands need at least 1 dim, got ", type_of(a), " and ", type_of(b));
-  DType dt = detail::result_type(a, b);
+  LOOM_CHECK_T(DTypeError, a.dtype() == b.dtype(), "[matmul] expected operands of one dtype, got ",
+               type_of(a), " and ", type_of(b),
+               " (torch does not promote in matmul); convert one with to() first");
+  DType dt = a.dtype();
   OpRecord rec;
   ir::Value va = rec.b().convert(rec.ctx.value_of(a), dt);
   ir::Value vb = rec.b().convert(rec.ctx.value_of(b), dt);

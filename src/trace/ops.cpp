@@ -1,8 +1,9 @@
 // Primitive ops of the public API: type promotion, then one builder call each.
+#include "loom/trace/ops.h"
+
 #include <algorithm>
 #include <cmath>
 
-#include "loom/trace/ops.h"
 #include "trace/ops_impl.h"
 
 namespace loom {
@@ -22,8 +23,7 @@ DType result_type(const Tensor& a, const Tensor& b) {
   const Tensor& dimmed = da ? a : b;
   const Tensor& zero_dim = da ? b : a;
   // A 0-d tensor only matters when it is of a higher category (bool < int < float).
-  return category(zero_dim.dtype()) > category(dimmed.dtype()) ? zero_dim.dtype()
-                                                                : dimmed.dtype();
+  return category(zero_dim.dtype()) > category(dimmed.dtype()) ? zero_dim.dtype() : dimmed.dtype();
 }
 
 DType result_type(const Tensor& a, const Scalar& s) {
@@ -51,10 +51,44 @@ std::vector<int64_t> reduce_dims(const char* op, const Tensor& x, std::vector<in
 
 namespace {
 
+// torch's bool arithmetic: bool + bool is logical or, bool * bool logical and (the result stays
+// bool); subtraction with a bool operand and bool ** bool are refused.
+OpKind bool_op(OpKind op, DType dt, const std::string& operands) {
+  LOOM_CHECK_T(DTypeError, op != OpKind::Sub, "[sub] subtraction with a bool ",
+               "operand is not supported (as in torch), got ", operands,
+               "; use logical_not() to invert a mask, or != for exclusive or");
+  if (dt != DType::Bool) return op;
+  switch (op) {
+    case OpKind::Add: return OpKind::Or;
+    case OpKind::Mul: return OpKind::And;
+    default: break;
+  }
+  LOOM_CHECK_T(DTypeError, op != OpKind::Pow, "[pow] expected numeric operands, got ", operands,
+               " (torch refuses bool ** bool too); convert with to() first");
+  return op;
+}
+
+// torch refuses an integer tensor raised to a negative integer host number.
+void check_int_pow(OpKind op, DType dt, const Tensor& a, const Scalar& s) {
+  LOOM_CHECK_T(DTypeError,
+               !(op == OpKind::Pow && !is_floating(dt) && s.is_int && !s.is_bool && s.ivalue < 0),
+               "[pow] integer tensor ", TensorType{a.dtype(), a.shape()},
+               " to the negative integer power ", s.ivalue,
+               ": integers to negative integer powers are not allowed (as in torch); use a "
+               "floating-point exponent or convert the tensor with to() first");
+}
+
+std::string types_text(const Tensor& a, const Tensor& b) {
+  return detail::str_cat(TensorType{a.dtype(), a.shape()}, " and ",
+                         TensorType{b.dtype(), b.shape()});
+}
+
 Tensor binary(OpKind op, const Tensor& a, const Tensor& b, bool true_div = false) {
   OpRecord rec;
   DType dt = detail::result_type(a, b);
   if (true_div && !is_floating(dt)) dt = DType::Float32;
+  const bool has_bool = a.dtype() == DType::Bool || b.dtype() == DType::Bool;
+  if (has_bool) op = bool_op(op, dt, types_text(a, b));
   ir::Value va = rec.b().convert(rec.ctx.value_of(a), dt);
   ir::Value vb = rec.b().convert(rec.ctx.value_of(b), dt);
   return rec.ctx.wrap(rec.b().binary(op, va, vb));
@@ -65,6 +99,13 @@ Tensor binary(OpKind op, const Tensor& a, const Scalar& s, bool scalar_first,
   OpRecord rec;
   DType dt = detail::result_type(a, s);
   if (true_div && !is_floating(dt)) dt = DType::Float32;
+  if (a.dtype() == DType::Bool || s.is_bool) {
+    std::string operands = detail::str_cat(
+        TensorType{a.dtype(), a.shape()}, " and the host ", s.is_bool ? "bool " : "number ",
+        s.is_bool ? (s.ivalue ? "true" : "false") : detail::str_cat(s.value));
+    op = bool_op(op, dt, operands);
+  }
+  if (!scalar_first) check_int_pow(op, dt, a, s);
   ir::Value va = rec.b().convert(rec.ctx.value_of(a), dt);
   ir::Value vs = rec.ctx.scalar(s, dt);
   return rec.ctx.wrap(scalar_first ? rec.b().binary(op, vs, va) : rec.b().binary(op, va, vs));
@@ -90,7 +131,12 @@ Tensor pow(const Tensor& a, Scalar b) { return binary(OpKind::Pow, a, b, false);
 Tensor maximum(const Tensor& a, const Tensor& b) { return binary(OpKind::Maximum, a, b); }
 Tensor minimum(const Tensor& a, const Tensor& b) { return binary(OpKind::Minimum, a, b); }
 
-Tensor neg(const Tensor& x) { return unary(OpKind::Neg, x); }
+Tensor neg(const Tensor& x) {
+  LOOM_CHECK_T(DTypeError, x.dtype() != DType::Bool, "[neg] negation of a bool tensor ",
+               TensorType{x.dtype(), x.shape()},
+               " is not supported (as in torch); use logical_not() to invert a mask");
+  return unary(OpKind::Neg, x);
+}
 Tensor abs(const Tensor& x) { return unary(OpKind::Abs, x); }
 Tensor exp(const Tensor& x) { return unary(OpKind::Exp, x); }
 Tensor log(const Tensor& x) { return unary(OpKind::Log, x); }

@@ -237,6 +237,8 @@ Tensor arange(double start, double end, DType dtype) {
   LOOM_CHECK_T(DTypeError, dtype != DType::Bool, "[arange] expected a numeric dtype, got bool");
   LOOM_CHECK_T(ShapeError, std::isfinite(start) && std::isfinite(end),
                "[arange] expected finite bounds, got [", start, ", ", end, ")");
+  LOOM_CHECK_T(ShapeError, end >= start, "[arange] end ", end, " is below start ", start,
+               " with step 1: the bounds are inconsistent with the step's sign (as torch)");
   int64_t n = std::max<int64_t>(0, static_cast<int64_t>(std::ceil(end - start)));
   detail::OpRecord rec;
   ir::Builder& b = rec.ctx.builder();

@@ -111,7 +111,7 @@ TEST_F(CpuDiffElementwise, BinaryArithmeticInEveryNumericDType) {
         o.trans("pow 2", pow(a, 2));
         o.trans("pow 3", pow(a, 3));
         o.trans("pow 0.5", pow(a, 0.5));
-        o.trans("pow -1", pow(a, -1));
+        if (is_floating(dt)) o.trans("pow -1", pow(a, -1));  // ints refused, as torch
       });
     }
   }

@@ -105,7 +105,9 @@ bool ProgramGenerator::unary() {
       Val xc;
       if (!converted(x, out, &xc)) return false;
       Scalar sc = as_int ? Scalar(static_cast<int64_t>(c)) : Scalar(c);
-      r.t = form == 0 ? x.t * sc : form == 1 ? x.t + sc : form == 2 ? sc - x.t : x.t / sc;
+      // c - x with a bool x converts x first (torch refuses subtraction with a bool operand)
+      const Tensor xs = form == 2 && dt == DType::Bool ? to(x.t, rt) : x.t;
+      r.t = form == 0 ? x.t * sc : form == 1 ? x.t + sc : form == 2 ? sc - xs : x.t / sc;
       const double ac = std::fabs(c);
       const double mag = form == 0 ? xc.mag * ac : form == 3 ? xc.mag / ac : xc.mag + ac;
       if (!is_floating(out)) return emit({r.t, std::min(mag, int_max(out)), {}, true}, "scalar");
@@ -154,7 +156,8 @@ bool ProgramGenerator::binary() {
   switch (k) {
     case 0:
     case 1:
-      r.t = k == 0 ? a.t + b.t : a.t - b.t;
+      // torch refuses subtraction with a bool operand: such a pair is converted first
+      r.t = k == 0 ? a.t + b.t : to(a.t, dt) - to(b.t, dt);
       r.mag = std::min(ca.mag + cb.mag, integral ? int_max(dt) : kInf);
       if (bounds_ && !integral) r.err = plus(plus(ca.err, cb.err), rounding(r.t, u, dt));
       return emit(r, k == 0 ? "add" : "sub");
@@ -284,7 +287,7 @@ bool ProgramGenerator::reduction() {
   Val xf;
   if (ext == 0 || !converted(x, float_of(dt), &xf)) return false;
   const DType ft = float_of(dt);
-  r.t = softmax(x.t, d);
+  r.t = softmax(to(x.t, ft), d);  // softmax takes floats only (as torch)
   r.mag = 1;
   if (bounds_) {
     Tensor rel = max(absf(x.t), {d}, true) * (4 * unit(ft)) +
@@ -365,8 +368,18 @@ bool ProgramGenerator::layout() {
         if (!out.empty() && chance(0.3)) out[below(out.size())] = -1;
       }
       const bool as_view = chance(0.5);
-      return apply([&](const Tensor& t) { return as_view ? view(t, out) : reshape(t, out); },
-                   "reshape");
+      // view where torch could view the layout (a transposed operand may not be), else reshape
+      return apply(
+          [&](const Tensor& t) {
+            if (as_view) {
+              try {
+                return view(t, out);
+              } catch (const loom::ShapeError&) {
+              }
+            }
+            return reshape(t, out);
+          },
+          "reshape");
     }
     case 6: {
       if (rank >= 4) return false;
@@ -483,7 +496,7 @@ bool ProgramGenerator::matmul_op() {
   if (dt == DType::Bool || !converted(lhs, dt, &ca) || !converted(rhs, dt, &cb)) return false;
   const double mag = static_cast<double>(k_len) * ca.mag * cb.mag;
   if (is_floating(dt) && mag > limit(dt)) return false;
-  Tensor t = matmul(lhs.t, rhs.t);
+  Tensor t = matmul(to(lhs.t, dt), to(rhs.t, dt));  // matmul does not promote (as torch)
   if (t.numel() > kMaxNumel) return false;
   if (!is_floating(dt)) return emit({t, std::min(mag, int_max(dt)), {}, true}, "matmul");
   Val r{t, mag, {}, false, false};

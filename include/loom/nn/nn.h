@@ -156,8 +156,9 @@ Tensor functional_call(Module& module, const ParamMap& params, const ParamMap& b
                        const Tensor& x);
 
 // Losses (as loom::cross_entropy and loom::mse_loss: means).
-inline Tensor cross_entropy(const Tensor& logits, const Tensor& target) {
-  return loom::cross_entropy(logits, target);
+inline Tensor cross_entropy(const Tensor& logits, const Tensor& target,
+                            int64_t ignore_index = -100) {
+  return loom::cross_entropy(logits, target, ignore_index);
 }
 inline Tensor mse_loss(const Tensor& input, const Tensor& target) {
   return loom::mse_loss(input, target);

@@ -14,11 +14,11 @@ namespace loom {
 // A host number in an op: C++ integers stay integers, floating values are "weak" floats.
 // Its value becomes a graph input, not a constant, so it may change every step.
 struct Scalar {
-  Scalar(double v) : value(v), is_int(false) {}  // NOLINT
-  Scalar(float v) : value(v), is_int(false) {}   // NOLINT
-  Scalar(int v) : value(v), ivalue(v), is_int(true) {}  // NOLINT
+  Scalar(double v) : value(v), is_int(false) {}                                  // NOLINT
+  Scalar(float v) : value(v), is_int(false) {}                                   // NOLINT
+  Scalar(int v) : value(v), ivalue(v), is_int(true) {}                           // NOLINT
   Scalar(int64_t v) : value(static_cast<double>(v)), ivalue(v), is_int(true) {}  // NOLINT
-  Scalar(bool v) : value(v), ivalue(v), is_int(true), is_bool(true) {}  // NOLINT
+  Scalar(bool v) : value(v), ivalue(v), is_int(true), is_bool(true) {}           // NOLINT
   double value;
   int64_t ivalue = 0;
   bool is_int;
@@ -114,11 +114,13 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);
 
 // neural-network functions
-Tensor layer_norm(const Tensor& x, std::vector<int64_t> normalized_shape,
-                  const Tensor& weight = {}, const Tensor& bias = {}, double eps = 1e-5);
+Tensor layer_norm(const Tensor& x, std::vector<int64_t> normalized_shape, const Tensor& weight = {},
+                  const Tensor& bias = {}, double eps = 1e-5);
 Tensor embedding(const Tensor& indices, const Tensor& weight);
 Tensor dropout(const Tensor& x, double p, bool training = true);
-Tensor cross_entropy(const Tensor& logits, const Tensor& target);  // mean over the batch
-Tensor mse_loss(const Tensor& input, const Tensor& target);        // mean
+// Mean over the batch of the targets that are not ignore_index (torch's default -100; nan when
+// every target is ignored, as torch); ignored rows get gradient 0.
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_index = -100);
+Tensor mse_loss(const Tensor& input, const Tensor& target);  // mean
 
 }  // namespace loom
