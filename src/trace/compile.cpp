@@ -175,6 +175,8 @@ std::vector<Tensor> run_step(StepCache& c, CallKey key, const FlatFn& fn,
                "' cannot run while a loop body or assume_pure function is being traced");
   LOOM_CHECK_T(TraceError, ctx.step() == nullptr, "[compile] step '", c.name,
                "' was called inside another compiled step");
+  for (const Tensor& t : leaves)  // a replay reads their buffers
+    if (t.defined()) ctx.check_owner(*t.impl(), "compile");
   {
     GraphName before(c.before_name);
     ctx.sync_all();  // the cut before
