@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <spawn.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
@@ -147,6 +148,40 @@ TEST_F(Threads, ColdConcurrentCompilesMatchRef) {
       expect_close(got_shared[t], want_shared[r], what + " (shared program)");
     }
   }
+}
+
+// The same with the persistent cache on, in a fresh directory: threads store entries at
+// once, the same key among them (the shared program).
+TEST_F(Threads, ColdConcurrentCompilesWithPersistentCache) {
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("loom-threads-" + std::to_string(::getpid())))
+          .string();
+  std::filesystem::remove_all(dir);
+  constexpr int kBase = 1000, kDiskRounds = 10;  // extents no other test uses
+  runtime::set_backend("ref");
+  std::vector<std::vector<float>> want_own(kDiskRounds * kThreads), want_shared(kDiskRounds);
+  for (int r = 0; r < kDiskRounds; ++r) {
+    want_shared[r] = program(kBase + r, 0, true);
+    for (int t = 0; t < kThreads; ++t) want_own[r * kThreads + t] = program(kBase + r, t, false);
+  }
+  runtime::set_backend("cpu");
+  backend::DiskCache::instance().set_dir(dir);
+  const int64_t writes_before = backend::DiskCache::instance().stats().writes;
+  for (int r = 0; r < kDiskRounds; ++r) {
+    std::vector<std::vector<float>> got_own(kThreads), got_shared(kThreads);
+    on_threads(kThreads, [&](int t) {
+      got_shared[t] = program(kBase + r, t, true);
+      got_own[t] = program(kBase + r, t, false);
+    });
+    for (int t = 0; t < kThreads; ++t) {
+      std::string what = "round " + std::to_string(r) + " thread " + std::to_string(t);
+      expect_close(got_own[t], want_own[r * kThreads + t], what + " (own program)");
+      expect_close(got_shared[t], want_shared[r], what + " (shared program)");
+    }
+  }
+  EXPECT_GT(backend::DiskCache::instance().stats().writes, writes_before);
+  backend::DiskCache::instance().set_dir("");
+  std::filesystem::remove_all(dir);
 }
 
 TEST_F(Threads, SharedAssumePureWrapperWorksCold) {
