@@ -1,13 +1,20 @@
 #!/usr/bin/env bash
 # Configures and builds loom into BUILD_DIR (default: build). Extra arguments go to cmake.
 #   LOOM_SANITIZE=1 builds with -fsanitize=address,undefined (Debug, into build-asan).
+#   LOOM_SANITIZE=thread builds loom_tests with -fsanitize=thread (RelWithDebInfo, into
+#   build-tsan; no bench or examples: TSan is for the threads suite, see scripts/test.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if [ "${LOOM_SANITIZE:-0}" = 1 ]; then
-  BUILD_DIR=${BUILD_DIR:-build-asan}
-  set -- -DLOOM_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug "$@"
-else
-  BUILD_DIR=${BUILD_DIR:-build}
-fi
+targets=()
+case "${LOOM_SANITIZE:-0}" in
+  0) BUILD_DIR=${BUILD_DIR:-build} ;;
+  1) BUILD_DIR=${BUILD_DIR:-build-asan}
+     set -- -DLOOM_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug "$@" ;;
+  thread) BUILD_DIR=${BUILD_DIR:-build-tsan}
+     set -- -DLOOM_SANITIZE=thread -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOOM_BUILD_BENCH=OFF \
+       -DLOOM_BUILD_EXAMPLES=OFF "$@"
+     targets=(--target loom_tests) ;;
+  *) echo "build.sh: LOOM_SANITIZE must be 0, 1 or thread, got '${LOOM_SANITIZE}'" >&2; exit 2 ;;
+esac
 cmake -S . -B "$BUILD_DIR" -G Ninja "$@" >/dev/null
-cmake --build "$BUILD_DIR" -j "${JOBS:-$(nproc)}"
+cmake --build "$BUILD_DIR" -j "${JOBS:-$(nproc)}" "${targets[@]}"

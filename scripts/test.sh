@@ -1,11 +1,20 @@
 #!/usr/bin/env bash
 # Installs dependencies, builds, and runs every test through CTest.
-#   LOOM_SANITIZE=1 scripts/test.sh   runs the suite under -fsanitize=address,undefined.
+#   LOOM_SANITIZE=1 scripts/test.sh        runs the suite under -fsanitize=address,undefined.
+#   LOOM_SANITIZE=thread scripts/test.sh   runs the Threads suites under -fsanitize=thread
+#                                          (LLVM's and OpenBLAS's own races, if any, are in
+#                                          scripts/tsan.supp, each with its reason).
+#   LOOM_TESTS=REGEX                       runs only the CTest tests matching REGEX.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 scripts/build.sh
-if [ "${LOOM_SANITIZE:-0}" = 1 ]; then BUILD_DIR=${BUILD_DIR:-build-asan}; else BUILD_DIR=${BUILD_DIR:-build}; fi
+case "${LOOM_SANITIZE:-0}" in
+  1) BUILD_DIR=${BUILD_DIR:-build-asan} ;;
+  thread) BUILD_DIR=${BUILD_DIR:-build-tsan}; LOOM_TESTS=${LOOM_TESTS:-^Threads} ;;
+  *) BUILD_DIR=${BUILD_DIR:-build} ;;
+esac
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
-ctest --test-dir "$BUILD_DIR" --output-on-failure -j "${JOBS:-$(nproc)}"
+export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/scripts/tsan.supp}
+ctest --test-dir "$BUILD_DIR" --output-on-failure -j "${JOBS:-$(nproc)}" ${LOOM_TESTS:+-R "$LOOM_TESTS"}

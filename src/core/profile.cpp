@@ -44,9 +44,11 @@ struct Registry {
   const std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
 };
 
+// Never destroyed: threads still running at exit (the CPU backend's pool workers, a user's
+// detached threads) may register or record after static destruction began.
 Registry& registry() {
-  static Registry r;
-  return r;
+  static Registry* r = new Registry;
+  return *r;
 }
 
 ThreadEvents& this_thread_events() {

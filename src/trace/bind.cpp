@@ -12,7 +12,7 @@ struct TensorBinding::Saved {
   ir::Value value, data_value;
   uint64_t data_epoch = 0;
   bool requires_grad = false, linked = false;
-  uint32_t scope = 0;
+  uint32_t scope = 0, owner = 0;
   // A pending value of the pending graph is held by a linked stand-in meanwhile, so that a
   // compaction during the binding renumbers it too.
   std::shared_ptr<TensorImpl> shadow;
@@ -48,6 +48,7 @@ TensorBinding::TensorBinding(const std::vector<Tensor>& targets,
     s->requires_grad = t.requires_grad;
     s->linked = t.linked;
     s->scope = t.scope;
+    s->owner = t.owner.load(std::memory_order_relaxed);
     if (t.pending() && t.scope == 0) {
       s->shadow = new_tensor_impl();
       s->shadow->type = t.type;
@@ -60,6 +61,7 @@ TensorBinding::TensorBinding(const std::vector<Tensor>& targets,
     t.data_epoch = 0;
     t.requires_grad = false;
     t.scope = scope;
+    t.owner.store(ctx.id(), std::memory_order_relaxed);
     if (scope == 0 && !t.linked) ctx.link_pending(&t);  // compaction keeps its value current
   }
 }
@@ -77,6 +79,7 @@ TensorBinding::~TensorBinding() {
     t.data_epoch = s.data_epoch;
     t.requires_grad = s.requires_grad;
     t.scope = s.scope;
+    t.owner.store(s.owner, std::memory_order_relaxed);
   }
 }
 

@@ -58,7 +58,8 @@ class StepCache {
   std::mutex mu;
   std::vector<Hash128> fingerprints;
   std::vector<std::shared_ptr<const ir::Graph>> graphs;
-  std::vector<Entry> entries;
+  // Shared: a replay holds its entry while another thread's record may grow the list.
+  std::vector<std::shared_ptr<const Entry>> entries;
   std::vector<CallSignature> seen;  // without trace_once: the signatures traced so far
 };
 
@@ -74,13 +75,14 @@ std::shared_ptr<StepCache> make_step_cache(CompileOptions opts, std::source_loca
 
 namespace {
 
-StepCache::Entry* find_entry(StepCache& c, const CallSignature& sig) {
-  for (StepCache::Entry& e : c.entries)
-    if (e.sig == sig) return &e;
+std::shared_ptr<const StepCache::Entry> find_entry(StepCache& c, const CallSignature& sig) {
+  for (const auto& e : c.entries)
+    if (e->sig == sig) return e;
   return nullptr;
 }
 
-std::vector<Tensor> replay(TraceContext& ctx, StepCache::Entry& e, const std::vector<Tensor>& leaves) {
+std::vector<Tensor> replay(TraceContext& ctx, const StepCache::Entry& e,
+                           const std::vector<Tensor>& leaves) {
   std::vector<Buffer> inputs;
   std::vector<uint8_t> donated;
   inputs.reserve(e.inputs.size());
@@ -162,7 +164,7 @@ void record(TraceContext& ctx, StepCache& c, CallSignature sig, const std::vecto
   e.sig = std::move(sig);
   e.like = std::move(like);
   std::lock_guard<std::mutex> lock(c.mu);
-  c.entries.push_back(std::move(e));
+  c.entries.push_back(std::make_shared<const StepCache::Entry>(std::move(e)));
 }
 
 }  // namespace
@@ -175,6 +177,8 @@ std::vector<Tensor> run_step(StepCache& c, CallKey key, const FlatFn& fn,
                "' cannot run while a loop body or assume_pure function is being traced");
   LOOM_CHECK_T(TraceError, ctx.step() == nullptr, "[compile] step '", c.name,
                "' was called inside another compiled step");
+  for (const Tensor& t : leaves)  // a replay reads their buffers
+    if (t.defined()) ctx.check_owner(*t.impl(), "compile");
   {
     GraphName before(c.before_name);
     ctx.sync_all();  // the cut before
@@ -184,7 +188,7 @@ std::vector<Tensor> run_step(StepCache& c, CallKey key, const FlatFn& fn,
   {
     std::unique_lock<std::mutex> lock(c.mu);
     if (c.opts.trace_once) {
-      if (StepCache::Entry* e = find_entry(c, sig)) {
+      if (std::shared_ptr<const StepCache::Entry> e = find_entry(c, sig)) {
         *like = e->like;
         lock.unlock();
         return replay(ctx, *e, leaves);
@@ -194,7 +198,7 @@ std::vector<Tensor> run_step(StepCache& c, CallKey key, const FlatFn& fn,
     for (const CallSignature& s : c.seen) known = known || s == sig;
     if (!known) {
       std::vector<const CallSignature*> earlier;
-      for (const StepCache::Entry& e : c.entries) earlier.push_back(&e.sig);
+      for (const auto& e : c.entries) earlier.push_back(&e->sig);
       for (const CallSignature& s : c.seen) earlier.push_back(&s);
       note_call_miss(str_cat("step '", c.name, "'"), earlier, sig);
       if (!c.opts.trace_once && c.seen.size() < 64) c.seen.push_back(sig);

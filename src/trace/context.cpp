@@ -88,7 +88,19 @@ TraceContext& TraceContext::get() {
   return ctx;
 }
 
-TraceContext::TraceContext() : builder_(graph_) {
+namespace {
+// Process-wide: ids of contexts and epochs of pending graphs are never reused, so a tensor's
+// cached node (data_value, data_epoch) never matches another thread's graph.
+std::atomic<uint32_t> next_context_id{1};
+std::atomic<uint64_t> next_epoch{1};
+uint64_t new_epoch() { return next_epoch.fetch_add(1, std::memory_order_relaxed); }
+}  // namespace
+
+TraceContext::TraceContext()
+    : id_(next_context_id.fetch_add(1, std::memory_order_relaxed)),
+      builder_(graph_),
+      epoch_(new_epoch()) {
+  LOOM_ASSERT(id_ != kOwnerExited);
   head_.prev = head_.next = &head_;
   runtime::current_backend();  // created now, it prepares while this thread traces
 }
@@ -97,6 +109,7 @@ TraceContext::~TraceContext() {
   // Tensors may outlive the thread's context (static tensors): detach them.
   for (TensorImpl* p = head_.next; p != &head_;) {
     TensorImpl* n = p->next;
+    p->owner.store(kOwnerExited, std::memory_order_relaxed);  // its value is never computed
     p->linked = false;
     p->prev = p->next = nullptr;
     p = n;
@@ -110,6 +123,7 @@ void TraceContext::link(TensorImpl* impl) {
   head_.prev->next = impl;
   head_.prev = impl;
   impl->linked = true;
+  impl->owner.store(id_, std::memory_order_relaxed);
 }
 
 void TraceContext::unlink(TensorImpl* impl) {
@@ -133,22 +147,31 @@ ir::Value TraceContext::data(Buffer b, const TensorType& t) {
 
 ir::Value TraceContext::value_of(const Tensor& t) {
   LOOM_CHECK(t.defined(), "[trace] an operand is an undefined (default-constructed) Tensor");
-  if (!scopes_.empty()) return scoped_value(t.impl_ptr());
   TensorImpl& impl = *t.impl();
+  check_owner(impl, "trace");
+  if (!scopes_.empty()) return scoped_value(t.impl_ptr());
   if (impl.scope != 0) escaped(impl);
   if (impl.requires_grad && grad_enabled_) return leaf_value(t.impl_ptr());
   if (impl.pending()) return impl.value;
-  if (impl.data_epoch == epoch_) return impl.data_value;
+  // A materialized tensor may be shared by threads: only the context that claimed it caches
+  // its node in it; the others find it by buffer.
+  uint32_t owner = impl.owner.load(std::memory_order_relaxed);
+  const bool mine = owner == id_ || (owner == 0 && impl.owner.compare_exchange_strong(owner, id_));
+  if (mine && impl.data_epoch == epoch_) return impl.data_value;
+  ir::Value v;
   auto it = slot_by_buffer_.find(impl.buffer.id());
   if (it != slot_by_buffer_.end() && slots_[it->second].type == impl.type) {
-    impl.data_value = builder_.parameter(impl.type, it->second);  // hash-consed to the node
+    v = builder_.parameter(impl.type, it->second);  // hash-consed to the node
   } else {
     slot_by_buffer_[impl.buffer.id()] = static_cast<uint32_t>(slots_.size());
-    impl.data_value = data(impl.buffer, impl.type);
+    v = data(impl.buffer, impl.type);
     slots_.back().owner = t.impl_ptr();
   }
-  impl.data_epoch = epoch_;
-  return impl.data_value;
+  if (mine) {
+    impl.data_value = v;
+    impl.data_epoch = epoch_;
+  }
+  return v;
 }
 
 // Inside a body: its own tensors are its values; anything else (a tensor of an enclosing
@@ -170,6 +193,15 @@ ir::Value TraceContext::scoped_value(const std::shared_ptr<TensorImpl>& impl) {
   s.captures.push_back(c);
   s.captured.emplace(impl.get(), c.param);
   return c.param;
+}
+
+void TraceContext::foreign(const TensorImpl& impl, const char* what) const {
+  const bool exited = impl.owner.load(std::memory_order_relaxed) == kOwnerExited;
+  throw TraceError(str_cat(
+      "[", what, "] this tensor ", impl.type,
+      " is pending in the trace of another thread; sync() it on that thread first, or pass "
+      "materialized tensors between threads",
+      exited ? " (the thread that traced it has exited, so its value was never computed)" : ""));
 }
 
 void TraceContext::escaped(const TensorImpl& impl) const {
@@ -306,6 +338,7 @@ Tensor TraceContext::wrap(ir::Value v) {
     impl->type = scopes_.back().graph->type(v);
     impl->value = v;
     impl->scope = scopes_.back().id;
+    impl->owner.store(id_, std::memory_order_relaxed);
     return Tensor(std::move(impl));
   }
   if (any_grad_ && !grad_enabled_) v = cut_gradient(v);  // NoGradGuard: no gradient flows
@@ -317,6 +350,7 @@ Tensor TraceContext::wrap(ir::Value v) {
 }
 
 void TraceContext::rebind(TensorImpl& impl, ir::Value v) {
+  check_owner(impl, "in-place");
   if (!scopes_.empty()) {
     LOOM_CHECK_T(TraceError, impl.scope == scopes_.back().id, "[in-place] cannot update a tensor ",
                  impl.type, " from outside ", scopes_.back().where,
@@ -474,8 +508,10 @@ bool TraceContext::run_cached(const Hash128& key, const std::vector<TensorImpl*>
 
 void TraceContext::materialize(const std::vector<TensorImpl*>& requested, bool all_pending) {
   check_readable("materialize");
-  for (TensorImpl* p : requested)
+  for (TensorImpl* p : requested) {
+    check_owner(*p, "materialize");
     if (p->scope != 0) escaped(*p);
+  }
   double t0 = now_seconds();
   std::vector<TensorImpl*> impls;
   if (all_pending) {
@@ -608,7 +644,7 @@ void TraceContext::reset_graph() {
   grad_leaves_.clear();
   any_grad_ = false;
   converted_ = false;
-  ++epoch_;
+  epoch_ = new_epoch();
   graph_.clear();
   builder_.reindex();
   slots_.clear();
@@ -664,7 +700,7 @@ void TraceContext::compact() {
     if (!slots_[s].is_scalar && slots_[s].buffer.defined()) slot_by_buffer_[slots_[s].buffer.id()] = s;
   builder_.reindex();  // Merkle hashes describe the graph again
   converted_ = false;
-  ++epoch_;
+  epoch_ = new_epoch();
   gc_threshold_ = std::max<size_t>(1 << 14, graph_.size() * 2);
   counters().pending_compactions++;
 }

@@ -9,6 +9,7 @@
 // when it grows, so loops without a sync stay bounded by what is live.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -25,6 +26,7 @@
 namespace loom::detail {
 
 inline constexpr uint32_t kNoNode = UINT32_MAX;
+inline constexpr uint32_t kOwnerExited = UINT32_MAX;  // TensorImpl::owner of a thread that ended
 
 struct TensorImpl : std::enable_shared_from_this<TensorImpl> {
   TensorType type;
@@ -35,6 +37,10 @@ struct TensorImpl : std::enable_shared_from_this<TensorImpl> {
   uint64_t data_epoch = 0;
   bool requires_grad = false;
   uint32_t scope = 0;  // the trace scope whose graph holds `value` (0: the pending graph)
+  // The id of the thread's TraceContext whose graph holds `value` (kOwnerExited once that
+  // thread has ended); while materialized, the one context that may cache data_value (the
+  // first to use it). Atomic only because threads may share a materialized tensor.
+  std::atomic<uint32_t> owner{0};
   Tensor grad;         // accumulated by backward() (leaves that require grad)
   // Intrusive list of pending tensors of the owning context.
   TensorImpl* prev = nullptr;
@@ -97,6 +103,14 @@ class TraceContext {
 
   // The builder of the innermost scope (the pending graph's outside any body).
   ir::Builder& builder() { return *active_; }
+  // This context's id (unique in the process; TensorImpl::owner of its pending tensors).
+  uint32_t id() const { return id_; }
+  // Tensors belong to the thread that traces them: a TraceError when `impl` is pending in
+  // the graph of another thread's context (or of a thread that has exited).
+  void check_owner(const TensorImpl& impl, const char* what) const {
+    if (impl.pending() && impl.owner.load(std::memory_order_relaxed) != id_) [[unlikely]]
+      foreign(impl, what);
+  }
   const ir::Graph& graph() const { return graph_; }
 
   // Trace scopes. push_scope opens a body: later ops record into its graph. `with_index`:
@@ -204,6 +218,7 @@ class TraceContext {
   uint8_t resolve(ir::NodeId id);
   std::vector<std::pair<ir::NodeId, std::shared_ptr<TensorImpl>>> live_leaves(ir::NodeId below);
   [[noreturn]] void escaped(const TensorImpl& impl) const;
+  [[noreturn]] void foreign(const TensorImpl& impl, const char* what) const;
   Hash128 trace_key(const std::vector<TensorImpl*>& impls) const;
   bool run_cached(const Hash128& key, const std::vector<TensorImpl*>& impls, bool full,
                   std::vector<Buffer>* out);
@@ -222,6 +237,7 @@ class TraceContext {
   // Marks the nodes that `roots` need (mark_[id] == stamp_); returns them in id order.
   std::vector<ir::NodeId> collect(const std::vector<ir::Value>& roots);
 
+  uint32_t id_;
   ir::Graph graph_;
   ir::Builder builder_;
   std::vector<DataSlot> slots_;
@@ -233,7 +249,7 @@ class TraceContext {
   uint32_t stamp_ = 0;
   std::unordered_map<Hash128, TraceEntry, KeyHash> trace_cache_;
   bool converted_ = false;  // nodes were turned into data in place since the last reset
-  uint64_t epoch_ = 1;      // bumped whenever node ids of the pending graph change
+  uint64_t epoch_;  // renewed whenever node ids of the pending graph change; unique in the process
   struct ConstantEntry {
     uint64_t bits, epoch;
     DType dtype;

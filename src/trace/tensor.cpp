@@ -47,6 +47,7 @@ int64_t load_i(const Buffer& b, DType dt, int64_t k) {
 const Buffer& materialized(const Tensor& t, const char* what) {
   TensorImpl& impl = checked(t, what);
   TraceContext::get().check_readable(what);
+  TraceContext::get().check_owner(impl, what);
   // A value autograd may still differentiate stays pending with its buffer once computed.
   if (impl.pending() && !impl.buffer.defined()) TraceContext::get().materialize({&impl});
   return impl.buffer;
@@ -104,6 +105,7 @@ std::vector<T> Tensor::to_vector(std::source_location loc) const {
 template <class T>
 T Tensor::item(std::source_location loc) const {
   TraceContext::get().check_readable("item");
+  TraceContext::get().check_owner(checked(*this, "item"), "item");
   LOOM_CHECK_T(ShapeError, numel() == 1, "[item] expected a tensor with one element, got ",
                TensorType{dtype(), shape()});
   return to_vector<T>(loc)[0];
@@ -165,6 +167,7 @@ Tensor& Tensor::requires_grad_(bool on) {
                "[requires_grad_] only floating-point tensors can require gradients, got ",
                self.type);
   TraceContext& ctx = TraceContext::get();
+  ctx.check_owner(self, "requires_grad_");
   LOOM_CHECK_T(AutodiffError, !(self.pending() && self.scope == 0 && !self.requires_grad &&
                                 ctx.active(self.value)),
                "[requires_grad_] only leaf tensors can be made to require grad; this ", self.type,
@@ -175,8 +178,9 @@ Tensor& Tensor::requires_grad_(bool on) {
 }
 bool Tensor::requires_grad() const {
   TensorImpl& self = checked(*this, "requires_grad");
-  return self.requires_grad ||
-         (self.pending() && self.scope == 0 && TraceContext::get().active(self.value));
+  if (self.requires_grad) return true;
+  TraceContext::get().check_owner(self, "requires_grad");
+  return self.pending() && self.scope == 0 && TraceContext::get().active(self.value);
 }
 Tensor Tensor::grad() const { return checked(*this, "grad").grad; }
 void Tensor::reset_grad() { checked(*this, "reset_grad").grad = Tensor(); }
@@ -189,6 +193,7 @@ Tensor Tensor::detach() const {
   TensorImpl& self = checked(*this, "detach");
   if (self.pending()) {
     TraceContext& ctx = TraceContext::get();
+    ctx.check_owner(self, "detach");
     if (self.scope != 0) return ctx.wrap(ctx.value_of(*this));
     return ctx.wrap(ctx.cut_gradient(self.value));
   }
@@ -276,7 +281,10 @@ int64_t pending_graph_size() { return static_cast<int64_t>(TraceContext::get().g
 std::string pending_ir(const std::vector<Tensor>& outputs) {
   std::vector<TensorImpl*> impls;
   TraceContext::get().check_readable("pending_ir");
-  for (const Tensor& t : outputs) impls.push_back(&checked(t, "pending_ir"));
+  for (const Tensor& t : outputs) {
+    impls.push_back(&checked(t, "pending_ir"));
+    TraceContext::get().check_owner(*impls.back(), "pending_ir");
+  }
   std::vector<uint32_t> slots;
   return ir::to_text(TraceContext::get().cut(impls, &slots));
 }

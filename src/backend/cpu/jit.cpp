@@ -1,13 +1,14 @@
-// Jit: target machines, the IR pipeline and code generation settings, linking with
+// Jit: a pool of target machines, the IR pipeline and code generation settings, linking with
 // RuntimeDyld, error translation.
 #include "backend/cpu/jit.h"
 
 #include <cstring>
 #include <future>
-#include <mutex>
 #include <map>
+#include <mutex>
 #include <optional>
 
+#include "codegen_hash.h"
 #include "llvm/Config/llvm-config.h"
 #include "llvm/ExecutionEngine/Orc/CompileUtils.h"
 #include "llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h"
@@ -19,12 +20,11 @@
 #include "llvm/Object/ObjectFile.h"
 #include "llvm/Passes/PassBuilder.h"
 #include "llvm/Support/DynamicLibrary.h"
+#include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/TargetSelect.h"
 #include "llvm/Support/raw_ostream.h"
-#include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Target/TargetMachine.h"
 #include "llvm/TargetParser/Host.h"
-#include "codegen_hash.h"
 #include "loom/backend/disk_cache.h"
 #include "loom/core/error.h"
 #include "loom/core/profile.h"
@@ -101,9 +101,14 @@ Hash128 module_key(std::string_view what, const std::string& environment) {
 }  // namespace
 
 struct Jit::Impl {
-  std::mutex mu;
-  std::unique_ptr<llvm::TargetMachine> tm;          // optimization (analyses only)
-  std::unique_ptr<llvm::TargetMachine> codegen_tm;  // code generation, under mu
+  // Target machines, one per compiling thread at a time: a TargetMachine (its subtarget
+  // cache, the TTI the loop vectorizer queries, the code generator) is not safe to share
+  // between threads, and an optimizing or generating thread holds one for the whole compile.
+  // Idle ones wait here, so the pool grows to the largest number of concurrent compiles and
+  // threads that come and go do not each pay for a new one (about 0.5 ms).
+  std::optional<llvm::orc::JITTargetMachineBuilder> jtmb;
+  std::mutex machines_mu;
+  std::vector<std::unique_ptr<llvm::TargetMachine>> idle_machines;
   std::string triple, environment;
   llvm::DataLayout layout{""};
   // The memory of every linked object: code stays loaded for the life of the process.
@@ -112,6 +117,21 @@ struct Jit::Impl {
   // Objects of the persistent cache linked ahead of use by the start-up thread, by key; a
   // compile takes its entry (under memory_mu).
   std::map<Hash128, std::vector<void*>> preloaded;
+
+  // A target machine for this thread's compile; give it back with release_machine.
+  std::unique_ptr<llvm::TargetMachine> acquire_machine() {
+    std::lock_guard lock(machines_mu);
+    if (!idle_machines.empty()) {
+      auto tm = std::move(idle_machines.back());
+      idle_machines.pop_back();
+      return tm;
+    }
+    return take(jtmb->createTargetMachine(), "create target machine");
+  }
+  void release_machine(std::unique_ptr<llvm::TargetMachine> tm) {
+    std::lock_guard lock(machines_mu);
+    idle_machines.push_back(std::move(tm));
+  }
 
   // A fresh module configured for the host.
   std::unique_ptr<llvm::Module> new_module(llvm::LLVMContext& ctx) {
@@ -182,7 +202,8 @@ void Jit::start() {
       if (entries.empty()) return;
       profile::Scope ps("compile", "llvm preload cached objects");
       for (auto& [key, bytes] : entries) {
-        auto fns = jit.impl_->link(llvm::MemoryBuffer::getMemBuffer(bytes, "loom-preload", false), {});
+        auto fns =
+            jit.impl_->link(llvm::MemoryBuffer::getMemBuffer(bytes, "loom-preload", false), {});
         if (!fns) {
           llvm::consumeError(fns.takeError());  // a compile loads it (and rejects it) itself
           continue;
@@ -213,12 +234,13 @@ Jit::Jit() : impl_(std::make_unique<Impl>()) {
   jtmb.setCodeGenOptLevel(llvm::CodeGenOptLevel::None);  // IR is optimized first (kIrPipeline)
   impl_->triple = jtmb.getTargetTriple().str();
   impl_->environment = std::string("loom ") + LOOM_VERSION + " codegen " + LOOM_CODEGEN_HASH +
-                       "; llvm " + LLVM_VERSION_STRING +
-                       "; triple " + impl_->triple + "; cpu " + jtmb.getCPU() + "; features " +
-                       jtmb.getFeatures().getString() + "; ir " + kIrPipeline + "; " + kPipeline;
-  impl_->tm = take(jtmb.createTargetMachine(), "create target machine");
-  impl_->codegen_tm = take(jtmb.createTargetMachine(), "create target machine");
-  impl_->layout = impl_->codegen_tm->createDataLayout();
+                       "; llvm " + LLVM_VERSION_STRING + "; triple " + impl_->triple + "; cpu " +
+                       jtmb.getCPU() + "; features " + jtmb.getFeatures().getString() + "; ir " +
+                       kIrPipeline + "; " + kPipeline;
+  auto tm = take(jtmb.createTargetMachine(), "create target machine");
+  impl_->layout = tm->createDataLayout();
+  impl_->jtmb.emplace(std::move(jtmb));
+  impl_->idle_machines.push_back(std::move(tm));
 }
 
 Jit::~Jit() = default;
@@ -279,15 +301,21 @@ std::vector<void*> Jit::compile(std::string_view what, const std::vector<std::st
     if (llvm::verifyModule(*module, &es))
       throw CompileError("[cpu] generated invalid LLVM IR: " + es.str());
   }
+  // This thread's own target machine for optimization and code generation, so concurrent
+  // compiles run in parallel and never share one.
+  struct Lease {
+    Impl& impl;
+    std::unique_ptr<llvm::TargetMachine> tm;
+    ~Lease() { impl.release_machine(std::move(tm)); }
+  } lease{*impl_, impl_->acquire_machine()};
   {
     profile::Scope ps("compile", "llvm optimize");
-    optimize(*module, impl_->tm.get());
+    optimize(*module, lease.tm.get());
   }
   std::unique_ptr<llvm::MemoryBuffer> object;
   {
     profile::Scope ps("compile", "llvm codegen");
-    std::lock_guard lock(impl_->mu);
-    llvm::orc::SimpleCompiler compiler(*impl_->codegen_tm);
+    llvm::orc::SimpleCompiler compiler(*lease.tm);
     object = take(compiler(*module), "code generation");
   }
   if (use_disk) {

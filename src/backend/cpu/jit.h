@@ -1,12 +1,12 @@
 // Jit: the one class that hides LLVM's code generation and linking (STYLE.md). The codegen
 // builds an llvm::Module; Jit optimizes it (a lean IR pipeline with the loop vectorizer, see
 // kIrPipeline in jit.cpp; then fast instruction selection: machine.md measured 2.4 ms against
-// 6 ms for full O2 per small kernel, keeping 85-100 % of the speed), generates an object, links it with RuntimeDyld into memory of its own and
-// returns the addresses of the named functions. Code stays loaded for the life of the
-// process; kernels are cached by structure (kernel_cache.h), so it grows with distinct
-// kernels, not with steps. llvm::Error becomes loom::CompileError here. No ORC session: the
-// kernels need no lazy compilation, initializers or cross-module symbols, and a session's
-// set-up (1 ms) and per-object materialization (0.15-0.2 ms) were most of a warm start.
+// 6 ms for full O2 per small kernel, keeping 85-100 % of the speed), generates an object, links it
+// with RuntimeDyld into memory of its own and returns the addresses of the named functions. Code
+// stays loaded for the life of the process; kernels are cached by structure (kernel_cache.h), so it
+// grows with distinct kernels, not with steps. llvm::Error becomes loom::CompileError here. No ORC
+// session: the kernels need no lazy compilation, initializers or cross-module symbols, and a
+// session's set-up (1 ms) and per-object materialization (0.15-0.2 ms) were most of a warm start.
 //
 // Persistent cache: when backend::DiskCache is on, a module's object code is stored under a
 // key that hashes `what` (the canonical descriptions of the module's kernels), a hash of the
@@ -20,7 +20,9 @@
 // a process's first compile, often a load from the persistent cache, does not wait for it;
 // that thread then links the cache's most recently used objects, which a restarted program
 // is about to ask for, and compile() takes them by key.
-// Thread-safe: compile() takes a lock around code generation and linking.
+// Thread-safe: compile() may run on any number of threads at once; each compile holds a
+// target machine of its own (from a pool) and an LLVMContext of its own, and locks are taken
+// only around the pool, the preloaded objects and the list of linked memory.
 #pragma once
 
 #include <functional>
