@@ -7,6 +7,7 @@ packages=(
   llvm-19-dev libzstd-dev
   libopenblas-dev
   libgtest-dev libbenchmark-dev
+  libxxhash-dev nlohmann-json3-dev
   pybind11-dev python3-dev python3-numpy
 )
 missing=()
