@@ -97,28 +97,56 @@ void Builder::reindex() {
   }
 }
 
+namespace {
+// Words of a node record on the stack, hashed in one shot (the common case: no Hasher128
+// object, whose inline XXH3 state makes the frame large).
+struct WordBuffer {
+  uint64_t w[32];
+  size_t n = 0;
+  void add(uint64_t v) { w[n++] = v; }
+  void add(const Hash128& h) { add(h.lo), add(h.hi); }
+  void add_double(double d) {
+    uint64_t bits;
+    std::memcpy(&bits, &d, sizeof bits);
+    add(bits);
+  }
+};
+
 // A self-delimiting record: a head word (op, dtype, rank, which optional fields follow), the
-// counts, then the fields. XXH3 one-shot over the stack buffer (Hasher128) costs ~10 ns.
-Hash128 Builder::node_hash(const Node& n) const {
+// counts, then the fields; XXH3-128 of its bytes either way (same digest from both sinks).
+template <class Sink>
+void node_record(Sink& h, const Node& n, const Builder& b) {
   const bool multi = !n.more_types.empty() || !n.regions.empty();
-  Hasher128 h;
   h.add(static_cast<uint64_t>(n.op) | (static_cast<uint64_t>(n.type.dtype) << 16) |
         (static_cast<uint64_t>(n.type.shape.size()) << 24) | (uint64_t{n.attrs.flag} << 32) |
         (uint64_t{n.attrs.i != 0} << 33) | (uint64_t{n.attrs.f != 0} << 34) |
         (uint64_t{multi} << 35));
   h.add(n.operands.size() | (uint64_t{n.attrs.ints.size()} << 32));
   for (int64_t d : n.type.shape) h.add(static_cast<uint64_t>(d));
-  for (Value v : n.operands) h.add(merkle(v));
+  for (Value v : n.operands) h.add(b.merkle(v));
   for (int64_t x : n.attrs.ints) h.add(static_cast<uint64_t>(x));
   if (n.attrs.i) h.add(static_cast<uint64_t>(n.attrs.i));
   if (n.attrs.f != 0) h.add_double(n.attrs.f);
-  if (!multi) return h.finish();
+  if (!multi) return;
   h.add(n.more_types.size() | (uint64_t{n.regions.size()} << 32));
   for (const TensorType& t : n.more_types) {
     h.add(static_cast<uint64_t>(t.dtype) | (static_cast<uint64_t>(t.shape.size()) << 8));
     for (int64_t d : t.shape) h.add(static_cast<uint64_t>(d));
   }
   for (const auto& r : n.regions) h.add(region_fingerprint(r));
+}
+
+}  // namespace
+
+Hash128 Builder::node_hash(const Node& n) const {
+  const size_t words = 5 + n.type.shape.size() + 2 * n.operands.size() + n.attrs.ints.size();
+  if (words <= 32 && n.more_types.empty() && n.regions.empty()) {
+    WordBuffer b;
+    node_record(b, n, *this);
+    return hash128(b.w, b.n * sizeof(uint64_t));
+  }
+  Hasher128 h;
+  node_record(h, n, *this);
   return h.finish();
 }
 
