@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -34,22 +35,11 @@ struct Header {
 };
 static_assert(sizeof(Header) == DiskCache::kHeaderBytes);
 
-// Checksum of the header up to the checksum fields and of the payload, 8 bytes per step.
+// XXH3-128 of the header up to the checksum fields, then of the payload.
 Hash128 checksum(const Header& h, std::string_view payload) {
   Hasher128 hs;
-  auto add_bytes = [&](const char* p, size_t n) {
-    size_t k = 0;
-    for (; k + 8 <= n; k += 8) {
-      uint64_t w;
-      std::memcpy(&w, p + k, 8);
-      hs.add(w);
-    }
-    uint64_t tail = 0;
-    std::memcpy(&tail, p + k, n - k);
-    hs.add(tail ^ (uint64_t{n - k} << 56));
-  };
-  add_bytes(reinterpret_cast<const char*>(&h), offsetof(Header, sum_lo));
-  add_bytes(payload.data(), payload.size());
+  hs.add_bytes(&h, offsetof(Header, sum_lo));
+  hs.add_bytes(payload.data(), payload.size());
   return hs.finish();
 }
 
@@ -122,7 +112,11 @@ std::string DiskCache::path_of(const Hash128& key) const {
   return (fs::path(dir_) / (key.hex() + kSuffix)).string();
 }
 
-void DiskCache::remove_entry(const std::string& path) { ::unlink(path.c_str()); }
+// True unless another thread or process removed the entry first (so each bad entry is
+// counted once, by whoever removes it, when the preload and a load both find it).
+bool DiskCache::remove_entry(const std::string& path) {
+  return ::unlink(path.c_str()) == 0 || errno != ENOENT;
+}
 
 namespace {
 // True when `file` is a whole entry of this format whose checksum holds (and whose key is
@@ -165,7 +159,11 @@ std::vector<std::pair<Hash128, std::string>> DiskCache::newest_entries(size_t ma
   for (const Item& item : items) {
     if (out.size() >= max_count) break;
     std::string file;
-    if (!read_file(item.path.string(), &file) || !verify_entry(file, nullptr)) continue;
+    if (!read_file(item.path.string(), &file)) continue;
+    if (!verify_entry(file, nullptr)) {  // truncated, corrupt, or another format (old hash)
+      if (remove_entry(item.path.string())) rejected_++;
+      continue;
+    }
     if (bytes + file.size() > max_bytes) break;
     bytes += file.size();
     Header h;
@@ -191,9 +189,8 @@ std::optional<std::string> DiskCache::load(const Hash128& key) {
   }
   // Truncated, corrupt, another format version or another key: never used.
   if (!verify_entry(file, &key)) {
-    rejected_++;
+    if (remove_entry(path)) rejected_++;
     misses_++;
-    remove_entry(path);
     return std::nullopt;
   }
   ::utimensat(AT_FDCWD, path.c_str(), nullptr, 0);  // LRU: this entry was just used
@@ -241,8 +238,7 @@ bool DiskCache::store(const Hash128& key, std::string_view payload) {
 }
 
 void DiskCache::reject(const Hash128& key) {
-  rejected_++;
-  remove_entry(path_of(key));
+  if (remove_entry(path_of(key))) rejected_++;
 }
 
 // Scans the directory only when the running estimate passes the bound (or was never taken),
@@ -296,8 +292,8 @@ void DiskCache::evict_if_needed(int64_t added) {
 }
 
 DiskCacheStats DiskCache::stats() const {
-  return {hits_.load(), misses_.load(), writes_.load(), write_failures_.load(), rejected_.load(),
-          evictions_.load()};
+  return {hits_.load(),           misses_.load(),   writes_.load(),
+          write_failures_.load(), rejected_.load(), evictions_.load()};
 }
 
 void DiskCache::reset_stats() {

@@ -1,4 +1,5 @@
-// Profile: per-thread event buffers, the Chrome trace writer, LOOM_PROFILE at start-up.
+// Profile: per-thread event buffers, the Chrome trace writer (nlohmann/json, so names and
+// arguments are escaped and invalid UTF-8 replaced), LOOM_PROFILE at start-up.
 #include "loom/core/profile.h"
 
 #include <chrono>
@@ -6,6 +7,7 @@
 #include <cstdlib>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <vector>
 
 #include "loom/core/error.h"
@@ -64,22 +66,25 @@ ThreadEvents& this_thread_events() {
   return *mine;
 }
 
-void append_event(std::string& out, const Event& e, int tid, bool* first) {
-  char buf[160];
-  std::snprintf(buf, sizeof buf, "%s{\"ph\":\"X\",\"pid\":1,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,",
-                *first ? "" : ",\n", tid, e.ts, e.dur);
-  *first = false;
-  out += buf;
-  out += "\"cat\":";
-  out += json_quote(e.cat);
-  out += ",\"name\":";
-  out += json_quote(e.name);
-  if (!e.args.empty()) {
-    out += ",\"args\":{";
-    out += e.args;
-    out += "}";
-  }
-  out += "}";
+using Json = nlohmann::json;
+
+// Compact, with bytes that are not UTF-8 replaced (U+FFFD): the file always parses.
+std::string dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
+
+// An event's arguments: the recorded JSON object's inside, or the text as one string when it
+// does not parse.
+Json args_of(const std::string& args) {
+  Json j = Json::parse("{" + args + "}", nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return Json{{"args", args}};
+  return j;
+}
+
+void append_event(std::string& out, const Event& e, int tid) {
+  Json j = {{"ph", "X"},    {"pid", 1},     {"tid", tid},    {"ts", e.ts},
+            {"dur", e.dur}, {"cat", e.cat}, {"name", e.name}};
+  if (!e.args.empty()) j["args"] = args_of(e.args);
+  out += ",\n";
+  out += dump(j);
 }
 
 void at_exit() { flush(); }
@@ -142,15 +147,22 @@ bool flush() {
     threads = r.threads;
   }
   if (file.empty()) return false;
+  // One event per line, written as it goes (a trace can hold millions of events).
   std::string out = "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";
-  bool first = true;
-  out += "{\"ph\":\"M\",\"pid\":1,\"tid\":0,\"name\":\"process_name\",\"args\":{\"name\":\"loom\"}}";
-  first = false;
+  out += dump({{"ph", "M"},
+               {"pid", 1},
+               {"tid", 0},
+               {"name", "process_name"},
+               {"args", {{"name", "loom"}}}});
   for (const auto& t : threads) {
     std::lock_guard lock(t->mu);
-    out += ",\n{\"ph\":\"M\",\"pid\":1,\"tid\":" + std::to_string(t->tid) +
-           ",\"name\":\"thread_name\",\"args\":{\"name\":" + json_quote(t->name) + "}}";
-    for (const Event& e : t->events) append_event(out, e, t->tid, &first);
+    out += ",\n";
+    out += dump({{"ph", "M"},
+                 {"pid", 1},
+                 {"tid", t->tid},
+                 {"name", "thread_name"},
+                 {"args", {{"name", t->name}}}});
+    for (const Event& e : t->events) append_event(out, e, t->tid);
   }
   out += "\n],\"otherData\":{\"dropped_events\":" + std::to_string(r.dropped.load()) + "}}\n";
   std::string tmp = file + ".tmp";
@@ -199,22 +211,6 @@ void Scope::begin(const char* cat, std::string name) {
 
 void Scope::end() { record(cat_, std::move(name_), start_, now_us(), std::move(args_)); }
 
-std::string json_quote(std::string_view s) {
-  std::string r = "\"";
-  for (char c : s) {
-    unsigned char u = static_cast<unsigned char>(c);
-    if (c == '"' || c == '\\') {
-      r += '\\';
-      r += c;
-    } else if (u < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", u);
-      r += buf;
-    } else {
-      r += c;
-    }
-  }
-  return r + "\"";
-}
+std::string json_quote(std::string_view s) { return dump(Json(std::string(s))); }
 
 }  // namespace loom::profile

@@ -77,47 +77,62 @@ void Builder::reindex() {
   if (!hash_cons_) return;
   merkle_.reserve(g_->size());
   for (NodeId id = 0; id < g_->size(); ++id) {
-    uint64_t h = node_hash(g_->node(id));
+    Hash128 h = node_hash(g_->node(id));
     merkle_.push_back(h);
     if (g_->node(id).regions.empty()) insert(h, id);
   }
 }
 
 namespace {
-// One multiply per word; the caller's table and the trace cache need spread, not strength
-// against adversaries, and finish() mixes the result fully.
-struct FastHash {
-  uint64_t h;
-  void add(uint64_t w) {
-    h = ((h << 23) | (h >> 41)) ^ w;
-    h *= 0x9e3779b97f4a7c15ULL;
+// Words of a node record on the stack, hashed in one shot (the common case: no Hasher128
+// object, whose inline XXH3 state makes the frame large).
+struct WordBuffer {
+  uint64_t w[32];
+  size_t n = 0;
+  void add(uint64_t v) { w[n++] = v; }
+  void add(const Hash128& h) { add(h.lo), add(h.hi); }
+  void add_double(double d) {
+    uint64_t bits;
+    std::memcpy(&bits, &d, sizeof bits);
+    add(bits);
   }
-  uint64_t finish() const { return hash_mix(h); }
 };
-}  // namespace
 
-uint64_t Builder::node_hash(const Node& n) const {
-  FastHash h{static_cast<uint64_t>(n.op) | (static_cast<uint64_t>(n.type.dtype) << 8) |
-             (static_cast<uint64_t>(n.type.shape.size()) << 16) |
-             (static_cast<uint64_t>(n.operands.size()) << 24) | (uint64_t{n.attrs.flag} << 32)};
+// A self-delimiting record: a head word (op, dtype, rank, which optional fields follow), the
+// counts, then the fields; XXH3-128 of its bytes either way (same digest from both sinks).
+template <class Sink>
+void node_record(Sink& h, const Node& n, const Builder& b) {
+  const bool multi = !n.more_types.empty() || !n.regions.empty();
+  h.add(static_cast<uint64_t>(n.op) | (static_cast<uint64_t>(n.type.dtype) << 16) |
+        (static_cast<uint64_t>(n.type.shape.size()) << 24) | (uint64_t{n.attrs.flag} << 32) |
+        (uint64_t{n.attrs.i != 0} << 33) | (uint64_t{n.attrs.f != 0} << 34) |
+        (uint64_t{multi} << 35));
+  h.add(n.operands.size() | (uint64_t{n.attrs.ints.size()} << 32));
   for (int64_t d : n.type.shape) h.add(static_cast<uint64_t>(d));
-  for (Value v : n.operands) h.add(merkle(v));
+  for (Value v : n.operands) h.add(b.merkle(v));
   for (int64_t x : n.attrs.ints) h.add(static_cast<uint64_t>(x));
-  if (n.attrs.i) h.add(static_cast<uint64_t>(n.attrs.i) ^ 0x5851f42d4c957f2dULL);
-  if (n.attrs.f != 0) {
-    uint64_t fbits;
-    std::memcpy(&fbits, &n.attrs.f, sizeof fbits);
-    h.add(fbits ^ 0x14057b7ef767814fULL);
-  }
+  if (n.attrs.i) h.add(static_cast<uint64_t>(n.attrs.i));
+  if (n.attrs.f != 0) h.add_double(n.attrs.f);
+  if (!multi) return;
+  h.add(n.more_types.size() | (uint64_t{n.regions.size()} << 32));
   for (const TensorType& t : n.more_types) {
     h.add(static_cast<uint64_t>(t.dtype) | (static_cast<uint64_t>(t.shape.size()) << 8));
     for (int64_t d : t.shape) h.add(static_cast<uint64_t>(d));
   }
-  for (const auto& r : n.regions) {
-    Hash128 rh = region_fingerprint(r);
-    h.add(rh.lo);
-    h.add(rh.hi);
+  for (const auto& r : n.regions) h.add(region_fingerprint(r));
+}
+
+}  // namespace
+
+Hash128 Builder::node_hash(const Node& n) const {
+  const size_t words = 5 + n.type.shape.size() + 2 * n.operands.size() + n.attrs.ints.size();
+  if (words <= 32 && n.more_types.empty() && n.regions.empty()) {
+    WordBuffer b;
+    node_record(b, n, *this);
+    return hash128(b.w, b.n * sizeof(uint64_t));
   }
+  Hasher128 h;
+  node_record(h, n, *this);
   return h.finish();
 }
 
@@ -126,12 +141,12 @@ bool Builder::same_node(const Node& a, const Node& b) const {
          a.more_types.empty() && b.more_types.empty() && a.regions.empty() && b.regions.empty();
 }
 
-void Builder::insert(uint64_t h, NodeId id) {
+void Builder::insert(const Hash128& h, NodeId id) {
   if ((used_ + 1) * 3 > table_.size()) grow();  // load <= 1/3 keeps miss probes short
   size_t mask = table_.size() - 1;
-  size_t i = h & mask;
+  size_t i = h.lo & mask;
   while (table_[i].id != kEmpty) i = (i + 1) & mask;
-  table_[i] = Slot{id, static_cast<uint32_t>(h >> 32)};
+  table_[i] = Slot{id, static_cast<uint32_t>(h.hi)};
   ++used_;
 }
 
@@ -141,7 +156,7 @@ void Builder::grow() {
   size_t mask = table_.size() - 1;
   for (Slot s : old) {
     if (s.id == kEmpty) continue;
-    size_t i = merkle_[s.id] & mask;
+    size_t i = merkle_[s.id].lo & mask;
     while (table_[i].id != kEmpty) i = (i + 1) & mask;
     table_[i] = s;
   }
@@ -157,10 +172,10 @@ Value Builder::make(OpKind op, std::span<const Value> operands, Attrs attrs,
   n.type = std::move(type);
   n.attrs = std::move(attrs);
   if (!hash_cons_) return {id, 0};
-  uint64_t h = node_hash(n);
+  const Hash128 h = node_hash(n);
   size_t mask = table_.size() - 1;
-  const uint32_t tag = static_cast<uint32_t>(h >> 32);
-  for (size_t i = h & mask; table_[i].id != kEmpty; i = (i + 1) & mask) {
+  const uint32_t tag = static_cast<uint32_t>(h.hi);
+  for (size_t i = h.lo & mask; table_[i].id != kEmpty; i = (i + 1) & mask) {
     const Slot& s = table_[i];
     if (s.tag == tag && merkle_[s.id] == h && same_node(g_->node(s.id), n)) {
       g_->pop_back();
@@ -189,7 +204,7 @@ std::vector<Value> Builder::make_region(OpKind op, std::span<const Value> operan
 }
 
 NodeId Builder::add(Node n) {
-  uint64_t h = hash_cons_ ? node_hash(n) : 0;
+  Hash128 h = hash_cons_ ? node_hash(n) : Hash128{};
   NodeId id = g_->add(std::move(n));
   if (hash_cons_) merkle_.push_back(h);
   return id;

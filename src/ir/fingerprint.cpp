@@ -2,7 +2,8 @@
 // order, then a depth-first post-order from the outputs), so neither depends on node ids:
 // the same computation appended in another topological order fingerprints the same. Nodes
 // that no output needs, other than parameters, take no part; they cannot change a result.
-// The fingerprint runs on every sync, so a node costs a handful of Hasher128 words.
+// The fingerprint runs on every sync miss of the trace cache, so a node costs a few words of
+// XXH3-128 input (Hasher128).
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -12,8 +13,6 @@
 
 #include "loom/core/error.h"
 #include "loom/ir/graph.h"
-
-#include <unordered_map>
 
 namespace loom::ir {
 
@@ -100,8 +99,8 @@ class Packer {
   int fill_ = 0;
 };
 
-// One self-delimiting record per node in as few words as possible, since each Hasher128 word
-// costs a chain of dependent multiplies. The head word holds the op, dtype, flags, the counts
+// One self-delimiting record per node in as few words as possible (XXH3's cost grows with
+// its input). The head word holds the op, dtype, flags, the counts
 // of what follows when they are small (else they follow in full words), and the width of the
 // packed stream of extents, operand numbers and (when any is not 0) operand result indices.
 // The attribute ints, i and f (each only when not 0) follow in full words.
@@ -139,11 +138,7 @@ void hash_node(Hasher128& h, const Node& n, const std::vector<uint32_t>& number)
   if (a.i != 0) h.add(static_cast<uint64_t>(a.i));
   if (fb != 0) h.add(fb);
   for (const TensorType& t : n.more_types) hash_type(h, t);
-  for (const auto& r : n.regions) {
-    Hash128 rh = region_fingerprint(r);
-    h.add(rh.lo);
-    h.add(rh.hi);
-  }
+  for (const auto& r : n.regions) h.add(region_fingerprint(r));
 }
 
 bool same_values(const std::vector<uint32_t>& na, const Value* a, const std::vector<uint32_t>& nb,

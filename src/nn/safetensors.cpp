@@ -1,13 +1,25 @@
 // The safetensors format: u64 little-endian header length, a JSON object
 // {"name": {"dtype": "F32", "shape": [2, 3], "data_offsets": [begin, end]}, ...} (offsets into
-// the data after the header), then the data, row-major, little-endian.
+// the data after the header), then the data, row-major, little-endian. The header is read and
+// written with nlohmann/json; a load maps the file (mmap) and checks what the Python
+// `safetensors` package checks: valid UTF-8 JSON, nesting at most 128 deep (serde_json's
+// limit), no duplicate names, integer extents and offsets, and data covered exactly by the
+// tensors, in order, without overlap.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <fstream>
-#include <sstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <set>
 
 #include "loom/core/half.h"
-#include "loom/ir/builder.h"
 #include "loom/nn/nn.h"
 #include "loom/trace/autograd.h"
 
@@ -28,11 +40,13 @@ const char* st_dtype(DType d) {
   return "?";
 }
 
-DType parse_dtype(const std::string& s, const std::string& path) {
+DType parse_dtype(const std::string& s, const std::string& path, const std::string& name) {
   for (DType d : {DType::Bool, DType::Int32, DType::Int64, DType::BFloat16, DType::Float16,
                   DType::Float32, DType::Float64})
     if (s == st_dtype(d)) return d;
-  throw Error(loom::detail::str_cat("[load_safetensors] ", path, ": unsupported dtype '", s, "'"));
+  throw Error(loom::detail::str_cat("[load_safetensors] ", path, ": '", name, "' has dtype '", s,
+                                    "', which loom does not support (it reads BOOL, I32, I64, "
+                                    "BF16, F16, F32 and F64)"));
 }
 
 // Raw little-endian bytes of a tensor (this machine is little-endian).
@@ -41,11 +55,30 @@ std::string bytes_of(const Tensor& t) {
   std::string out;
   auto put = [&](const void* p, size_t k) { out.append(static_cast<const char*>(p), k); };
   switch (t.dtype()) {
-    case DType::Float32: { auto v = t.to_vector<float>(); put(v.data(), v.size() * 4); break; }
-    case DType::Float64: { auto v = t.to_vector<double>(); put(v.data(), v.size() * 8); break; }
-    case DType::Int32: { auto v = t.to_vector<int32_t>(); put(v.data(), v.size() * 4); break; }
-    case DType::Int64: { auto v = t.to_vector<int64_t>(); put(v.data(), v.size() * 8); break; }
-    case DType::Bool: { for (bool b : t.to_vector<bool>()) out.push_back(b ? 1 : 0); break; }
+    case DType::Float32: {
+      auto v = t.to_vector<float>();
+      put(v.data(), v.size() * 4);
+      break;
+    }
+    case DType::Float64: {
+      auto v = t.to_vector<double>();
+      put(v.data(), v.size() * 8);
+      break;
+    }
+    case DType::Int32: {
+      auto v = t.to_vector<int32_t>();
+      put(v.data(), v.size() * 4);
+      break;
+    }
+    case DType::Int64: {
+      auto v = t.to_vector<int64_t>();
+      put(v.data(), v.size() * 8);
+      break;
+    }
+    case DType::Bool: {
+      for (bool b : t.to_vector<bool>()) out.push_back(b ? 1 : 0);
+      break;
+    }
     case DType::BFloat16:
     case DType::Float16: {
       auto v = t.to_vector<float>();
@@ -62,11 +95,31 @@ std::string bytes_of(const Tensor& t) {
 Tensor tensor_of(DType d, const Shape& s, const char* p) {
   const int64_t n = s.numel();
   switch (d) {
-    case DType::Float32: { std::vector<float> v(n); std::memcpy(v.data(), p, n * 4); return loom::tensor(v, s); }
-    case DType::Float64: { std::vector<double> v(n); std::memcpy(v.data(), p, n * 8); return loom::tensor(v, s); }
-    case DType::Int32: { std::vector<int32_t> v(n); std::memcpy(v.data(), p, n * 4); return loom::tensor(v, s); }
-    case DType::Int64: { std::vector<int64_t> v(n); std::memcpy(v.data(), p, n * 8); return loom::tensor(v, s); }
-    case DType::Bool: { std::vector<bool> v(n); for (int64_t i = 0; i < n; ++i) v[i] = p[i] != 0; return loom::tensor(v, s); }
+    case DType::Float32: {
+      std::vector<float> v(n);
+      std::memcpy(v.data(), p, n * 4);
+      return loom::tensor(v, s);
+    }
+    case DType::Float64: {
+      std::vector<double> v(n);
+      std::memcpy(v.data(), p, n * 8);
+      return loom::tensor(v, s);
+    }
+    case DType::Int32: {
+      std::vector<int32_t> v(n);
+      std::memcpy(v.data(), p, n * 4);
+      return loom::tensor(v, s);
+    }
+    case DType::Int64: {
+      std::vector<int64_t> v(n);
+      std::memcpy(v.data(), p, n * 8);
+      return loom::tensor(v, s);
+    }
+    case DType::Bool: {
+      std::vector<bool> v(n);
+      for (int64_t i = 0; i < n; ++i) v[i] = p[i] != 0;
+      return loom::tensor(v, s);
+    }
     case DType::BFloat16:
     case DType::Float16: {
       std::vector<float> v(n);
@@ -81,92 +134,231 @@ Tensor tensor_of(DType d, const Shape& s, const char* p) {
   return Tensor();
 }
 
-// A small JSON reader for the header: objects, arrays, strings, integers.
-struct Json {
-  const std::string& s;
-  const std::string& path;
-  size_t i = 0;
-  [[noreturn]] void fail(const char* what) {
-    throw Error(loom::detail::str_cat("[load_safetensors] ", path, ": malformed header (", what,
-                                      " at byte ", i, ")"));
-  }
-  void ws() {
-    while (i < s.size() && (s[i] == ' ' || s[i] == '\n' || s[i] == '\t' || s[i] == '\r')) ++i;
-  }
-  void expect(char c) {
-    ws();
-    if (i >= s.size() || s[i] != c) fail("unexpected character");
-    ++i;
-  }
-  bool peek(char c) {
-    ws();
-    return i < s.size() && s[i] == c;
-  }
-  std::string str() {
-    expect('"');
-    std::string r;
-    while (i < s.size() && s[i] != '"') {
-      if (s[i] == '\\' && i + 1 < s.size()) ++i;
-      r.push_back(s[i++]);
+using Json = nlohmann::json;
+
+constexpr int kMaxDepth = 128;                // serde_json's recursion limit
+constexpr uint64_t kMaxHeader = 100'000'000;  // the Python package's limit
+constexpr int kMaxRank = 16;
+constexpr int64_t kMaxElems = int64_t{1} << 48;
+constexpr std::string_view kMetadata = "__metadata__";
+
+template <class... A>
+[[noreturn]] void fail(const std::string& path, const A&... what) {
+  throw Error(loom::detail::str_cat("[load_safetensors] ", path, ": ", what...));
+}
+
+// A read-only mapping of a whole file, unmapped on scope exit.
+class MappedFile {
+ public:
+  explicit MappedFile(const std::string& path) {
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) fail(path, "cannot open: ", std::strerror(errno));
+    struct stat st;
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+      ::close(fd);
+      fail(path, "not a regular file");
     }
-    if (i >= s.size()) fail("unterminated string");
-    ++i;
-    return r;
-  }
-  int64_t integer() {
-    ws();
-    size_t start = i;
-    if (i < s.size() && s[i] == '-') ++i;
-    while (i < s.size() && s[i] >= '0' && s[i] <= '9') ++i;
-    if (start == i) fail("expected an integer");
-    return std::stoll(s.substr(start, i - start));
-  }
-  std::vector<int64_t> ints() {
-    std::vector<int64_t> r;
-    expect('[');
-    if (peek(']')) return ++i, r;
-    do r.push_back(integer()); while (peek(',') && ++i);
-    expect(']');
-    return r;
-  }
-  void skip() {  // any value (the __metadata__ object)
-    ws();
-    if (peek('"')) return (void)str();
-    if (peek('{')) {
-      ++i;
-      if (peek('}')) return (void)++i;
-      do { str(); expect(':'); skip(); } while (peek(',') && ++i);
-      return expect('}');
+    size_ = static_cast<size_t>(st.st_size);
+    if (size_ > 0) {
+      void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+      if (p == MAP_FAILED) {
+        ::close(fd);
+        fail(path, "cannot map ", size_, " bytes: ", std::strerror(errno));
+      }
+      data_ = static_cast<const char*>(p);
     }
-    if (peek('[')) {
-      ++i;
-      if (peek(']')) return (void)++i;
-      do skip(); while (peek(',') && ++i);
-      return expect(']');
-    }
-    integer();
+    ::close(fd);
   }
+  ~MappedFile() {
+    if (data_) ::munmap(const_cast<char*>(data_), size_);
+  }
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+  const char* data() const { return data_; }
+  size_t size() const { return size_; }
+
+ private:
+  const char* data_ = nullptr;
+  size_t size_ = 0;
 };
+
+// Parses the header, refusing nesting deeper than kMaxDepth (before it is built: nlohmann's
+// parser is iterative, so this bounds memory, not the stack) and duplicate keys in the top
+// object and in each tensor's object (nlohmann would keep the last).
+Json parse_header(std::string_view text, const std::string& path) {
+  int depth = 0;
+  std::vector<std::set<std::string>> keys;  // per open object at depth 1 and 2
+  std::vector<bool> is_object;
+  auto cb = [&](int, Json::parse_event_t ev, Json& parsed) {
+    switch (ev) {
+      case Json::parse_event_t::object_start:
+      case Json::parse_event_t::array_start:
+        if (++depth > kMaxDepth)
+          fail(path, "malformed header: nesting deeper than ", kMaxDepth, " levels");
+        is_object.push_back(ev == Json::parse_event_t::object_start);
+        if (is_object.back() && depth <= 2) keys.emplace_back();
+        break;
+      case Json::parse_event_t::object_end:
+      case Json::parse_event_t::array_end:
+        if (is_object.back() && depth <= 2) keys.pop_back();
+        is_object.pop_back();
+        --depth;
+        break;
+      case Json::parse_event_t::key:
+        if (depth <= 2 && !keys.back().insert(parsed.get<std::string>()).second)
+          fail(path, depth == 1 ? "duplicate tensor name '" : "duplicate field '",
+               parsed.get<std::string>(), "' in the header");
+        break;
+      case Json::parse_event_t::value: break;
+    }
+    return true;
+  };
+  try {
+    return Json::parse(text.begin(), text.end(), cb);
+  } catch (const Json::exception& e) {
+    fail(path, "malformed header (", e.what(), ")");
+  }
+}
+
+// A non-negative integer that fits int64 (JSON numbers like 1.5, -1 or 1e20 do not).
+int64_t as_extent(const Json& v, const std::string& path, const std::string& name,
+                  const char* field) {
+  if (!v.is_number_unsigned() || v.get<uint64_t>() > uint64_t{INT64_MAX})
+    fail(path, "'", name, "' has ", field, " ", v.dump(),
+         ": expected non-negative integers below 2^63");
+  return static_cast<int64_t>(v.get<uint64_t>());
+}
+
+std::vector<int64_t> int_list(const Json& entry, const char* field, const std::string& path,
+                              const std::string& name) {
+  auto it = entry.find(field);
+  if (it == entry.end() || !it->is_array()) fail(path, "'", name, "' has no '", field, "' list");
+  std::vector<int64_t> out;
+  for (const Json& v : *it) out.push_back(as_extent(v, path, name, field));
+  return out;
+}
+
+struct Entry {
+  std::string name;
+  DType dtype;
+  Shape shape;
+  int64_t begin, end;
+};
+
+Entry read_entry(const std::string& name, const Json& e, const std::string& path) {
+  if (!e.is_object()) fail(path, "'", name, "' is not an object {dtype, shape, data_offsets}");
+  auto dt = e.find("dtype");
+  if (dt == e.end() || !dt->is_string()) fail(path, "'", name, "' has no 'dtype' string");
+  DType d = parse_dtype(dt->get<std::string>(), path, name);
+  std::vector<int64_t> shape = int_list(e, "shape", path, name);
+  if (shape.size() > kMaxRank)
+    fail(path, "'", name, "' has rank ", shape.size(), "; loom supports at most ", kMaxRank);
+  int64_t n = 1;
+  for (int64_t x : shape) n = (x != 0 && n > kMaxElems / x) ? kMaxElems + 1 : n * x;
+  if (n > kMaxElems)
+    fail(path, "'", name, "' has shape ", Shape(shape), ": more than 2^48 elements");
+  std::vector<int64_t> off = int_list(e, "data_offsets", path, name);
+  if (off.size() != 2 || off[0] > off[1])
+    fail(path, "'", name, "' has data_offsets ", e["data_offsets"].dump(),
+         ": expected [begin, end] with begin <= end");
+  Entry out{name, d, Shape(shape), off[0], off[1]};
+  if (off[1] - off[0] != n * static_cast<int64_t>(itemsize(d)))
+    fail(path, "'", name, "' has data offsets that do not fit ", TensorType{d, out.shape}, ": [",
+         off[0], ", ", off[1], ") holds ", off[1] - off[0], " bytes, ", TensorType{d, out.shape},
+         " needs ", n * static_cast<int64_t>(itemsize(d)));
+  return out;
+}
+
+struct Header {
+  std::vector<Entry> entries;  // by data offset
+  std::map<std::string, std::string> metadata;
+  const char* data;
+};
+
+// Maps nothing itself: reads and checks `file`'s header and lays out its tensors.
+Header read_header(const MappedFile& file, const std::string& path) {
+  if (file.size() < 8) fail(path, "too short for a header (", file.size(), " bytes)");
+  uint64_t n;
+  std::memcpy(&n, file.data(), 8);
+  if (n > file.size() - 8)
+    fail(path, "header length ", n, " exceeds the file (", file.size(), " bytes)");
+  if (n > kMaxHeader) fail(path, "header length ", n, " exceeds the limit of ", kMaxHeader);
+  std::string_view text(file.data() + 8, n);
+  if (text.empty() || text[0] != '{') fail(path, "malformed header (expected a JSON object)");
+  Json j = parse_header(text, path);
+  if (!j.is_object()) fail(path, "malformed header (expected a JSON object)");
+  Header h;
+  h.data = file.data() + 8 + n;
+  const int64_t data_size = static_cast<int64_t>(file.size() - 8 - n);
+  for (const auto& [name, e] : j.items()) {
+    if (name == kMetadata) {
+      if (!e.is_object()) fail(path, "__metadata__ is ", e.type_name(), ", expected an object");
+      for (const auto& [k, v] : e.items()) {
+        if (!v.is_string())
+          fail(path, "__metadata__ maps strings to strings, but '", k, "' is ", v.type_name());
+        h.metadata[k] = v.get<std::string>();
+      }
+      continue;
+    }
+    h.entries.push_back(read_entry(name, e, path));
+  }
+  std::sort(h.entries.begin(), h.entries.end(), [](const Entry& a, const Entry& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  });
+  int64_t at = 0;
+  for (const Entry& e : h.entries) {
+    if (e.begin != at)
+      fail(path, "'", e.name, "' has data_offsets [", e.begin, ", ", e.end, ") but the data ",
+           e.begin < at ? "before it ends at " : "is not covered from ", at,
+           e.begin < at ? " (overlapping tensors)" : "");
+    at = e.end;
+  }
+  if (at > data_size)
+    fail(path, "'", h.entries.back().name, "' ends at byte ", at,
+         " of the data but the file holds ", data_size, " bytes of data (truncated)");
+  if (at < data_size)
+    fail(path, "the tensors cover ", at, " bytes of data but the file holds ", data_size,
+         " (trailing bytes)");
+  return h;
+}
+
+// Validates a name for the header: JSON strings are UTF-8.
+void check_utf8_name(const std::string& name, const std::string& path) {
+  try {
+    (void)Json(name).dump();
+  } catch (const Json::exception&) {
+    throw Error(loom::detail::str_cat("[save_safetensors] ", path, ": the string '", name,
+                                      "' is not valid UTF-8"));
+  }
+}
 
 }  // namespace
 
-void save_safetensors(const std::map<std::string, Tensor>& tensors, const std::string& path) {
-  std::ostringstream header;
-  std::string data;
-  header << "{";
-  bool first = true;
-  for (const auto& [name, t] : tensors) {
-    LOOM_CHECK(t.defined(), "[save_safetensors] '", name, "' is an undefined Tensor");
-    std::string b = bytes_of(t);
-    header << (first ? "" : ",") << "\"" << name << "\":{\"dtype\":\"" << st_dtype(t.dtype())
-           << "\",\"shape\":[";
-    for (int64_t d = 0; d < t.dim(); ++d) header << (d ? "," : "") << t.size(d);
-    header << "],\"data_offsets\":[" << data.size() << "," << data.size() + b.size() << "]}";
-    data += b;
-    first = false;
+void save_safetensors(const std::map<std::string, Tensor>& tensors, const std::string& path,
+                      const std::map<std::string, std::string>& metadata) {
+  // Ordered as the Python package writes it: __metadata__, then {dtype, shape, data_offsets}.
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  if (!metadata.empty()) {
+    for (const auto& [k, v] : metadata) {
+      check_utf8_name(k, path);
+      check_utf8_name(v, path);
+    }
+    header[std::string(kMetadata)] = metadata;
   }
-  header << "}";
-  std::string h = header.str();
+  std::string data;
+  for (const auto& [name, t] : tensors) {
+    LOOM_CHECK(t.defined(), "[save_safetensors] ", path, ": '", name, "' is an undefined Tensor");
+    LOOM_CHECK(name != kMetadata, "[save_safetensors] ", path,
+               ": '__metadata__' is reserved for the metadata; name the tensor otherwise");
+    check_utf8_name(name, path);
+    std::string b = bytes_of(t);
+    std::vector<int64_t> shape(t.shape().begin(), t.shape().end());
+    header[std::string(name)] = {{"dtype", st_dtype(t.dtype())},
+                                 {"shape", shape},
+                                 {"data_offsets", {data.size(), data.size() + b.size()}}};
+    data += b;
+  }
+  std::string h = header.dump();          // escapes quotes, backslashes and control characters
   while (h.size() % 8) h.push_back(' ');  // the format pads the header with spaces
   std::ofstream f(path, std::ios::binary);
   LOOM_CHECK(f, "[save_safetensors] cannot write '", path, "'");
@@ -177,53 +369,16 @@ void save_safetensors(const std::map<std::string, Tensor>& tensors, const std::s
 }
 
 std::map<std::string, Tensor> load_safetensors(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  LOOM_CHECK(f, "[load_safetensors] cannot read '", path, "'");
-  std::string all((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  LOOM_CHECK(all.size() >= 8, "[load_safetensors] ", path, ": too short for a header");
-  uint64_t n;
-  std::memcpy(&n, all.data(), 8);
-  LOOM_CHECK(n <= all.size() - 8, "[load_safetensors] ", path, ": header length ", n,
-             " exceeds the file (", all.size(), " bytes)");
-  std::string header = all.substr(8, n);
-  const char* data = all.data() + 8 + n;
-  const uint64_t data_size = all.size() - 8 - n;
-  Json j{header, path};
+  MappedFile file(path);
+  Header h = read_header(file, path);
   std::map<std::string, Tensor> out;
-  j.expect('{');
-  if (j.peek('}')) return out;
-  do {
-    std::string name = j.str();
-    j.expect(':');
-    if (name == "__metadata__") {
-      j.skip();
-      continue;
-    }
-    std::string dtype;
-    std::vector<int64_t> shape, offsets;
-    j.expect('{');
-    do {
-      std::string key = j.str();
-      j.expect(':');
-      if (key == "dtype") dtype = j.str();
-      else if (key == "shape") shape = j.ints();
-      else if (key == "data_offsets") offsets = j.ints();
-      else j.skip();
-    } while (j.peek(',') && ++j.i);
-    j.expect('}');
-    DType d = parse_dtype(dtype, path);
-    Shape s(shape);
-    for (int64_t e : shape) LOOM_CHECK(e >= 0, "[load_safetensors] ", path, ": '", name, "' has a negative extent");
-    ir::check_shape("load_safetensors", s);  // rank and element count within loom's limits
-    LOOM_CHECK(offsets.size() == 2 && offsets[0] >= 0 && offsets[0] <= offsets[1] &&
-                   static_cast<uint64_t>(offsets[1]) <= data_size &&
-                   offsets[1] - offsets[0] == s.numel() * static_cast<int64_t>(itemsize(d)),
-               "[load_safetensors] ", path, ": '", name, "' has data offsets that do not fit ",
-               TensorType{d, s}, " in ", data_size, " bytes of data");
-    out[name] = tensor_of(d, s, data + offsets[0]);
-  } while (j.peek(',') && ++j.i);
-  j.expect('}');
+  for (const Entry& e : h.entries) out[e.name] = tensor_of(e.dtype, e.shape, h.data + e.begin);
   return out;
+}
+
+std::map<std::string, std::string> load_safetensors_metadata(const std::string& path) {
+  MappedFile file(path);
+  return read_header(file, path).metadata;
 }
 
 void save(const Module& module, const std::string& path) {
@@ -242,8 +397,8 @@ void load(Module& module, const std::string& path) {
     auto it = file.find(name);
     LOOM_CHECK(it != file.end(), "[nn::load] ", path, " has no '", name, "'");
     TensorType want{t.dtype(), t.shape()}, got{it->second.dtype(), it->second.shape()};
-    LOOM_CHECK_T(ShapeError, want.shape == got.shape, "[nn::load] '", name, "' is ", got, " in ", path,
-                 " but ", want, " in the module");
+    LOOM_CHECK_T(ShapeError, want.shape == got.shape, "[nn::load] '", name, "' is ", got, " in ",
+                 path, " but ", want, " in the module");
     Tensor dst = t;
     dst.copy_(it->second);
     file.erase(it);

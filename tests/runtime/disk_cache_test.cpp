@@ -2,6 +2,8 @@
 // foreign-key and other-version entries, an unwritable directory and two writers at once all
 // give correct results and counted recoveries. Fresh processes are this test binary run with
 // a filter on PersistentCacheChild.DISABLED_Run, which writes its results and metrics to a file.
+#include "loom/backend/disk_cache.h"
+
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -14,7 +16,6 @@
 #include <sstream>
 #include <thread>
 
-#include "loom/backend/disk_cache.h"
 #include "loom/core/config.h"
 #include "loom/loom.h"
 #include "loom/runtime/engine.h"
@@ -103,12 +104,76 @@ std::vector<fs::path> entries(const fs::path& dir) {
   return out;
 }
 
+// The hasher and entry layout of format 1 (before XXH3), as loom wrote them: two 64-bit
+// lanes, one multiply each per word. Used to make the entries an older loom left behind.
+class LegacyHasher128 {
+ public:
+  void add(uint64_t v) {
+    a_ = (rotl(a_, 23) ^ v) * 0x9e3779b97f4a7c15ULL;
+    b_ = (rotl(b_, 41) + (v ^ 0x632be59bd9b4e019ULL)) * 0xff51afd7ed558ccdULL;
+    ++n_;
+  }
+  Hash128 finish() const {
+    uint64_t a = hash_mix(a_ ^ n_), b = hash_mix(b_ + 0x27d4eb2f165667c5ULL * n_);
+    return {hash_mix(a ^ (b >> 17)), hash_mix(b + a)};
+  }
+
+ private:
+  static uint64_t rotl(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
+  uint64_t a_ = 0x243f6a8885a308d3ULL, b_ = 0x13198a2e03707344ULL, n_ = 0;
+};
+
+// A whole, checksum-valid format-1 entry for `key` holding `payload`.
+std::string legacy_entry(const Hash128& key, std::string_view payload) {
+  std::string h(64, '\0');
+  std::memcpy(h.data(), "LOOMCCH1", 8);
+  const uint32_t version = 1, header_bytes = 64;
+  const uint64_t size = payload.size();
+  std::memcpy(h.data() + 8, &version, 4);
+  std::memcpy(h.data() + 12, &header_bytes, 4);
+  std::memcpy(h.data() + 16, &key.lo, 8);
+  std::memcpy(h.data() + 24, &key.hi, 8);
+  std::memcpy(h.data() + 32, &size, 8);
+  LegacyHasher128 hs;
+  auto add_bytes = [&](const char* p, size_t n) {
+    size_t k = 0;
+    for (; k + 8 <= n; k += 8) {
+      uint64_t w;
+      std::memcpy(&w, p + k, 8);
+      hs.add(w);
+    }
+    uint64_t tail = 0;
+    std::memcpy(&tail, p + k, n - k);
+    hs.add(tail ^ (uint64_t{n - k} << 56));
+  };
+  add_bytes(h.data(), 40);
+  add_bytes(payload.data(), payload.size());
+  Hash128 sum = hs.finish();
+  std::memcpy(h.data() + 40, &sum.lo, 8);
+  std::memcpy(h.data() + 48, &sum.hi, 8);
+  return h + std::string(payload);
+}
+
+// Rewrites an entry as format 1 would have stored it (same key and payload).
+void rewrite_as_legacy(const fs::path& f) {
+  std::ifstream in(f, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  in.close();
+  ASSERT_GE(bytes.size(), 64u);
+  Hash128 key;
+  std::memcpy(&key.lo, bytes.data() + 16, 8);
+  std::memcpy(&key.hi, bytes.data() + 24, 8);
+  std::ofstream(f, std::ios::binary | std::ios::trunc)
+      << legacy_entry(key, std::string_view(bytes).substr(64));
+}
+
 class DiskCacheTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (runtime::current_backend().name() != "cpu") GTEST_SKIP() << "the cpu backend stores code";
-    root_ = fs::temp_directory_path() / ("loom_disk_" + std::to_string(::getpid()) + "_" +
-                                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    root_ = fs::temp_directory_path() /
+            ("loom_disk_" + std::to_string(::getpid()) + "_" +
+             ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(root_);
     fs::create_directories(root_);
     dir_ = root_ / "cache";
@@ -122,7 +187,8 @@ class DiskCacheTest : public ::testing::Test {
   }
   // Runs a child after `corrupt` changed every entry: it must recover (count, recompile,
   // rewrite), give the cold results, and leave entries that the next child loads.
-  void expect_recovery(const std::string& what, const std::function<void(const fs::path&)>& corrupt) {
+  void expect_recovery(const std::string& what,
+                       const std::function<void(const fs::path&)>& corrupt) {
     SCOPED_TRACE(what);
     auto files = entries(dir_);
     ASSERT_FALSE(files.empty());
@@ -196,6 +262,36 @@ TEST_F(DiskCacheTest, DamagedEntriesAreRejectedRemovedAndRecompiled) {
     patch(f, 16, [](char c) { return static_cast<char>(c ^ 1); });  // the key field
   });
   expect_recovery("empty file", [](const fs::path& f) { fs::resize_file(f, 0); });
+}
+
+// Entries an older loom wrote with its own hash (format 1, valid under that hash) are foreign:
+// counted in `rejected` (Metrics::disk_cache_rejected), removed, recompiled, rewritten.
+TEST_F(DiskCacheTest, EntriesWrittenWithTheOldHashAreRejectedAndRecompiled) {
+  cold_ = run(dir_);
+  ASSERT_EQ(cold_.rc, 0);
+  expect_recovery("format 1 (the hand-written hash)", rewrite_as_legacy);
+}
+
+TEST_F(DiskCacheTest, OldHashEntriesAreRejectedByLoadAndByThePreload) {
+  backend::DiskCache& dc = backend::DiskCache::instance();
+  const std::string saved = dc.dir();
+  dc.set_dir(dir_.string());
+  dc.reset_stats();
+  ASSERT_TRUE(dc.store(Hash128{5, 9}, "fresh"));
+  ASSERT_TRUE(dc.load(Hash128{5, 9}).has_value());
+  for (uint64_t k : {1, 2}) {
+    std::ofstream(dc.path_of(Hash128{k, 9}), std::ios::binary)
+        << legacy_entry(Hash128{k, 9}, "old code");
+  }
+  EXPECT_FALSE(dc.load(Hash128{1, 9}).has_value());
+  EXPECT_EQ(dc.stats().rejected, 1);
+  EXPECT_FALSE(fs::exists(dc.path_of(Hash128{1, 9})));
+  auto newest = dc.newest_entries(8, 1 << 20);  // the preload: skips, counts and removes it
+  ASSERT_EQ(newest.size(), 1u);
+  EXPECT_EQ(newest[0].second, "fresh");
+  EXPECT_EQ(dc.stats().rejected, 2);
+  EXPECT_FALSE(fs::exists(dc.path_of(Hash128{2, 9})));
+  dc.set_dir(saved);
 }
 
 TEST_F(DiskCacheTest, UnwritableDirectoryGivesCorrectResultsAndCountedFailures) {

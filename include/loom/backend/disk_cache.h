@@ -5,7 +5,7 @@
 //   if (auto bytes = dc.load(key)) use(*bytes); else dc.store(key, compile());
 //
 // One file per key, `<key hex>.lco`: a 64-byte header (magic, format version, header size,
-// key, payload size, a 128-bit checksum of header and payload) and the payload. Writes go to
+// key, payload size, an XXH3-128 checksum of header and payload) and the payload. Writes go to
 // a temporary file in the same directory that is then renamed over the entry, so a reader sees
 // the old entry, the new one, or none, never a partial one; two processes may share the
 // directory. A load verifies everything; a truncated, corrupt, foreign or stale entry is
@@ -40,8 +40,9 @@ struct DiskCacheStats {
 
 class DiskCache {
  public:
-  // Bump when the file layout changes; entries of other versions are rejected.
-  static constexpr uint32_t kFormatVersion = 1;
+  // Bump when the file layout or a hash changes; entries of other versions are rejected
+  // (counted in `rejected`). 2: keys and checksums are XXH3-128 (1: loom's own hasher).
+  static constexpr uint32_t kFormatVersion = 2;
   static constexpr size_t kHeaderBytes = 64;
 
   static DiskCache& instance();
@@ -57,8 +58,10 @@ class DiskCache {
   // Stores `payload` under `key` atomically; false (counted) when it cannot be written.
   bool store(const Hash128& key, std::string_view payload);
   // The verified entries (key, payload) most recently used, newest first: at most
-  // `max_count` of them and `max_bytes` in all, without touching or counting them (the JIT
-  // preloads them at start-up, on a background thread).
+  // `max_count` of them and `max_bytes` in all, without touching them or counting hits (the
+  // JIT preloads them at start-up, on a background thread). Entries among them that fail
+  // verification (corrupt, or another format version: written with the old hash) are
+  // counted in `rejected` and removed, as a load does.
   std::vector<std::pair<Hash128, std::string>> newest_entries(size_t max_count,
                                                               size_t max_bytes) const;
   // Counts a hit on `key` served from memory (a preloaded entry) and marks it used (LRU).
@@ -75,15 +78,15 @@ class DiskCache {
  private:
   DiskCache();
   void evict_if_needed(int64_t added);
-  void remove_entry(const std::string& path);
+  static bool remove_entry(const std::string& path);
 
   mutable std::mutex mu_;
   std::string dir_;
   std::atomic<bool> enabled_{false};
   int64_t max_bytes_ = 0;
   int64_t bytes_estimate_ = -1;  // -1: not yet scanned
-  std::atomic<int64_t> hits_{0}, misses_{0}, writes_{0}, write_failures_{0}, rejected_{0},
-      evictions_{0};
+  std::atomic<int64_t> hits_{0}, misses_{0}, writes_{0}, write_failures_{0}, evictions_{0};
+  mutable std::atomic<int64_t> rejected_{0};  // also counted by the const newest_entries
 };
 
 }  // namespace loom::backend

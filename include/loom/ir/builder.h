@@ -78,20 +78,25 @@ class Builder {
   // With hash-consing on: the Merkle hash of a node, over its op, type, attributes and its
   // operands' Merkle hashes (not their ids). Parameters hash by type and index, so equal
   // hashes mean the same computation from the same parameters, whatever the node ids.
-  uint64_t merkle(NodeId id) const { return merkle_[id]; }
-  uint64_t merkle(Value v) const { return hash_combine(merkle_[v.node], v.index); }
+  // XXH3-128: the trace cache keys executables by these, so a collision would be a wrong run.
+  const Hash128& merkle(NodeId id) const { return merkle_[id]; }
+  Hash128 merkle(Value v) const {  // result k > 0 of a multi-result node: its own hash
+    const Hash128& m = merkle_[v.node];
+    if (v.index == 0) return m;
+    return {hash_mix(m.lo ^ (0x9e3779b97f4a7c15ULL * v.index)), m.hi + v.index};
+  }
 
  private:
-  uint64_t node_hash(const Node& n) const;
+  Hash128 node_hash(const Node& n) const;
   bool same_node(const Node& a, const Node& b) const;
-  void insert(uint64_t h, NodeId id);
+  void insert(const Hash128& h, NodeId id);
   void grow();
 
   Graph* g_;
   bool hash_cons_;
-  std::vector<uint64_t> merkle_;  // per node
-  // Open addressing: node id and the high half of its Merkle hash (so probes rarely touch
-  // the nodes); id kEmpty marks a free slot.
+  std::vector<Hash128> merkle_;  // per node
+  // Open addressing by the low half of the Merkle hash: node id and 32 bits of the high half
+  // (so probes rarely touch the nodes); id kEmpty marks a free slot.
   struct Slot {
     NodeId id;
     uint32_t tag;

@@ -165,9 +165,17 @@ inline Tensor mse_loss(const Tensor& input, const Tensor& target) {
 }
 
 // safetensors files (https://github.com/huggingface/safetensors): an 8-byte little-endian
-// header size, a JSON header {name: {dtype, shape, data_offsets}}, then the raw data.
-void save_safetensors(const std::map<std::string, Tensor>& tensors, const std::string& path);
+// header size, a JSON header {name: {dtype, shape, data_offsets}, "__metadata__": {string:
+// string}}, then the raw data. Names and metadata are any UTF-8 strings (escaped in the
+// header). A load maps the file and rejects, with a loom::Error naming the file, what the
+// Python package rejects: malformed or non-UTF-8 JSON, nesting deeper than 128, duplicate
+// names, extents or offsets that are not integers in [0, 2^63), overlapping or out-of-order
+// data, data not covered exactly, non-string metadata; and dtypes loom lacks (U8, I16, F8...).
+void save_safetensors(const std::map<std::string, Tensor>& tensors, const std::string& path,
+                      const std::map<std::string, std::string>& metadata = {});
 std::map<std::string, Tensor> load_safetensors(const std::string& path);
+// The file's "__metadata__" (empty when it has none); checks the whole header as a load does.
+std::map<std::string, std::string> load_safetensors_metadata(const std::string& path);
 // A module's parameters and buffers by dotted name; load copies into the module's tensors and
 // raises naming any missing, unexpected or differently shaped entry.
 void save(const Module& module, const std::string& path);
