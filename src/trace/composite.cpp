@@ -106,14 +106,14 @@ Tensor layer_norm(const Tensor& x, std::vector<int64_t> normalized_shape, const 
   return y;
 }
 
-Tensor embedding(const Tensor& indices, const Tensor& weight) {
+Tensor embedding(const Tensor& indices, const Tensor& weight, std::source_location loc) {
   LOOM_CHECK_T(ShapeError, weight.dim() == 2, "[embedding] weight must be 2-d [num, dim], got ",
                type_of(weight));
   LOOM_CHECK_T(DTypeError, is_integral(indices.dtype()), "[embedding] indices must be int32 or int64, got ",
                type_of(indices));
   std::vector<int64_t> out = indices.shape().vec();
   out.push_back(weight.shape()[1]);
-  return reshape(index_select(weight, 0, reshape(indices, {-1})), out);
+  return reshape(index_select(weight, 0, reshape(indices, {-1}), loc), out);
 }
 
 Tensor dropout(const Tensor& x, double p, bool training) {
@@ -126,7 +126,7 @@ Tensor dropout(const Tensor& x, double p, bool training) {
   return where(keep, x * Scalar(1.0 / (1.0 - p)), lit(0, x.dtype()));
 }
 
-Tensor cross_entropy(const Tensor& logits, const Tensor& target) {
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, std::source_location loc) {
   LOOM_CHECK_T(ShapeError, logits.dim() == 1 || logits.dim() == 2,
                "[cross_entropy] logits must be [C] or [N, C], got ", type_of(logits));
   int64_t cdim = logits.dim() - 1;
@@ -142,7 +142,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target) {
                               : target.dim() == 1 && target.shape()[0] == logits.shape()[0];
   LOOM_CHECK_T(ShapeError, ok, "[cross_entropy] target ", type_of(target),
                " does not match logits ", type_of(logits), "; expected [N] class indices for [N, C]");
-  Tensor picked = gather(logp, cdim, unsqueeze(target, -1));
+  Tensor picked = gather(logp, cdim, unsqueeze(target, -1), loc);
   return -mean(picked);
 }
 
