@@ -19,9 +19,9 @@ std::string line_here(int line) { return "recovery_test.cpp:" + std::to_string(l
 TEST(Recovery, FailedRunPoisonsOnlyWhatDependsOnTheFailingOp) {
   loom::sync();
   Tensor good = loom::arange(0, 3) * 2.0;  // pending, unrelated to the bad index
+  Tensor index = loom::tensor(std::vector<int64_t>{7}, {1});
   const int op_line = __LINE__ + 1;
-  Tensor bad =
-      loom::index_select(loom::arange(0, 3), 0, loom::tensor(std::vector<int64_t>{7}, {1}));
+  Tensor bad = loom::index_select(loom::arange(0, 3), 0, index);
   Tensor later = bad + 1;  // depends on the failing op: poisoned too
   const int sync_line = __LINE__ + 1;
   expect_error<loom::ExecError>([] { loom::sync(); },
