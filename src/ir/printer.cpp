@@ -4,6 +4,7 @@
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <ostream>
 
 #include "loom/ir/graph.h"
@@ -239,9 +240,14 @@ std::string to_dot(const Graph& g) {
   return out;
 }
 
-std::string first_difference(const Graph& before, const Graph& after) {
+std::string GraphDifference::str() const {
+  return kind == Kind::None ? std::string() : "`" + before + "` became `" + after + "`";
+}
+
+GraphDifference first_difference(const Graph& before, const Graph& after) {
+  GraphDifference d;
   const std::string a = to_text(before), b = to_text(after);
-  if (a == b) return "";
+  if (a == b) return d;
   auto line_at = [](const std::string& s, size_t pos) {
     size_t lo = s.rfind('\n', pos == 0 ? 0 : pos - 1);
     lo = lo == std::string::npos ? 0 : lo + 1;
@@ -252,7 +258,33 @@ std::string first_difference(const Graph& before, const Graph& after) {
   };
   size_t k = 0;
   while (k < a.size() && k < b.size() && a[k] == b[k]) ++k;
-  return "`" + line_at(a, k) + "` became `" + line_at(b, k) + "`";
+  if (a.find('\n') >= k) {  // the header: name the first parameter that differs
+    auto decl = [](const Graph& g, size_t p) {
+      if (p >= g.params().size()) return std::string("(none)");
+      std::string t = "%" + std::to_string(p) + ": ";
+      append_type(t, g.node(g.params()[p]).type);
+      return t;
+    };
+    size_t p = 0;
+    while (p < before.params().size() && p < after.params().size() &&
+           decl(before, p) == decl(after, p))
+      ++p;
+    d.kind = GraphDifference::Kind::Parameter;
+    d.index = static_cast<int64_t>(p);
+    d.before = decl(before, p);
+    d.after = decl(after, p);
+    return d;
+  }
+  d.before = line_at(a, k);
+  d.after = line_at(b, k);
+  const std::string& node = d.before[0] == '%' ? d.before : d.after;
+  if (node.size() > 1 && node[0] == '%') {  // a node line on either side
+    d.kind = GraphDifference::Kind::Node;
+    d.index = std::strtoll(node.c_str() + 1, nullptr, 10);
+  } else {
+    d.kind = GraphDifference::Kind::Outputs;
+  }
+  return d;
 }
 
 }  // namespace loom::ir

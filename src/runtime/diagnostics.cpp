@@ -158,24 +158,30 @@ RecompileReason explain(const GraphRecord& before, const GraphRecord& now, std::
       r.kind = RecompileReason::Kind::InputType;
       for (size_t k = 0; k < changes.size(); ++k) r.message += (k ? "; " : "") + changes[k];
       if (!same_ops) {
-        r.message += "; the ops differ too, first: " + ir::first_difference(*before.graph, *now.graph);
+        r.message +=
+            "; the ops differ too, first: " + ir::first_difference(*before.graph, *now.graph).str();
       }
       return r;
     }
   }
   r.kind = RecompileReason::Kind::Graph;
-  std::string diff = ir::first_difference(*before.graph, *now.graph);
-  // first_difference: "`a` became `b`"; keep the two lines apart for the API.
-  size_t mid = diff.find("` became `");
-  if (mid != std::string::npos && diff.size() >= mid + 11) {
-    r.before = diff.substr(1, mid - 1);
-    r.after = diff.substr(mid + 10, diff.size() - mid - 11);
-  }
+  ir::GraphDifference diff = ir::first_difference(*before.graph, *now.graph);
+  r.before = diff.before;
+  r.after = diff.after;
   r.message = "the graph changed";
   if (before.params.size() != now.params.size())
     r.message += loom::detail::str_cat(" (", before.params.size(), " inputs -> ", now.params.size(), ")");
-  r.message += diff.empty() ? std::string(": same text, different structure")
-                            : ": first differing op " + diff;
+  switch (diff.kind) {
+    case ir::GraphDifference::Kind::None: r.message += ": same text, different structure"; break;
+    case ir::GraphDifference::Kind::Parameter:
+      r.input = diff.index;
+      r.message += loom::detail::str_cat(": first differing input ", diff.index, " ", diff.str());
+      break;
+    case ir::GraphDifference::Kind::Node: r.message += ": first differing op " + diff.str(); break;
+    case ir::GraphDifference::Kind::Outputs:
+      r.message += ": first differing outputs " + diff.str();
+      break;
+  }
   return r;
 }
 
@@ -380,6 +386,8 @@ SyncSite::~SyncSite() {
   --t.site_depth;
   t.site = static_cast<detail::NameStats*>(previous_);
 }
+
+const std::string& current_graph_name() { return detail::current_name().name; }
 
 void note_recompile_cause(RecompileReason::Kind kind, std::string message, std::string before,
                           std::string after, std::string path) {

@@ -260,11 +260,90 @@ std::vector<Buffer> run_graph(const ir::Graph& g, std::span<const Buffer> inputs
   return run_executable(*compile_cached(g), inputs);
 }
 
-void count_cache_hit() {
-  loom::detail::counters().cache_hits++;
-  detail::current_name().hits++;
-  detail::clear_noted_causes();
+void prepare_backend() { current_backend(); }
+
+namespace {
+
+// The sync index of one thread: plans by trace key. A hit costs one probe and the weak
+// executable's lock; the compile cache keeps ownership, so an eviction there is seen here.
+struct SyncIndex {
+  struct KeyHash {
+    size_t operator()(const Hash128& h) const { return h.lo ^ h.hi; }
+  };
+  static constexpr size_t kEntries = 4096;
+  std::unordered_map<Hash128, SyncPlan, KeyHash> plans;
+  SyncPlan unkeyed;  // the plan of a sync that is not indexed (its key is not valid)
+};
+SyncIndex& sync_index() {
+  thread_local SyncIndex index;
+  return index;
 }
+
+}  // namespace
+
+SyncHit find_sync(const Hash128& key) {
+  SyncIndex& index = sync_index();
+  auto it = index.plans.find(key);
+  if (it == index.plans.end()) return {};
+  SyncHit hit;
+  hit.exe = it->second.exe.lock();
+  if (!hit.exe) return {};  // evicted from the compile cache
+  hit.plan = &it->second;
+  hit.found = true;
+  return hit;
+}
+
+SyncHit compile_sync(const Hash128* key, const ir::Graph& g, std::vector<uint32_t> slots,
+                     std::vector<TensorType> slot_types) {
+  SyncHit hit;
+  hit.exe = compile_cached(g);
+  SyncIndex& index = sync_index();
+  if (key && index.plans.size() >= SyncIndex::kEntries) index.plans.clear();
+  SyncPlan& plan = key ? index.plans[*key] : index.unkeyed;
+  plan.exe = hit.exe;
+  plan.slots = std::move(slots);
+  plan.slot_types = std::move(slot_types);
+  plan.nodes = static_cast<int64_t>(g.size());
+#ifndef NDEBUG
+  plan.fingerprint = ir::fingerprint(g);
+#endif
+  hit.plan = &plan;
+  return hit;
+}
+
+std::vector<Buffer> run_sync(const SyncHit& hit, std::span<const Buffer> inputs,
+                             std::span<const uint8_t> donated) {
+  auto& counters = loom::detail::counters();
+  if (hit.found) {
+    counters.cache_hits++;
+    detail::current_name().hits++;
+    detail::clear_noted_causes();
+  }
+  counters.syncs++;
+  counters.sync_nodes += hit.plan->nodes;
+  std::vector<Buffer> out = run_executable(*hit.exe, inputs, donated);
+  int64_t n = 0;
+  for (size_t i = 0; i < donated.size(); ++i) {
+    if (!donated[i]) continue;
+    for (const Buffer& o : out) n += o.id() == inputs[i].id();
+  }
+  if (n) counters.donated_buffers += n;
+  return out;
+}
+
+void count_traced(int64_t ops, int64_t host_scalars, double seconds) {
+  auto& c = loom::detail::counters();
+  if (ops) c.ops_traced += ops;
+  if (host_scalars) c.host_scalars += host_scalars;
+  if (seconds > 0) loom::detail::add_ns(c.trace_ns, seconds);
+}
+void count_sync_seconds(double seconds) {
+  loom::detail::add_ns(loom::detail::counters().sync_ns, seconds);
+}
+void count_body_traced() { loom::detail::counters().bodies_traced++; }
+void count_pure_hit() { loom::detail::counters().pure_hits++; }
+void count_compaction() { loom::detail::counters().pending_compactions++; }
+
 uint64_t cache_generation() { return generation.load(std::memory_order_acquire); }
 
 void clear_compile_cache() {

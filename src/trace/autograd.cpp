@@ -9,6 +9,7 @@
 
 #include "loom/autodiff/autodiff.h"
 #include "trace/context.h"
+#include "trace/grad_state.h"
 
 namespace loom {
 
@@ -74,20 +75,20 @@ std::vector<ir::NodeId> backward_path(const ir::Graph& graph, ir::Value root,
 
 }  // namespace
 
-uint8_t TraceContext::resolve(ir::NodeId id) {
-  if (grad_state_.size() < graph_.size()) grad_state_.resize(graph_.size(), kUnknown);
-  if (grad_state_[id] != kUnknown) return grad_state_[id];
+uint8_t GradTape::resolve(ir::NodeId id) {
+  if (state_.size() < ctx_.graph_.size()) state_.resize(ctx_.graph_.size(), kUnknown);
+  if (state_[id] != kUnknown) return state_[id];
   // Post-order over the unresolved operands (a traced op adds a few nodes at a time).
   std::vector<ir::NodeId> stack{id};
   while (!stack.empty()) {
     ir::NodeId n = stack.back();
-    if (grad_state_[n] != kUnknown) {
+    if (state_[n] != kUnknown) {
       stack.pop_back();
       continue;
     }
     bool ready = true, active = false;
-    for (ir::Value v : graph_.node(n).operands) {
-      uint8_t st = grad_state_[v.node];
+    for (ir::Value v : ctx_.graph_.node(n).operands) {
+      uint8_t st = state_[v.node];
       if (st == kUnknown) {
         stack.push_back(v.node);
         ready = false;
@@ -95,68 +96,68 @@ uint8_t TraceContext::resolve(ir::NodeId id) {
       active = active || st == kActive;
     }
     if (!ready) continue;
-    grad_state_[n] = active ? kActive : kInactive;
+    state_[n] = active ? kActive : kInactive;
     stack.pop_back();
   }
-  return grad_state_[id];
+  return state_[id];
 }
 
-ir::Value TraceContext::identity(ir::Value v) {
+ir::Value GradTape::identity(ir::Value v) {
   ir::Node n;
   n.op = ir::OpKind::Convert;
   n.operands = {v};
-  n.type = graph_.type(v);
-  return {builder_.add(std::move(n)), 0};
+  n.type = ctx_.graph_.type(v);
+  return {ctx_.builder_.add(std::move(n)), 0};
 }
 
-void TraceContext::own_node(TensorImpl& impl) { impl.value = identity(impl.value); }
+void GradTape::own_node(TensorImpl& impl) { impl.value = identity(impl.value); }
 
-bool TraceContext::active(ir::Value v) { return any_grad_ && resolve(v.node) == kActive; }
+bool GradTape::active(ir::Value v) { return any_ && resolve(v.node) == kActive; }
 
-ir::Value TraceContext::leaf_value(const std::shared_ptr<TensorImpl>& impl) {
+ir::Value GradTape::leaf_value(const std::shared_ptr<TensorImpl>& impl) {
   ir::Value v;
   if (impl->pending()) {
     v = impl->value;
-  } else if (impl->data_epoch == epoch_ && grad_state_.size() > impl->data_value.node &&
-             grad_state_[impl->data_value.node] == kActive) {
+  } else if (impl->data_epoch == ctx_.epoch_ && state_.size() > impl->data_value.node &&
+             state_[impl->data_value.node] == kActive) {
     return impl->data_value;
   } else {
     // A slot of its own: a parameter node no other tensor shares.
-    v = data(impl->buffer, impl->type);
-    slots_.back().owner = impl;
+    v = ctx_.data(impl->buffer, impl->type);
+    ctx_.slots_.back().owner = impl;
     impl->data_value = v;
-    impl->data_epoch = epoch_;
+    impl->data_epoch = ctx_.epoch_;
   }
-  if (grad_state_.size() < graph_.size()) grad_state_.resize(graph_.size(), kUnknown);
-  if (grad_state_[v.node] != kActive) {
-    grad_state_[v.node] = kActive;
-    grad_leaves_[v.node] = impl;
+  if (state_.size() < ctx_.graph_.size()) state_.resize(ctx_.graph_.size(), kUnknown);
+  if (state_[v.node] != kActive) {
+    state_[v.node] = kActive;
+    leaves_[v.node] = impl;
   }
-  any_grad_ = true;
+  any_ = true;
   return v;
 }
 
-ir::Value TraceContext::cut_gradient(ir::Value v) {
+ir::Value GradTape::cut_gradient(ir::Value v) {
   if (!active(v)) return v;
   v = identity(v);
-  grad_state_.resize(std::max(grad_state_.size(), graph_.size()), kUnknown);
-  grad_state_[v.node] = kInactive;
+  state_.resize(std::max(state_.size(), ctx_.graph_.size()), kUnknown);
+  state_[v.node] = kInactive;
   return v;
 }
 
-std::vector<std::pair<ir::NodeId, std::shared_ptr<TensorImpl>>> TraceContext::live_leaves(
+std::vector<std::pair<ir::NodeId, std::shared_ptr<TensorImpl>>> GradTape::live_leaves(
     ir::NodeId below) {
   std::vector<std::pair<ir::NodeId, std::shared_ptr<TensorImpl>>> r;
-  for (auto& [id, w] : grad_leaves_)
+  for (auto& [id, w] : leaves_)
     if (auto impl = w.lock(); impl && id <= below) r.emplace_back(id, std::move(impl));
   std::sort(r.begin(), r.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   return r;
 }
 
-std::vector<Tensor> TraceContext::gradients(const Tensor& out, const Tensor& seed,
-                                            const std::vector<Tensor>& wrt, const char* what) {
-  LOOM_CHECK_T(TraceError, scopes_.empty(), "[", what, "] cannot differentiate while tracing ",
-               scopes_.empty() ? std::string() : scopes_.back().where,
+std::vector<Tensor> GradTape::gradients(const Tensor& out, const Tensor& seed,
+                                        const std::vector<Tensor>& wrt, const char* what) {
+  LOOM_CHECK_T(TraceError, ctx_.scopes_.empty(), "[", what, "] cannot differentiate while tracing ",
+               ctx_.scopes_.empty() ? std::string() : ctx_.scopes_.back().where,
                "; differentiate the result of the call instead");
   LOOM_CHECK(out.defined(), "[", what, "] called on an undefined Tensor");
   TensorImpl& o = *out.impl();
@@ -170,22 +171,21 @@ std::vector<Tensor> TraceContext::gradients(const Tensor& out, const Tensor& see
   if (!seed.defined()) {
     LOOM_CHECK_T(AutodiffError, o.type.shape.numel() == 1, "[", what,
                  "] a gradient can be created implicitly only for a tensor with one element; "
-                 "got ",
-                 o.type, ": pass a gradient of that shape");
-    s = builder_.expand(builder_.constant(1, o.type.dtype), o.type.shape);
+                 "got ", o.type, ": pass a gradient of that shape");
+    s = ctx_.builder_.expand(ctx_.builder_.constant(1, o.type.dtype), o.type.shape);
   } else {
     LOOM_CHECK_T(ShapeError, seed.shape() == o.type.shape, "[", what, "] gradient ",
                  TensorType{seed.dtype(), seed.shape()}, " does not match the tensor ", o.type);
-    bool prev = grad_enabled_;
-    grad_enabled_ = false;
-    s = builder_.convert(value_of(seed), o.type.dtype);
-    grad_enabled_ = prev;
+    bool prev = enabled_;
+    enabled_ = false;
+    s = ctx_.builder_.convert(ctx_.value_of(seed), o.type.dtype);
+    enabled_ = prev;
   }
   std::vector<ir::Value> wrt_values;
-  for (const Tensor& w : wrt) wrt_values.push_back(value_of(w));
-  std::vector<uint8_t> act(graph_.size(), 0);
-  for (ir::NodeId id = 0; id < graph_.size(); ++id) act[id] = resolve(id) == kActive;
-  std::vector<ir::NodeId> saving = backward_path(graph_, o.value, wrt_values, act, what);
+  for (const Tensor& w : wrt) wrt_values.push_back(ctx_.value_of(w));
+  std::vector<uint8_t> act(ctx_.graph_.size(), 0);
+  for (ir::NodeId id = 0; id < ctx_.graph_.size(); ++id) act[id] = resolve(id) == kActive;
+  std::vector<ir::NodeId> saving = backward_path(ctx_.graph_, o.value, wrt_values, act, what);
   const bool is_backward = std::string_view(what) == "backward";
   bool again = false;
   for (const std::weak_ptr<TensorImpl>& r : backward_roots) again = again || r.lock().get() == &o;
@@ -193,35 +193,35 @@ std::vector<Tensor> TraceContext::gradients(const Tensor& out, const Tensor& see
                "[backward] trying to backward through the graph a second time: backward() already "
                "ran from this ",
                o.type, " tensor, and its graph's ",
-               ir::op_name(graph_.node(saving.empty() ? 0 : saving[0]).op),
+               ir::op_name(ctx_.graph_.node(saving.empty() ? 0 : saving[0]).op),
                " node saved tensors for it (as torch without retain_graph); recompute the "
                "forward for a second backward, or add the losses and call backward() once");
-  bool prev = grad_enabled_;
-  grad_enabled_ = false;
+  bool prev = enabled_;
+  enabled_ = false;
   std::vector<Tensor> grads;
   try {
     ir::Value roots[] = {o.value}, seeds[] = {s};
-    const size_t before = graph_.size();
+    const size_t before = ctx_.graph_.size();
     std::vector<autodiff::Adjoint> adj =
-        autodiff::backward(builder_, roots, seeds, wrt_values, &act);
+        autodiff::backward(ctx_.builder_, roots, seeds, wrt_values, &act);
     // Gradients carry no gradient themselves (no higher order): the nodes the sweep added are
     // inactive, so wrapping them needs no cut.
-    grad_state_.resize(std::max(grad_state_.size(), graph_.size()), kUnknown);
-    for (size_t id = before; id < graph_.size(); ++id) grad_state_[id] = kInactive;
-    for (const autodiff::Adjoint& a : adj) grads.push_back(a ? wrap(*a) : Tensor());
+    state_.resize(std::max(state_.size(), ctx_.graph_.size()), kUnknown);
+    for (size_t id = before; id < ctx_.graph_.size(); ++id) state_[id] = kInactive;
+    for (const autodiff::Adjoint& a : adj) grads.push_back(a ? ctx_.wrap(*a) : Tensor());
     if (is_backward && !again) {
       std::erase_if(backward_roots, [](const auto& r) { return r.expired(); });
       backward_roots.push_back(o.weak_from_this());
     }
   } catch (...) {
-    grad_enabled_ = prev;
+    enabled_ = prev;
     throw;
   }
-  grad_enabled_ = prev;
+  enabled_ = prev;
   return grads;
 }
 
-void TraceContext::backward(const Tensor& out, const Tensor& seed) {
+void GradTape::backward(const Tensor& out, const Tensor& seed) {
   LOOM_CHECK(out.defined(), "[backward] called on an undefined Tensor");
   check_owner(*out.impl(), "backward");
   std::vector<Tensor> wrt;
@@ -245,18 +245,38 @@ void TraceContext::backward(const Tensor& out, const Tensor& seed) {
   }
 }
 
+void GradTape::reset() {
+  state_.clear();
+  leaves_.clear();
+  any_ = false;
+}
+
+void GradTape::remap(const std::vector<ir::NodeId>& remap, size_t fresh_size) {
+  std::vector<uint8_t> state(fresh_size, kUnknown);
+  for (size_t id = 0; id < state_.size() && id < remap.size(); ++id)
+    if (remap[id] != kNoNode) state[remap[id]] = state_[id];
+  state_ = std::move(state);
+  std::unordered_map<ir::NodeId, std::weak_ptr<TensorImpl>> leaves;
+  for (auto& [id, w] : leaves_) {
+    auto impl = w.lock();
+    if (!impl || remap[id] == kNoNode) continue;
+    leaves[remap[id]] = w;
+  }
+  leaves_ = std::move(leaves);
+}
+
 }  // namespace detail
 
-NoGradGuard::NoGradGuard() : previous_(detail::TraceContext::get().grad_enabled()) {
-  detail::TraceContext::get().set_grad_enabled(false);
+NoGradGuard::NoGradGuard() : previous_(detail::TraceContext::get().grad().enabled()) {
+  detail::TraceContext::get().grad().set_enabled(false);
 }
-NoGradGuard::~NoGradGuard() { detail::TraceContext::get().set_grad_enabled(previous_); }
+NoGradGuard::~NoGradGuard() { detail::TraceContext::get().grad().set_enabled(previous_); }
 
-bool grad_enabled() { return detail::TraceContext::get().grad_enabled(); }
+bool grad_enabled() { return detail::TraceContext::get().grad().enabled(); }
 
 namespace detail {
 std::vector<Tensor> functional_gradients(const Tensor& out, const std::vector<Tensor>& wrt) {
-  return TraceContext::get().gradients(out, Tensor(), wrt, "grad");
+  return TraceContext::get().grad().gradients(out, Tensor(), wrt, "grad");
 }
 Tensor fresh_leaf(const Tensor& x) {
   LOOM_CHECK(x.defined(), "[grad] an argument leaf is an undefined Tensor");

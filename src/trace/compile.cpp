@@ -5,7 +5,7 @@
 #include <mutex>
 
 #include "loom/runtime/diagnostics.h"
-#include "loom/runtime/engine.h"
+#include "loom/runtime/sync.h"
 #include "trace/context.h"
 #include "trace/ops_impl.h"
 
@@ -24,7 +24,7 @@ std::string closest_difference(const std::vector<std::shared_ptr<const ir::Graph
     while (n < t.size() && n < text.size() && t[n] == text[n]) ++n;
     if (n >= best_len) best = k, best_len = n;
   }
-  return ir::first_difference(*earlier[best], g);
+  return ir::first_difference(*earlier[best], g).str();
 }
 
 }  // namespace
@@ -200,6 +200,7 @@ std::vector<Tensor> run_step(StepCache& c, CallKey key, const FlatFn& fn,
       std::vector<const CallSignature*> earlier;
       for (const auto& e : c.entries) earlier.push_back(&e->sig);
       for (const CallSignature& s : c.seen) earlier.push_back(&s);
+      sig.paths = key.leaf_paths();
       note_call_miss(str_cat("step '", c.name, "'"), earlier, sig);
       if (!c.opts.trace_once && c.seen.size() < 64) c.seen.push_back(sig);
     }

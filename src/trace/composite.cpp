@@ -132,14 +132,14 @@ Tensor layer_norm(const Tensor& x, std::vector<int64_t> normalized_shape, const 
   return y;
 }
 
-Tensor embedding(const Tensor& indices, const Tensor& weight) {
+Tensor embedding(const Tensor& indices, const Tensor& weight, std::source_location loc) {
   LOOM_CHECK_T(ShapeError, weight.dim() == 2, "[embedding] weight must be 2-d [num, dim], got ",
                type_of(weight));
   LOOM_CHECK_T(DTypeError, is_integral(indices.dtype()),
                "[embedding] indices must be int32 or int64, got ", type_of(indices));
   std::vector<int64_t> out = indices.shape().vec();
   out.push_back(weight.shape()[1]);
-  return reshape(index_select(weight, 0, reshape(indices, {-1})), out);
+  return reshape(index_select(weight, 0, reshape(indices, {-1}), loc), out);
 }
 
 Tensor dropout(const Tensor& x, double p, bool training) {
@@ -152,7 +152,8 @@ Tensor dropout(const Tensor& x, double p, bool training) {
   return where(keep, x * Scalar(1.0 / (1.0 - p)), lit(0, x.dtype()));
 }
 
-Tensor cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_index) {
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_index,
+                     std::source_location loc) {
   LOOM_CHECK_T(ShapeError, logits.dim() == 1 || logits.dim() == 2,
                "[cross_entropy] logits must be [C] or [N, C], got ", type_of(logits));
   int64_t cdim = logits.dim() - 1;
@@ -178,7 +179,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_
   // rows read class 0 and are masked out, so their gradient is 0.
   Tensor valid = target != Scalar(ignore_index);
   Tensor safe = where(valid, target, lit(0, target.dtype()));
-  Tensor picked = gather(logp, cdim, unsqueeze(safe, -1));
+  Tensor picked = gather(logp, cdim, unsqueeze(safe, -1), loc);
   Tensor kept = where(unsqueeze(valid, -1), picked, lit(0, logp.dtype()));
   return -sum(kept) / to(sum(valid), logp.dtype());
 }

@@ -7,8 +7,9 @@
 #include <unordered_set>
 
 #include "loom/core/half.h"
-#include "loom/runtime/engine.h"
-#include "runtime/metrics_impl.h"
+#include "loom/ir/op_kind.h"
+#include "loom/runtime/metrics.h"
+#include "loom/runtime/sync.h"
 
 #if defined(__x86_64__)
 #include <x86intrin.h>
@@ -102,7 +103,7 @@ TraceContext::TraceContext()
       epoch_(new_epoch()) {
   LOOM_ASSERT(id_ != kOwnerExited);
   head_.prev = head_.next = &head_;
-  runtime::current_backend();  // created now, it prepares while this thread traces
+  runtime::prepare_backend();  // created now, it prepares while this thread traces
 }
 
 TraceContext::~TraceContext() {
@@ -149,9 +150,11 @@ ir::Value TraceContext::value_of(const Tensor& t) {
   LOOM_CHECK(t.defined(), "[trace] an operand is an undefined (default-constructed) Tensor");
   TensorImpl& impl = *t.impl();
   check_owner(impl, "trace");
+  if (impl.error) [[unlikely]]
+    std::rethrow_exception(impl.error);
   if (!scopes_.empty()) return scoped_value(t.impl_ptr());
   if (impl.scope != 0) escaped(impl);
-  if (impl.requires_grad && grad_enabled_) return leaf_value(t.impl_ptr());
+  if (impl.requires_grad && grad_.enabled()) return grad_.leaf_value(t.impl_ptr());
   if (impl.pending()) return impl.value;
   // A materialized tensor may be shared by threads: only the context that claimed it caches
   // its node in it; the others find it by buffer.
@@ -341,7 +344,7 @@ Tensor TraceContext::wrap(ir::Value v) {
     impl->owner.store(id_, std::memory_order_relaxed);
     return Tensor(std::move(impl));
   }
-  if (any_grad_ && !grad_enabled_) v = cut_gradient(v);  // NoGradGuard: no gradient flows
+  if (grad_.any() && !grad_.enabled()) v = grad_.cut_gradient(v);  // NoGradGuard: no gradient flows
   impl->type = graph_.type(v);
   impl->value = v;
   link(impl.get());
@@ -362,17 +365,18 @@ void TraceContext::rebind(TensorImpl& impl, ir::Value v) {
   if (impl.scope != 0) escaped(impl);
   LOOM_ASSERT(graph_.type(v) == impl.type);
   if (step_ && step_->recording && !impl.pending()) step_->updated.push_back(impl.shared_from_this());
-  if (any_grad_ && resolve(v.node) == kActive) {
-    LOOM_CHECK_T(AutodiffError, !(grad_enabled_ && impl.requires_grad),
+  if (grad_.any() && grad_.resolve(v.node) == GradTape::kActive) {
+    LOOM_CHECK_T(AutodiffError, !(grad_.enabled() && impl.requires_grad),
                  "[in-place] a leaf tensor ", impl.type,
                  " that requires grad cannot be updated in place outside NoGradGuard (its "
                  "gradient would refer to the old value); update it under loom::NoGradGuard");
-    if (!grad_enabled_) v = cut_gradient(v);
+    if (!grad_.enabled()) v = grad_.cut_gradient(v);
   }
   impl.buffer = Buffer();
+  impl.error = nullptr;  // a new value replaces a failed one
   impl.value = v;
   impl.data_epoch = 0;  // its old data node no longer holds its value
-  if (impl.requires_grad) own_node(impl);  // a leaf shares its node with no other tensor
+  if (impl.requires_grad) grad_.own_node(impl);  // a leaf shares its node with no other tensor
   if (!impl.linked) link(&impl);
   maybe_compact();
 }
@@ -479,31 +483,26 @@ Hash128 TraceContext::trace_key(const std::vector<TensorImpl*>& impls) const {
   return h.finish();
 }
 
-// The fast path of a sync: the outputs' Merkle hashes name the computation, so a hit needs no
-// cut and no fingerprint. Returns false when the trace cache cannot answer.
-bool TraceContext::run_cached(const Hash128& key, const std::vector<TensorImpl*>& impls,
-                              bool full, std::vector<Buffer>* out) {
-  auto it = trace_cache_.find(key);
-  if (it == trace_cache_.end()) return false;
-  TraceEntry& e = it->second;
-  auto exe = e.exe.lock();
-  if (!exe) return false;  // evicted from the compile cache
-  for (size_t k = 0; k < e.slots.size(); ++k)
-    if (e.slots[k] >= slots_.size() || !(slots_[e.slots[k]].type == e.slot_types[k])) return false;
-#ifndef NDEBUG
-  std::vector<uint32_t> check_slots;
-  LOOM_ASSERT(ir::fingerprint(cut(impls, &check_slots)) == e.fingerprint);
-  LOOM_ASSERT(check_slots == e.slots);
-#endif
-  std::vector<uint8_t> donated;
-  std::vector<Buffer> inputs = bind(e.slots, full ? &donated : nullptr);
-  runtime::count_cache_hit();
-  auto& c = counters();
-  c.syncs++;
-  c.sync_nodes += e.nodes;
-  *out = runtime::run_executable(*exe, inputs, donated);
-  count_donations(inputs, donated, *out);
+// A cached plan binds the slots of the cut it was made for: they must still hold those types.
+bool TraceContext::cached_plan_fits(const runtime::SyncPlan& plan) const {
+  for (size_t k = 0; k < plan.slots.size(); ++k)
+    if (plan.slots[k] >= slots_.size() || !(slots_[plan.slots[k]].type == plan.slot_types[k]))
+      return false;
   return true;
+}
+
+// A partial read also outputs the live pending tensors that are results of nodes its cut
+// computes anyway, so reading them next costs no second run (gradients read one by one).
+void TraceContext::add_computed(std::vector<TensorImpl*>* impls) {
+  size_t pending_count = 0;
+  for (const TensorImpl* p = head_.next; p != &head_; p = p->next) ++pending_count;
+  if (pending_count == impls->size()) return;
+  std::vector<ir::Value> roots;
+  for (TensorImpl* p : *impls) roots.push_back(p->value);
+  collect(roots);
+  std::unordered_set<TensorImpl*> in(impls->begin(), impls->end());
+  for (TensorImpl* p = head_.next; p != &head_; p = p->next)
+    if (mark_[p->value.node] == stamp_ && !in.count(p)) impls->push_back(p);
 }
 
 void TraceContext::materialize(const std::vector<TensorImpl*>& requested, bool all_pending) {
@@ -511,6 +510,8 @@ void TraceContext::materialize(const std::vector<TensorImpl*>& requested, bool a
   for (TensorImpl* p : requested) {
     check_owner(*p, "materialize");
     if (p->scope != 0) escaped(*p);
+    if (p->error) [[unlikely]]
+      std::rethrow_exception(p->error);
   }
   double t0 = now_seconds();
   std::vector<TensorImpl*> impls;
@@ -520,31 +521,102 @@ void TraceContext::materialize(const std::vector<TensorImpl*>& requested, bool a
     std::unordered_set<TensorImpl*> seen;
     for (TensorImpl* p : requested)
       if (p->pending() && seen.insert(p).second) impls.push_back(p);
+    if (!impls.empty()) add_computed(&impls);
   }
   if (impls.empty()) return;
   flush_counters();
   // A read of the last pending tensors drops the graph too, unless autograd may still need it.
-  const bool full = all_pending || (!any_grad_ && full_sync(impls));
-  std::vector<Buffer> out;
-  bool keyed = !converted_;
+  const bool full = all_pending || (!grad_.any() && full_sync(impls));
+  const bool keyed = !converted_;
   Hash128 key = keyed ? trace_key(impls) : Hash128{};
-  if (!keyed || !run_cached(key, impls, full, &out)) {
+  // The fast path: the outputs' Merkle hashes name the computation, so a hit needs no cut
+  // and no fingerprint.
+  runtime::SyncHit hit = keyed ? runtime::find_sync(key) : runtime::SyncHit{};
+  if (hit && !cached_plan_fits(*hit.plan)) hit = {};
+  std::vector<uint8_t> donated;
+  std::vector<Buffer> inputs;
+  if (hit) {
+#ifndef NDEBUG
+    std::vector<uint32_t> check_slots;
+    LOOM_ASSERT(ir::fingerprint(cut(impls, &check_slots)) == hit.plan->fingerprint);
+    LOOM_ASSERT(check_slots == hit.plan->slots);
+#endif
+    inputs = bind(hit.plan->slots, full ? &donated : nullptr);
+    runtime::count_sync_seconds(now_seconds() - t0);
+  } else {
     std::vector<uint32_t> slot_ids;
     ir::Graph g = cut(impls, &slot_ids);
-    std::vector<uint8_t> donated;
-    std::vector<Buffer> inputs = bind(slot_ids, full ? &donated : nullptr);
-    auto& c = counters();
-    c.syncs++;
-    c.sync_nodes += static_cast<int64_t>(g.size());
-    add_ns(c.sync_ns, now_seconds() - t0);
-    auto exe = runtime::compile_cached(g);
-    if (keyed) remember(key, exe, g, std::move(slot_ids));
-    out = runtime::run_executable(*exe, inputs, donated);
-    count_donations(inputs, donated, out);
-  } else {
-    add_ns(counters().sync_ns, now_seconds() - t0);
+    inputs = bind(slot_ids, full ? &donated : nullptr);
+    std::vector<TensorType> types;
+    types.reserve(slot_ids.size());
+    for (uint32_t s : slot_ids) types.push_back(slots_[s].type);
+    runtime::count_sync_seconds(now_seconds() - t0);
+    hit = runtime::compile_sync(keyed ? &key : nullptr, g, std::move(slot_ids), std::move(types));
+  }
+  std::vector<Buffer> out;
+  try {
+    out = runtime::run_sync(hit, inputs, donated);
+  } catch (const ExecError& e) {
+    poison(impls, e, hit.plan->slots, donated);
   }
   write_back(impls, out, full);
+}
+
+// A failed run: the outputs that depend on the op that failed (found by the "[op]" its error
+// names) take the error, with the op's trace site and the graph's name; the other outputs stay
+// pending, so later syncs of unrelated work succeed. So do outputs that read a donated input
+// (the run may have overwritten it); when the op cannot be told, every output of the run does.
+void TraceContext::poison(const std::vector<TensorImpl*>& impls, const ExecError& e,
+                          const std::vector<uint32_t>& slot_ids,
+                          const std::vector<uint8_t>& donated) {
+  std::string_view what = e.what();
+  std::string_view op;
+  if (what.size() > 2 && what[0] == '[' && what.find(']') != std::string_view::npos)
+    op = what.substr(1, what.find(']') - 1);
+  std::vector<ir::Value> roots;
+  for (TensorImpl* p : impls) roots.push_back(p->value);
+  std::vector<ir::NodeId> failing;
+  for (ir::NodeId id : collect(roots))
+    if (!op.empty() && ir::op_name(graph_.node(id).op) == op) failing.push_back(id);
+  std::string sites;
+  for (ir::NodeId id : failing)
+    for (auto& [node, loc] : sites_)
+      if (node == id && sites.find(file_line(loc)) == std::string::npos)
+        sites += (sites.empty() ? "" : ", ") + file_line(loc);
+  std::string msg = str_cat(what, " (in the graph '", runtime::current_graph_name(), "'");
+  if (!sites.empty()) msg += str_cat("; the ", op, " was traced at ", sites);
+  msg += ")";
+  auto error = std::make_exception_ptr(ExecError(msg));
+  std::vector<TensorImpl*> hit;
+  if (failing.empty()) {
+    hit = impls;
+  } else {
+    std::vector<uint8_t> failed(graph_.size(), 0), clobbered(slots_.size(), 0);
+    for (ir::NodeId id : failing) failed[id] = 1;
+    for (size_t k = 0; k < donated.size(); ++k)
+      if (donated[k]) clobbered[slot_ids[k]] = 1;
+    for (TensorImpl* p : impls) {
+      bool depends = false;
+      for (ir::NodeId id : collect({p->value})) {
+        const ir::Node& n = graph_.node(id);
+        depends = depends || failed[id] ||
+                  (n.op == ir::OpKind::Parameter && clobbered[static_cast<size_t>(n.attrs.i)]);
+      }
+      if (depends) hit.push_back(p);
+    }
+  }
+  for (TensorImpl* p : hit) {
+    p->error = error;
+    p->buffer = Buffer();
+    p->value = {kNoNode, 0};
+    p->data_epoch = 0;
+    if (p->linked) unlink(p);
+  }
+  std::rethrow_exception(error);
+}
+
+void TraceContext::note_site(ir::Value v, const std::source_location& loc) {
+  if (scopes_.empty()) sites_.emplace_back(v.node, loc);
 }
 
 // Donation is safe only when this sync materializes every pending tensor: afterwards the
@@ -555,37 +627,12 @@ bool TraceContext::full_sync(const std::vector<TensorImpl*>& impls) const {
   return pending_count == impls.size();
 }
 
-void TraceContext::count_donations(const std::vector<Buffer>& inputs,
-                                   const std::vector<uint8_t>& donated,
-                                   const std::vector<Buffer>& out) {
-  int64_t n = 0;
-  for (size_t i = 0; i < donated.size(); ++i) {
-    if (!donated[i]) continue;
-    for (const Buffer& o : out) n += o.id() == inputs[i].id();
-  }
-  if (n) counters().donated_buffers += n;
-}
-
-void TraceContext::remember(const Hash128& key, std::shared_ptr<const backend::Executable> exe,
-                            const ir::Graph& g, std::vector<uint32_t> slot_ids) {
-  if (trace_cache_.size() >= kTraceCacheEntries) trace_cache_.clear();
-  TraceEntry e;
-  e.exe = exe;
-  for (uint32_t s : slot_ids) e.slot_types.push_back(slots_[s].type);
-  e.slots = std::move(slot_ids);
-  e.nodes = static_cast<int64_t>(g.size());
-#ifndef NDEBUG
-  e.fingerprint = ir::fingerprint(g);
-#endif
-  trace_cache_[key] = std::move(e);
-}
-
 void TraceContext::write_back(const std::vector<TensorImpl*>& impls, const std::vector<Buffer>& out,
                               bool all) {
   std::vector<ir::Value> done_values;
   for (size_t k = 0; k < impls.size(); ++k) {
     TensorImpl* p = impls[k];
-    if (!all && any_grad_ && resolve(p->value.node) == kActive) {
+    if (!all && grad_.any() && grad_.resolve(p->value.node) == GradTape::kActive) {
       // A value backward() may still differentiate through: it keeps its node (and stays
       // pending), holding the computed buffer for reads.
       p->buffer = out[k];
@@ -640,9 +687,8 @@ void TraceContext::sync_all() {
 }
 
 void TraceContext::reset_graph() {
-  grad_state_.clear();
-  grad_leaves_.clear();
-  any_grad_ = false;
+  grad_.reset();
+  sites_.clear();
   converted_ = false;
   epoch_ = new_epoch();
   graph_.clear();
@@ -682,17 +728,11 @@ void TraceContext::compact() {
     remap[id] = fresh.add(std::move(n));
   }
   for (TensorImpl* p : live) p->value.node = remap[p->value.node];
-  std::vector<uint8_t> state(fresh.size(), kUnknown);
-  for (size_t id = 0; id < grad_state_.size() && id < remap.size(); ++id)
-    if (remap[id] != kNoNode) state[remap[id]] = grad_state_[id];
-  grad_state_ = std::move(state);
-  std::unordered_map<ir::NodeId, std::weak_ptr<TensorImpl>> leaves;
-  for (auto& [id, w] : grad_leaves_) {
-    auto impl = w.lock();
-    if (!impl || remap[id] == kNoNode) continue;
-    leaves[remap[id]] = w;
-  }
-  grad_leaves_ = std::move(leaves);
+  grad_.remap(remap, fresh.size());
+  std::vector<std::pair<ir::NodeId, std::source_location>> sites;
+  for (auto& [id, loc] : sites_)
+    if (remap[id] != kNoNode) sites.emplace_back(remap[id], loc);
+  sites_ = std::move(sites);
   graph_ = std::move(fresh);
   slots_ = std::move(fresh_slots);
   slot_by_buffer_.clear();
@@ -702,15 +742,13 @@ void TraceContext::compact() {
   converted_ = false;
   epoch_ = new_epoch();
   gc_threshold_ = std::max<size_t>(1 << 14, graph_.size() * 2);
-  counters().pending_compactions++;
+  runtime::count_compaction();
 }
 
 void TraceContext::flush_counters() {
-  auto& c = counters();
-  c.ops_traced += ops_traced;
-  c.host_scalars += host_scalars;
+  runtime::count_traced(ops_traced, host_scalars,
+                        static_cast<double>(trace_ticks) * seconds_per_tick());
   host_scalars = 0;
-  c.trace_ns += static_cast<int64_t>(static_cast<double>(trace_ticks) * seconds_per_tick() * 1e9);
   ops_traced = 0;
   trace_ticks = 0;
 }

@@ -11,17 +11,20 @@
 
 #include <atomic>
 #include <cstdint>
+#include <exception>
 #include <memory>
+#include <source_location>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
-#include "loom/backend/backend.h"
 #include "loom/core/buffer.h"
 #include "loom/ir/builder.h"
+#include "loom/runtime/sync.h"
 #include "loom/trace/control_flow.h"
 #include "loom/trace/ops.h"
 #include "loom/trace/tensor.h"
+#include "trace/grad_state.h"
 
 namespace loom::detail {
 
@@ -42,6 +45,8 @@ struct TensorImpl : std::enable_shared_from_this<TensorImpl> {
   // first to use it). Atomic only because threads may share a materialized tensor.
   std::atomic<uint32_t> owner{0};
   Tensor grad;         // accumulated by backward() (leaves that require grad)
+  // Set when the run that would have produced the value failed: reading it rethrows.
+  std::exception_ptr error;
   // Intrusive list of pending tensors of the owning context.
   TensorImpl* prev = nullptr;
   TensorImpl* next = nullptr;
@@ -154,26 +159,11 @@ class TraceContext {
     seed_ = seed;
     rng_offset_ = 0;
   }
-  // Autograd. A node of the pending graph may carry gradient ("active") when it depends on
-  // a leaf that requires grad, computed when tensors are wrapped (grad mode on); leaves are
-  // the parameters of such tensors (a slot of their own) or pending tensors marked by
-  // requires_grad_. Under NoGradGuard a result that would be active is cut off by an
-  // identity node, so hash-consing never shares a node between the two modes.
-  bool grad_enabled() const { return grad_enabled_; }
-  void set_grad_enabled(bool on) { grad_enabled_ = on; }
-  bool active(ir::Value v);
-  // An identity node of v that is never merged with another node.
-  ir::Value identity(ir::Value v);
-  // Gives a pending tensor a node of its own, so that a leaf made of it shares its node with
-  // no other tensor.
-  void own_node(TensorImpl& impl);
-  // v, or, when v is active, an identity of it that carries no gradient.
-  ir::Value cut_gradient(ir::Value v);
-  // Adjoints of `wrt` (leaves) for out with seed (undefined: ones, out must have one element).
-  std::vector<Tensor> gradients(const Tensor& out, const Tensor& seed,
-                                const std::vector<Tensor>& wrt, const char* what);
-  // backward(): accumulates into the grad of every live leaf that out depends on.
-  void backward(const Tensor& out, const Tensor& seed);
+  // Autograd: the tape of the pending graph (loom/trace/autograd.h's state).
+  GradTape& grad() { return grad_; }
+  // Remembers the call site that traced v (ops that can fail at run time: index_select,
+  // gather and what is built on them), so that a failed run names it.
+  void note_site(ir::Value v, const std::source_location& loc);
 
   // compile(): a step being traced. full_graph: reads raise; recording: tensors updated in
   // place are collected (trace_once).
@@ -199,36 +189,20 @@ class TraceContext {
   uint64_t trace_ticks = 0;
 
  private:
-  // What a sync of given outputs compiled to, keyed by the outputs' Merkle hashes.
-  struct TraceEntry {
-    std::weak_ptr<const backend::Executable> exe;  // owned by the runtime's compile cache
-    std::vector<uint32_t> slots;                     // input k is slot slots[k]
-    std::vector<TensorType> slot_types;
-    int64_t nodes = 0;
-    Hash128 fingerprint;  // checked against a fresh cut in debug builds
-  };
-  struct KeyHash {
-    size_t operator()(const Hash128& h) const { return h.lo ^ h.hi; }
-  };
-  static constexpr size_t kTraceCacheEntries = 4096;
-
+  friend class GradTape;
   TraceContext();
   ir::Value scoped_value(const std::shared_ptr<TensorImpl>& impl);
-  ir::Value leaf_value(const std::shared_ptr<TensorImpl>& impl);
-  uint8_t resolve(ir::NodeId id);
-  std::vector<std::pair<ir::NodeId, std::shared_ptr<TensorImpl>>> live_leaves(ir::NodeId below);
   [[noreturn]] void escaped(const TensorImpl& impl) const;
   [[noreturn]] void foreign(const TensorImpl& impl, const char* what) const;
   Hash128 trace_key(const std::vector<TensorImpl*>& impls) const;
-  bool run_cached(const Hash128& key, const std::vector<TensorImpl*>& impls, bool full,
-                  std::vector<Buffer>* out);
-  void remember(const Hash128& key, std::shared_ptr<const backend::Executable> exe,
-                const ir::Graph& g, std::vector<uint32_t> slot_ids);
+  bool cached_plan_fits(const runtime::SyncPlan& plan) const;
+  void add_computed(std::vector<TensorImpl*>* impls);
+  [[noreturn]] void poison(const std::vector<TensorImpl*>& impls, const ExecError& e,
+                           const std::vector<uint32_t>& slot_ids,
+                           const std::vector<uint8_t>& donated);
   // The input buffers of a cut; `donated`, when given, marks those of dead tensors.
   std::vector<Buffer> bind(const std::vector<uint32_t>& slot_ids, std::vector<uint8_t>* donated);
   bool full_sync(const std::vector<TensorImpl*>& impls) const;
-  void count_donations(const std::vector<Buffer>& inputs, const std::vector<uint8_t>& donated,
-                       const std::vector<Buffer>& out);
   void write_back(const std::vector<TensorImpl*>& impls, const std::vector<Buffer>& out, bool all);
   void link(TensorImpl* impl);
   void maybe_compact();
@@ -247,7 +221,6 @@ class TraceContext {
   std::vector<uint32_t> mark_;
   std::vector<uint32_t> slot_mark_, slot_node_;  // per cut: the parameter of each data slot
   uint32_t stamp_ = 0;
-  std::unordered_map<Hash128, TraceEntry, KeyHash> trace_cache_;
   bool converted_ = false;  // nodes were turned into data in place since the last reset
   uint64_t epoch_;  // renewed whenever node ids of the pending graph change; unique in the process
   struct ConstantEntry {
@@ -256,12 +229,9 @@ class TraceContext {
     ir::Value value;
   };
   std::vector<ConstantEntry> constants_;  // a handful: composites use few distinct numbers
-  // Autograd state per node of the pending graph: 0 unknown, 1 active, 2 not.
-  enum : uint8_t { kUnknown = 0, kActive = 1, kInactive = 2 };
-  std::vector<uint8_t> grad_state_;
-  std::unordered_map<ir::NodeId, std::weak_ptr<TensorImpl>> grad_leaves_;
-  bool grad_enabled_ = true;
-  bool any_grad_ = false;  // a leaf entered the pending graph since its last reset
+  GradTape grad_{*this};
+  // The trace sites of ops that can fail at run time, by node of the pending graph.
+  std::vector<std::pair<ir::NodeId, std::source_location>> sites_;
   std::vector<Scope> scopes_;
   StepState* step_ = nullptr;
   ir::Builder* active_ = &builder_;

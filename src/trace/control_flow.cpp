@@ -9,8 +9,7 @@
 
 #include "loom/core/config.h"
 #include "loom/core/hash.h"
-#include "loom/runtime/engine.h"
-#include "runtime/metrics_impl.h"
+#include "loom/runtime/sync.h"
 #include "trace/context.h"
 
 namespace loom::detail {
@@ -70,7 +69,7 @@ Traced trace(ScopeKind kind, const Site& site, bool with_index,
   r.index = s.index;
   r.lazy_index = s.lazy_index;
   for (ir::Value v : r.outs) r.out_types.push_back(r.graph->type(v));
-  counters().bodies_traced++;
+  runtime::count_body_traced();
   return r;
 }
 
@@ -394,7 +393,7 @@ bool same_bytes(const TensorImpl& a, const TensorImpl& b) {
 // LOOM_CHECK_PURITY: the fresh trace must equal the cached one, captures included.
 void check_pure(const Site& site, const Body& cached, const Body& fresh) {
   if (!ir::structurally_equal(*cached.region, *fresh.region)) {
-    std::string diff = ir::first_difference(*cached.region, *fresh.region);
+    std::string diff = ir::first_difference(*cached.region, *fresh.region).str();
     throw TraceError(str_cat("[assume_pure] ", where_text(site),
                              " traced differently on a cache hit, so the cached trace would give "
                              "wrong results: it is not pure (it reads host state that is not a "
@@ -409,55 +408,6 @@ void check_pure(const Site& site, const Body& cached, const Body& fresh) {
                  " read a different outside tensor (", a.impl ? a.impl->type.str() : "a key",
                  ") on a cache hit than when it was traced: pass it as an argument");
   }
-}
-
-// The tree path of every tensor leaf of a call signature ("args[0]['x']", "args[1][2]"), read
-// back from the structures call_key wrote; empty when the text does not parse (a dict key with
-// ':' or ',' in it), and callers then number the leaves instead.
-bool parse_structure(std::string_view s, size_t* i, const std::string& path,
-                     std::vector<std::string>* out) {
-  if (*i >= s.size()) return false;
-  const char open = s[*i];
-  if (open == 'T') {
-    ++*i;
-    out->push_back(path);
-    return true;
-  }
-  const char close = open == '[' ? ']' : open == '(' ? ')' : open == '{' ? '}' : 0;
-  if (!close) return false;
-  ++*i;
-  for (size_t n = 0; *i < s.size() && s[*i] != close; ++n) {
-    std::string child = path + "[" + std::to_string(n) + "]";
-    if (open == '{') {
-      size_t colon = s.find(':', *i);
-      if (colon == std::string_view::npos) return false;
-      child = path + "['" + std::string(s.substr(*i, colon - *i)) + "']";
-      *i = colon + 1;
-    }
-    if (!parse_structure(s, i, child, out)) return false;
-    if (*i < s.size() && s[*i] == ',') ++*i;
-  }
-  if (*i >= s.size()) return false;
-  ++*i;
-  return true;
-}
-
-std::vector<std::string> signature_leaf_paths(const CallSignature& sig) {
-  std::vector<std::string> paths;
-  std::string_view s = sig.signature;
-  size_t i = s.find('|');
-  if (i == std::string_view::npos) return {};
-  ++i;
-  for (size_t arg = 0; i < s.size(); ++arg) {
-    if (s[i] == 's')
-      ++i;
-    else if (!parse_structure(s, &i, str_cat("args[", arg, "]"), &paths))
-      return {};
-    if (i >= s.size() || s[i] != ';') return {};
-    ++i;
-  }
-  if (paths.size() != sig.types.size()) return {};
-  return paths;
 }
 
 }  // namespace
@@ -477,9 +427,11 @@ void note_call_miss(const std::string& where, const std::vector<const CallSignat
         e->types.size() != sig.types.size())
       continue;
     if (paths.empty()) {
-      paths = signature_leaf_paths(sig);
-      if (paths.empty())
+      paths = sig.paths;  // recorded by call_key
+      if (paths.size() != sig.types.size()) {
+        paths.clear();
         for (size_t k = 0; k < sig.types.size(); ++k) paths.push_back(str_cat("tensor leaf ", k));
+      }
     }
     std::vector<std::string> d;
     std::string b, a, p;
@@ -581,13 +533,14 @@ std::vector<Tensor> pure_call(PureCache& cache, CallKey key, const FlatFn& fn,
     }
   }
   if (body) {
-    counters().pure_hits++;
+    runtime::count_pure_hit();
     if (cache.opts.check_purity || config().check_purity) {
       std::shared_ptr<const Body> fresh =
           pure_body(trace(ScopeKind::Pure, site, false, sig.types, fn));
       check_pure(site, *body, *fresh);
     }
   } else {
+    sig.paths = key.leaf_paths();
     note_pure_miss(cache, sig);
     body = pure_body(trace(ScopeKind::Pure, site, false, sig.types, fn));
     const uint64_t hash = sig.hash;

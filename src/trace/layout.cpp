@@ -259,18 +259,19 @@ Tensor select(const Tensor& x, int64_t dim, int64_t index) {
   return squeeze(slice(x, d, index, index + 1), d);
 }
 
-Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
+Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index, std::source_location loc) {
   OpRecord rec;
   int64_t d = normalize_axis("index_select", dim, std::max<int64_t>(x.dim(), 1));
   ir::Value v = rec.ctx.value_of(x), i = rec.ctx.value_of(index);
   if (x.dim() == 0) v = rec.b().reshape(v, Shape{1});
   if (index.dim() == 0) i = rec.b().reshape(i, Shape{1});
   ir::Value r = rec.b().index_select(v, d, i);
+  rec.ctx.note_site(r, loc);
   if (x.dim() == 0) r = rec.b().reshape(r, Shape{});
   return rec.ctx.wrap(r);
 }
 
-Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
+Tensor gather(const Tensor& x, int64_t dim, const Tensor& index, std::source_location loc) {
   OpRecord rec;
   int64_t d = normalize_axis("gather", dim, std::max<int64_t>(x.dim(), 1));
   LOOM_CHECK_T(ShapeError, x.dim() == index.dim(), "[gather] index ", type_of(index),
@@ -279,9 +280,13 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
   if (x.dim() == 0) {
     v = rec.b().reshape(v, Shape{1});
     i = rec.b().reshape(i, Shape{1});
-    return rec.ctx.wrap(rec.b().reshape(rec.b().gather(v, d, i), Shape{}));
+    ir::Value r = rec.b().gather(v, d, i);
+    rec.ctx.note_site(r, loc);
+    return rec.ctx.wrap(rec.b().reshape(r, Shape{}));
   }
-  return rec.ctx.wrap(rec.b().gather(v, d, i));
+  ir::Value r = rec.b().gather(v, d, i);
+  rec.ctx.note_site(r, loc);
+  return rec.ctx.wrap(r);
 }
 
 Tensor matmul(const Tensor& a, const Tensor& b) {

@@ -6,7 +6,7 @@
 
 #include "loom/core/half.h"
 #include "loom/ir/builder.h"
-#include "loom/runtime/engine.h"
+#include "loom/runtime/sync.h"
 #include "trace/context.h"
 #include "trace/ops_impl.h"
 
@@ -48,6 +48,8 @@ const Buffer& materialized(const Tensor& t, const char* what) {
   TensorImpl& impl = checked(t, what);
   TraceContext::get().check_readable(what);
   TraceContext::get().check_owner(impl, what);
+  if (impl.error) [[unlikely]]
+    std::rethrow_exception(impl.error);  // its run failed
   // A value autograd may still differentiate stays pending with its buffer once computed.
   if (impl.pending() && !impl.buffer.defined()) TraceContext::get().materialize({&impl});
   return impl.buffer;
@@ -168,11 +170,12 @@ Tensor& Tensor::requires_grad_(bool on) {
                self.type);
   TraceContext& ctx = TraceContext::get();
   ctx.check_owner(self, "requires_grad_");
-  LOOM_CHECK_T(AutodiffError, !(self.pending() && self.scope == 0 && !self.requires_grad &&
-                                ctx.active(self.value)),
-               "[requires_grad_] only leaf tensors can be made to require grad; this ", self.type,
-               " is computed from tensors that require grad (detach() it first)");
-  if (on && !self.requires_grad && self.pending() && self.scope == 0) ctx.own_node(self);
+  LOOM_CHECK_T(
+      AutodiffError,
+      !(self.pending() && self.scope == 0 && !self.requires_grad && ctx.grad().active(self.value)),
+      "[requires_grad_] only leaf tensors can be made to require grad; this ", self.type,
+      " is computed from tensors that require grad (detach() it first)");
+  if (on && !self.requires_grad && self.pending() && self.scope == 0) ctx.grad().own_node(self);
   self.requires_grad = on;
   return *this;
 }
@@ -180,14 +183,14 @@ bool Tensor::requires_grad() const {
   TensorImpl& self = checked(*this, "requires_grad");
   if (self.requires_grad) return true;
   TraceContext::get().check_owner(self, "requires_grad");
-  return self.pending() && self.scope == 0 && TraceContext::get().active(self.value);
+  return self.pending() && self.scope == 0 && TraceContext::get().grad().active(self.value);
 }
 Tensor Tensor::grad() const { return checked(*this, "grad").grad; }
 void Tensor::reset_grad() { checked(*this, "reset_grad").grad = Tensor(); }
-void Tensor::backward() const { TraceContext::get().backward(*this, Tensor()); }
+void Tensor::backward() const { TraceContext::get().grad().backward(*this, Tensor()); }
 void Tensor::backward(const Tensor& gradient) const {
   LOOM_CHECK(gradient.defined(), "[backward] the gradient is an undefined Tensor");
-  TraceContext::get().backward(*this, gradient);
+  TraceContext::get().grad().backward(*this, gradient);
 }
 Tensor Tensor::detach() const {
   TensorImpl& self = checked(*this, "detach");
@@ -195,7 +198,7 @@ Tensor Tensor::detach() const {
     TraceContext& ctx = TraceContext::get();
     ctx.check_owner(self, "detach");
     if (self.scope != 0) return ctx.wrap(ctx.value_of(*this));
-    return ctx.wrap(ctx.cut_gradient(self.value));
+    return ctx.wrap(ctx.grad().cut_gradient(self.value));
   }
   return detail::from_buffer(self.buffer, self.type);
 }

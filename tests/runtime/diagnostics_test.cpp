@@ -469,3 +469,75 @@ TEST(ProfileTest, ChromeTraceHasCompileExecuteKernelAndMatmulEventsAcrossThreads
 }
 
 }  // namespace
+
+namespace {
+
+// A dict key with ':' and ',' in it: the path comes from the arguments, not from parsing the
+// signature's structure text back (which gave up and numbered the leaves).
+TEST_F(DiagnosticsTest, TreePathOfAnOddDictKey) {
+  auto step = loom::compile(
+      [](const std::map<std::string, Tensor>& batch) { return loom::sum(batch.at("x:1,2")); },
+      {.name = "diag_odd_key"});
+  for (int64_t b : {4, 6}) {
+    Tensor loss = step(std::map<std::string, Tensor>{{"x:1,2", filled(b, 8)}});
+    loom::sync();
+  }
+  auto rs = reasons_for("diag_odd_key");
+  ASSERT_EQ(rs.size(), 1u);
+  EXPECT_EQ(rs[0].path, "args[0]['x:1,2']");
+  EXPECT_NE(rs[0].message.find("args[0]['x:1,2'] changed shape: f32[4,8] -> f32[6,8]"),
+            std::string::npos)
+      << rs[0].message;
+}
+
+// A graph with 1400 inputs that gains one: the explanation names the first differing input,
+// not the 30 KB header line.
+TEST_F(DiagnosticsTest, HeaderDifferenceNamesTheFirstDifferingInput) {
+  GraphName name("diag_many_inputs");
+  Tensor x = filled(1, 4);
+  for (int n : {1400, 1401}) {
+    Tensor y = x;
+    for (int i = 0; i < n; ++i) y = y + static_cast<double>(i);
+    loom::sync();
+  }
+  auto rs = reasons_for("diag_many_inputs");
+  ASSERT_EQ(rs.size(), 1u);
+  EXPECT_EQ(rs[0].kind, RecompileReason::Kind::Graph);
+  EXPECT_LT(rs[0].message.size(), 300u) << rs[0].message.substr(0, 300);
+  EXPECT_NE(rs[0].message.find("first differing input 1401 `(none)` became `%1401: f32[]`"),
+            std::string::npos)
+      << rs[0].message.substr(0, 300);
+  EXPECT_EQ(rs[0].input, 1401);
+  EXPECT_EQ(rs[0].before, "(none)");
+  EXPECT_EQ(rs[0].after, "%1401: f32[]");
+}
+
+TEST(FirstDifference, StructuredResult) {
+  ir::Graph a = ir::parse(R"(graph(%0: f32[4], %1: f32[4]) {
+  %2 = add(%0, %1) : f32[4]
+  return %2
+})");
+  ir::Graph b = ir::parse(R"(graph(%0: f32[4], %1: f32[4]) {
+  %2 = mul(%0, %1) : f32[4]
+  return %2
+})");
+  ir::Graph c = ir::parse(R"(graph(%0: f32[4], %1: f32[8]) {
+  %2 = reduce_sum(%1) {axes=[0], keepdim=false} : f32[]
+  return %2
+})");
+  EXPECT_FALSE(ir::first_difference(a, a));
+  EXPECT_EQ(ir::first_difference(a, a).str(), "");
+  ir::GraphDifference d = ir::first_difference(a, b);
+  EXPECT_EQ(d.kind, ir::GraphDifference::Kind::Node);
+  EXPECT_EQ(d.index, 2);
+  EXPECT_EQ(d.before, "%2 = add(%0, %1) : f32[4]");
+  EXPECT_EQ(d.after, "%2 = mul(%0, %1) : f32[4]");
+  EXPECT_EQ(d.str(), "`%2 = add(%0, %1) : f32[4]` became `%2 = mul(%0, %1) : f32[4]`");
+  d = ir::first_difference(a, c);
+  EXPECT_EQ(d.kind, ir::GraphDifference::Kind::Parameter);
+  EXPECT_EQ(d.index, 1);
+  EXPECT_EQ(d.before, "%1: f32[4]");
+  EXPECT_EQ(d.after, "%1: f32[8]");
+}
+
+}  // namespace

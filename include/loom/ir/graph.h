@@ -120,9 +120,20 @@ Hash128 fingerprint(const Graph& g);
 // The fingerprint of a region (an immutable shared graph), memoized per thread while the
 // region lives: a node that reuses a cached body does not rehash it.
 Hash128 region_fingerprint(const std::shared_ptr<const Graph>& region);
-// The first difference between two graphs as IR text ("%7 = add(%5, %6) : f32[4]" against
-// "%7 = mul(%5, %6) : f32[4]"), or "" when their texts are equal. For error messages.
-std::string first_difference(const Graph& before, const Graph& after);
+// The first difference between two graphs' IR texts. For a node (or what follows the nodes)
+// both lines ("%7 = add(%5, %6) : f32[4]" against "%7 = mul(%5, %6) : f32[4]"); for the
+// header, the first parameter that differs ("%3: f32[4]" against "%3: f32[8]", "(none)" on
+// the side that lacks it), never the whole header line. For error messages and explanations.
+struct GraphDifference {
+  enum class Kind { None, Parameter, Node, Outputs };
+  Kind kind = Kind::None;
+  int64_t index = -1;  // Parameter: its position; Node: its printed number (%index); else -1
+  std::string before, after;
+  explicit operator bool() const { return kind != Kind::None; }
+  // "`before` became `after`", or "" when the texts are equal.
+  std::string str() const;
+};
+GraphDifference first_difference(const Graph& before, const Graph& after);
 // Structural equality, the contract the fingerprint approximates (same result as comparing
 // fingerprints, barring collisions).
 bool structurally_equal(const Graph& a, const Graph& b);

@@ -157,8 +157,9 @@ Tensor functional_call(Module& module, const ParamMap& params, const ParamMap& b
 
 // Losses (as loom::cross_entropy and loom::mse_loss: means).
 inline Tensor cross_entropy(const Tensor& logits, const Tensor& target,
-                            int64_t ignore_index = -100) {
-  return loom::cross_entropy(logits, target, ignore_index);
+                            int64_t ignore_index = -100,
+                            std::source_location loc = std::source_location::current()) {
+  return loom::cross_entropy(logits, target, ignore_index, loc);
 }
 inline Tensor mse_loss(const Tensor& input, const Tensor& target) {
   return loom::mse_loss(input, target);

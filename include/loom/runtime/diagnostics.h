@@ -47,7 +47,8 @@ struct RecompileReason {
   int64_t compile = 0;   // this compile's number for the name (2: the first recompile)
   Kind kind = Kind::Graph;
   std::string message;   // one line: "input 0 changed shape: f32[8,512] -> f32[16,512]"
-  int64_t input = -1;    // InputType: the first graph input that changed
+  int64_t input =
+      -1;  // InputType: the first graph input that changed (Graph: the first differing one)
   std::string path;      // InputType of a compiled step or assume_pure function: the tree path
                          // of the first argument leaf that changed ("args[0]['x']")
   std::string before, after;

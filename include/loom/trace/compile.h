@@ -68,7 +68,8 @@ class Compiled {
         return detail::flatten_result(fn_(args...), &like);
       }
     };
-    std::vector<Tensor> out = detail::run_step(*cache_, detail::call_key(args...), trace, &like);
+    const std::tuple<const Args&...> refs(args...);
+    std::vector<Tensor> out = detail::run_step(*cache_, detail::call_key(refs), trace, &like);
     if constexpr (!std::is_void_v<Ret>) return tree::unflatten(*static_cast<const Ret*>(like.get()), out);
   }
 

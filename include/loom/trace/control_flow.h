@@ -102,11 +102,19 @@ struct StaticArg {
   size_t arg = 0;  // its position among the call's arguments
 };
 // A call's arguments split for a cache: the argument types and tree structures, the static
-// values, and the tensor leaves (call_key below builds it).
+// values, and the tensor leaves (call_key below builds it). The leaves' tree paths
+// ("args[0]['x']") are recorded as the arguments and the function that flattens them with
+// paths, run only when a miss is explained (a hit builds no path strings); valid while the
+// call that made the key runs.
 struct CallKey {
   std::string signature;
   std::vector<StaticArg> statics;
   std::vector<Tensor> leaves;
+  const void* args = nullptr;
+  std::vector<std::string> (*paths_of)(const void* args) = nullptr;
+  std::vector<std::string> leaf_paths() const {
+    return paths_of ? paths_of(args) : std::vector<std::string>{};
+  }
 };
 // What caches of traced calls (assume_pure, compile's trace_once) compare: the signature, the
 // static values, and each leaf's type and requires_grad. `what` names the API in errors.
@@ -115,6 +123,7 @@ struct CallSignature {
   std::vector<StaticArg> statics;
   std::vector<TensorType> types;
   std::vector<uint8_t> grads;
+  std::vector<std::string> paths;  // each leaf's tree path (CallKey::leaf_paths), on a miss
   uint64_t hash = 0;
   bool operator==(const CallSignature& o) const;
 };
@@ -198,13 +207,32 @@ void pure_arg(const T& a, size_t arg, CallKey* key) {
   key->signature += ';';
 }
 
+// The tree paths of the tensor leaves of `args` (a std::tuple<const Args&...>), in leaf order.
 template <class... Args>
-CallKey call_key(const Args&... args) {
+std::vector<std::string> call_leaf_paths(const void* args) {
+  std::vector<Tensor> leaves;
+  std::vector<std::string> paths;
+  size_t arg = 0;
+  auto add = [&](const auto& a) {
+    if constexpr (is_tree<std::decay_t<decltype(a)>>::value)
+      tree::flatten(a, &leaves, &paths, "args[" + std::to_string(arg) + "]");
+    ++arg;
+  };
+  std::apply([&](const auto&... a) { (add(a), ...); },
+             *static_cast<const std::tuple<const Args&...>*>(args));
+  return paths;
+}
+
+// `args` must outlive the key's use (the caller's std::forward_as_tuple of its arguments).
+template <class... Args>
+CallKey call_key(const std::tuple<const Args&...>& args) {
   CallKey key;
   key.signature = typeid(std::tuple<Args...>).name();
   key.signature += '|';
   size_t arg = 0;
-  (pure_arg(args, arg++, &key), ...);
+  std::apply([&](const auto&... a) { (pure_arg(a, arg++, &key), ...); }, args);
+  key.args = &args;
+  key.paths_of = &call_leaf_paths<Args...>;
   return key;
 }
 
@@ -413,7 +441,8 @@ class Pure {
       std::tuple<detail::stored_arg_t<Args>...> rebuilt{detail::pure_rebuild(args, params, &pos)...};
       return detail::flatten_result(std::apply(fn_, rebuilt), &like);
     };
-    std::vector<Tensor> out = detail::pure_call(*cache_, detail::call_key(args...), trace, &like);
+    const std::tuple<const Args&...> refs(args...);
+    std::vector<Tensor> out = detail::pure_call(*cache_, detail::call_key(refs), trace, &like);
     return tree::unflatten(*static_cast<const Ret*>(like.get()), out);
   }
 

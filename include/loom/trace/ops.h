@@ -110,17 +110,23 @@ Tensor stack(const std::vector<Tensor>& xs, int64_t dim = 0);
 // Python-style slice of dim: negative start/end count from the end and are clamped.
 Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t step = 1);
 Tensor select(const Tensor& x, int64_t dim, int64_t index);
-Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);
-Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);
+// index_select, gather, embedding and cross_entropy (its class targets) can fail at run time
+// (an index out of range): `loc`, the call site, is named in the error.
+Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index,
+                    std::source_location loc = std::source_location::current());
+Tensor gather(const Tensor& x, int64_t dim, const Tensor& index,
+              std::source_location loc = std::source_location::current());
 
 // neural-network functions
-Tensor layer_norm(const Tensor& x, std::vector<int64_t> normalized_shape, const Tensor& weight = {},
-                  const Tensor& bias = {}, double eps = 1e-5);
-Tensor embedding(const Tensor& indices, const Tensor& weight);
+Tensor layer_norm(const Tensor& x, std::vector<int64_t> normalized_shape,
+                  const Tensor& weight = {}, const Tensor& bias = {}, double eps = 1e-5);
+Tensor embedding(const Tensor& indices, const Tensor& weight,
+                 std::source_location loc = std::source_location::current());
 Tensor dropout(const Tensor& x, double p, bool training = true);
 // Mean over the batch of the targets that are not ignore_index (torch's default -100; nan when
 // every target is ignored, as torch); ignored rows get gradient 0.
-Tensor cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_index = -100);
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_index = -100,
+                     std::source_location loc = std::source_location::current());
 Tensor mse_loss(const Tensor& input, const Tensor& target);  // mean
 
 }  // namespace loom
