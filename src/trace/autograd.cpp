@@ -161,7 +161,7 @@ std::vector<Tensor> GradTape::gradients(const Tensor& out, const Tensor& seed,
                "; differentiate the result of the call instead");
   LOOM_CHECK(out.defined(), "[", what, "] called on an undefined Tensor");
   TensorImpl& o = *out.impl();
-  check_owner(o, what);
+  ctx_.check_owner(o, what);
   LOOM_CHECK_T(AutodiffError, o.scope == 0 && o.pending() && active(o.value), "[", what,
                "] the tensor ", o.type,
                " does not require grad: no tensor it was computed from requires grad "
@@ -223,7 +223,7 @@ std::vector<Tensor> GradTape::gradients(const Tensor& out, const Tensor& seed,
 
 void GradTape::backward(const Tensor& out, const Tensor& seed) {
   LOOM_CHECK(out.defined(), "[backward] called on an undefined Tensor");
-  check_owner(*out.impl(), "backward");
+  ctx_.check_owner(*out.impl(), "backward");
   std::vector<Tensor> wrt;
   std::vector<std::shared_ptr<TensorImpl>> owners;
   const bool pending = out.impl()->pending() && out.impl()->scope == 0;
@@ -232,7 +232,7 @@ void GradTape::backward(const Tensor& out, const Tensor& seed) {
     auto view = new_tensor_impl();
     view->type = impl->type;
     view->value = {id, 0};
-    view->owner.store(id_, std::memory_order_relaxed);
+    view->owner.store(ctx_.id(), std::memory_order_relaxed);
     wrt.emplace_back(std::move(view));
     owners.push_back(impl);
   }
