@@ -2,7 +2,11 @@
 // one input: type promotion across dtypes, statistics of random draws, the ref interpreter's
 // behaviour on graphs the public API does not build (reductions of empty axes, integer
 // wrap-around, bit patterns through layout ops, out-of-range indices, Philox per element),
-// and gradient ties. Oracles: closed forms, Philox (core/philox.h), PyTorch's rules.
+// and gradient ties. Oracles: closed forms, Philox (core/philox.h), PyTorch's rules. Then
+// (OpExtrasDiff) the ref-against-cpu cases that are not one op on one input: integer edges and
+// wrap-around, scalar operands, every conversion pair at edge values, 0-size and 0-d across
+// ops, layer_norm's argument forms, layout chains, indexing forms, out-of-range indices on
+// both backends, random draws for other seeds and in sequence, factories and in-place ops.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,6 +14,7 @@
 #include <limits>
 #include <numeric>
 
+#include "backend/diff_util.h"
 #include "backend/ref_test_util.h"
 #include "loom/core/error.h"
 #include "loom/core/philox.h"
@@ -327,7 +332,6 @@ TEST(OpExtrasRefRandom, SameKeySameBitsOtherOffsetOtherBits) {
 
 // ---- ref against cpu: the special cases of the differential tests that are not one op on
 // one input (tests/backend/diff_util.h's expect_same runs a program on both backends).
-#include "backend/diff_util.h"
 
 namespace loom::difftest {
 namespace {
@@ -343,9 +347,10 @@ TEST_F(OpExtrasDiff, UnaryOpsOnIntegerEdges) {
   for (DType dt : {DType::Int32, DType::Int64}) {
     SCOPED_TRACE(str(dt, {}));
     expect_same([&](Outs& o) {
-      Tensor edge = from_ints(dt, {8}, {0, 1, -1, 7, -7, 100, static_cast<int64_t>(kI32Min),
-                                        dt == DType::Int64 ? std::numeric_limits<int64_t>::min()
-                                                           : static_cast<int64_t>(kI32Max)});
+      Tensor edge = from_ints(dt, {8},
+                              {0, 1, -1, 7, -7, 100, static_cast<int64_t>(kI32Min),
+                               dt == DType::Int64 ? std::numeric_limits<int64_t>::min()
+                                                  : static_cast<int64_t>(kI32Max)});
       o.exact("neg edge", neg(edge));
       o.exact("abs edge", abs(edge));
       o.exact("relu edge", relu(edge));
@@ -358,10 +363,10 @@ TEST_F(OpExtrasDiff, UnaryOpsOnIntegerEdges) {
 TEST_F(OpExtrasDiff, IntegerOverflowWraps) {
   for (DType dt : {DType::Int32, DType::Int64}) {
     SCOPED_TRACE(str(dt, {}));
-    const int64_t lo = dt == DType::Int32 ? static_cast<int64_t>(kI32Min)
-                                          : std::numeric_limits<int64_t>::min();
-    const int64_t hi = dt == DType::Int32 ? static_cast<int64_t>(kI32Max)
-                                          : std::numeric_limits<int64_t>::max();
+    const int64_t lo =
+        dt == DType::Int32 ? static_cast<int64_t>(kI32Min) : std::numeric_limits<int64_t>::min();
+    const int64_t hi =
+        dt == DType::Int32 ? static_cast<int64_t>(kI32Max) : std::numeric_limits<int64_t>::max();
     expect_same([&](Outs& o) {
       Tensor a = from_ints(dt, {8}, {hi, lo, 65536, -1, lo, 3, 0, 7});
       Tensor b = from_ints(dt, {8}, {1, -1, 65536, lo, lo, 40, 0, -2});
@@ -377,8 +382,9 @@ TEST_F(OpExtrasDiff, IntegerOverflowWraps) {
     });
   }
   expect_same([&](Outs& o) {
-    Tensor big = from_ints(DType::Int32, {4, 3}, {2147483647, 2147483647, -2147483648, 1, 2, 3,
-                                                  2147483647, 2147483647, 2147483647, -5, 0, 5});
+    Tensor big = from_ints(DType::Int32, {4, 3},
+                           {2147483647, 2147483647, -2147483648, 1, 2, 3, 2147483647, 2147483647,
+                            2147483647, -5, 0, 5});
     o.exact("sum i32 all", sum(big));
     o.exact("sum i32 dim", sum(big, {0}));
     o.exact("sum bool", sum(input(DType::Bool, {37, 129}, 52), {1}));
@@ -476,11 +482,45 @@ TEST_F(OpExtrasDiff, ClampBothSidesAndOneSided) {
   }
 }
 std::vector<double> float_edge_values() {
-  return {0,      -0.0,    0.5,   -0.5,   1,      -1,   1.5,  2.5,   -2.5,   -2.7, 3.99,
-          100,    -100,    255.5, 1e5,    65504,  65520, -7e4, 1e10,  -1e10,  3e9,  -3e9,
-          1e20,   -1e20,   1e-8,  -1e-30, 6e-5,   1e-46, 3e38, 1e39,  -1e300,
-          1 + 0x1p-11 + 0x1p-40, 1 + 0x1p-8 + 0x1p-40, -(1 + 0x1p-11 + 0x1p-40),
-          kNaN,   kInf,    -kInf, 0.1,    1.0 / 3};
+  return {0,
+          -0.0,
+          0.5,
+          -0.5,
+          1,
+          -1,
+          1.5,
+          2.5,
+          -2.5,
+          -2.7,
+          3.99,
+          100,
+          -100,
+          255.5,
+          1e5,
+          65504,
+          65520,
+          -7e4,
+          1e10,
+          -1e10,
+          3e9,
+          -3e9,
+          1e20,
+          -1e20,
+          1e-8,
+          -1e-30,
+          6e-5,
+          1e-46,
+          3e38,
+          1e39,
+          -1e300,
+          1 + 0x1p-11 + 0x1p-40,
+          1 + 0x1p-8 + 0x1p-40,
+          -(1 + 0x1p-11 + 0x1p-40),
+          kNaN,
+          kInf,
+          -kInf,
+          0.1,
+          1.0 / 3};
 }
 std::vector<int64_t> int_edge_values() {
   return {0,
@@ -634,8 +674,10 @@ TEST_F(OpExtrasDiff, LayerNormLargeSizes) {
 void check_matmul(Outs& o, const std::string& name, const Tensor& a, const Tensor& b) {
   Tensor c = matmul(a, b);
   const int64_t k = a.shape().back();
-  if (is_floating(c.dtype())) o.reduced(name, c, k, matmul(mag(a), mag(b)));
-  else o.exact(name, c);
+  if (is_floating(c.dtype()))
+    o.reduced(name, c, k, matmul(mag(a), mag(b)));
+  else
+    o.exact(name, c);
 }
 
 // One tensor on both sides (a gram matrix), and operands of two dtypes (promoted first).
@@ -685,8 +727,7 @@ TEST_F(OpExtrasDiff, LayoutArgumentFormsAndChains) {
       o.exact("permute reshape", reshape(permute(x, {2, 0, 1}), {4, 6}));
       o.exact("slice transpose flatten", flatten(transpose(slice(x, 2, 1, 4, 2), 0, 2)));
       o.exact("expand permute", permute(expand(input(dt, {3, 1}, 115), {2, 3, 4}), {2, 1, 0}));
-      o.exact("slice of transpose of slice",
-              slice(transpose(slice(x, 0, 1, 2), 0, 1), 1, 0, 1, 2));
+      o.exact("slice of transpose of slice", slice(transpose(slice(x, 0, 1, 2), 0, 1), 1, 0, 1, 2));
       if (dt != DType::Bool) o.arith("chain + 1", reshape(permute(x, {1, 2, 0}), {12, 2}) + 1);
       if (dt != DType::Bool) {
         Tensor ex = expand(input(dt, {4, 1, 5}, 30, -3, 3), {4, 6, 5});
@@ -775,8 +816,10 @@ TEST_F(OpExtrasDiff, DropoutDrawsInSequence) {
       Tensor x = input(dt, {4097}, 130), m = input(dt, {37, 129}, 131);
       auto check = [&](const std::string& n, Tensor t) {
         // x * (1 / (1 - p)) rounds once: exact for float32 and float64
-        if (dt == DType::Float32 || dt == DType::Float64) o.exact(n, std::move(t));
-        else o.arith(n, std::move(t));
+        if (dt == DType::Float32 || dt == DType::Float64)
+          o.exact(n, std::move(t));
+        else
+          o.arith(n, std::move(t));
       };
       check("p 0.3", dropout(x, 0.3));
       check("second draw", dropout(x, 0.3));

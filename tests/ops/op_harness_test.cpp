@@ -7,6 +7,8 @@
 //   closed form  the values on the ref backend against the row's closed form in double,
 //   ref vs cpu   the same program on cpu against ref (bitwise for exact rows),
 //   VJP          for differentiable rows, backward() against float64 central differences,
+//   wide         the row's wide cases (sizes across vector widths and thread splits, permuted,
+//                strided and expanded operands, special values): ref against cpu only,
 // and, once over the table, that every public op has a row and every ops.def op is reached.
 #include <gtest/gtest.h>
 
@@ -108,9 +110,8 @@ Tensor laid_out(const Arg& a, DType dt, std::vector<double>* v) {
     for (int64_t k = row; row > 0 && k < n; ++k) (*v)[k] = (*v)[k % row];
     std::vector<int64_t> bs(s.begin(), s.end());
     bs[0] = 1;
-    return expand(difftest::from_values(dt, Shape(bs), std::vector<double>(v->begin(),
-                                                                           v->begin() + row)),
-                  s);
+    return expand(
+        difftest::from_values(dt, Shape(bs), std::vector<double>(v->begin(), v->begin() + row)), s);
   }
   if (!a.perm.empty()) {
     std::vector<int64_t> bs(s.size());

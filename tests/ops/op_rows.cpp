@@ -79,8 +79,8 @@ DType float_of(DType dt) { return floating(dt) ? dt : DType::Float32; }
 // ---- row makers --------------------------------------------------------------------------
 
 // The values that cross exp's, f16's and bf16's overflow and underflow thresholds.
-const std::vector<double> kSpecials = {kNaN, kInf, -kInf, 0,    -0.0, 1,   -1,  2.5, -3,  1e30,
-                                       -1e-30, 10.5, 11.5, 88, 89,   709, 710, -745, -750, 0.5};
+const std::vector<double> kSpecials = {kNaN,   kInf, -kInf, 0,  -0.0, 1,   -1,  2.5,  -3,   1e30,
+                                       -1e-30, 10.5, 11.5,  88, 89,   709, 710, -745, -750, 0.5};
 
 Arg wa(Shape s, double lo, double hi) { return Arg{std::move(s), {}, lo, hi}; }
 Arg wperm(Shape s, double lo, double hi, std::vector<int64_t> perm) {
@@ -148,11 +148,16 @@ std::vector<Case> binary_cases(double lo, double hi, bool specials) {
   auto c = [&](std::string l, Shape a, Shape b, bool fd = false) {
     return Case{std::move(l), {{std::move(a), {}, lo, hi}, {std::move(b), {}, lo, hi}}, false, fd};
   };
-  std::vector<Case> cs = {c("same", {4}, {4}),        c("row", {2, 3}, {3}, true),
-                          c("outer", {2, 1}, {1, 3}), c("0-d", {}, {2, 2}),
-                          c("0-size", {0, 3}, {3}),   c("rank 3", {3, 1, 2}, {4, 1}),
-                          c("row swapped", {3}, {2, 3}), c("0-d swapped", {2, 2}, {}),
-                          c("rank 3 swapped", {4, 1}, {3, 1, 2}), c("1 x 0", {1}, {0}),
+  std::vector<Case> cs = {c("same", {4}, {4}),
+                          c("row", {2, 3}, {3}, true),
+                          c("outer", {2, 1}, {1, 3}),
+                          c("0-d", {}, {2, 2}),
+                          c("0-size", {0, 3}, {3}),
+                          c("rank 3", {3, 1, 2}, {4, 1}),
+                          c("row swapped", {3}, {2, 3}),
+                          c("0-d swapped", {2, 2}, {}),
+                          c("rank 3 swapped", {4, 1}, {3, 1, 2}),
+                          c("1 x 0", {1}, {0}),
                           c("0 x 1", {0}, {1})};
   if (specials) {
     cs.push_back({"nan inf",
@@ -164,7 +169,9 @@ std::vector<Case> binary_cases(double lo, double hi, bool specials) {
 }
 
 std::vector<Case> binary_wide(double lo, double hi) {
-  auto c = [](std::string l, Arg a, Arg b) { return Case{std::move(l), {std::move(a), std::move(b)}}; };
+  auto c = [](std::string l, Arg a, Arg b) {
+    return Case{std::move(l), {std::move(a), std::move(b)}};
+  };
   std::vector<Case> cs = {
       c("4097", wa({4097}, lo, hi), wa({4097}, lo, hi)),
       c("1000", wa({1000}, lo, hi), wa({1000}, lo, hi)),
@@ -177,8 +184,8 @@ std::vector<Case> binary_wide(double lo, double hi) {
       c("strided + expanded", wstep({4, 3, 5}, lo, hi, 1), wexp({4, 3, 5}, lo, hi)),
       c("strided dim 0 + transposed", wstep({4, 5}, lo, hi, 0, 3), wperm({4, 5}, lo, hi, {1, 0}))};
   // every pair of the special values, through broadcasting
-  cs.push_back({"special pairs", {{{20, 1}, {}, 0, 0, kSpecials}, {{1, 20}, {}, 0, 0, kSpecials}},
-                true});
+  cs.push_back(
+      {"special pairs", {{{20, 1}, {}, 0, 0, kSpecials}, {{1, 20}, {}, 0, 0, kSpecials}}, true});
   return cs;
 }
 
@@ -305,9 +312,8 @@ Row reduction(std::string name, std::string variant, Red kind, std::vector<int64
                        true});
   }
   // wide: the special values in every row, big shapes where the dims fit, strided views
-  const std::vector<double> nanrows = {-kInf, 0,    1,     2,     -kInf, -kInf, -kInf, -kInf,
-                                       kNaN,  1,    2,     3,     kInf,  1,     2,     3,
-                                       1,     kNaN, -kInf, kInf,  1,     2,     3,     4};
+  const std::vector<double> nanrows = {-kInf, 0, 1, 2, -kInf, -kInf, -kInf, -kInf, kNaN, 1, 2, 3,
+                                       kInf,  1, 2, 3, 1,     kNaN,  -kInf, kInf,  1,    2, 3, 4};
   auto fits = [&](size_t rank) {
     std::vector<bool> seen(rank, false);
     for (int64_t d : dims) {
@@ -484,8 +490,9 @@ std::vector<Row> elementwise_rows() {
       "sqrt", {"sqrt", "convert"}, [](const Tensor& x) { return loom::sqrt(x); },
       [](double x) { return std::sqrt(x); }, 0.1, 9, kAll, true, true, false));
   r.push_back(unary(
-      "rsqrt", {"sqrt", "div", "constant", "convert"}, [](const Tensor& x) { return loom::rsqrt(x); },
-      [](double x) { return 1 / std::sqrt(x); }, 0.1, 9, kAll, true, false, false));
+      "rsqrt", {"sqrt", "div", "constant", "convert"},
+      [](const Tensor& x) { return loom::rsqrt(x); }, [](double x) { return 1 / std::sqrt(x); },
+      0.1, 9, kAll, true, false, false));
   r.back().mult = 2;
   r.push_back(unary(
       "tanh", {"tanh", "convert"}, [](const Tensor& x) { return loom::tanh(x); },
@@ -499,7 +506,8 @@ std::vector<Row> elementwise_rows() {
       "relu", {"maximum", "constant"}, [](const Tensor& x) { return loom::relu(x); },
       [](double x) { return std::isnan(x) ? x : std::max(x, 0.0); }, -3, 3, kNumeric, true, true));
   r.push_back(unary(
-      "gelu", {"mul", "erf", "add", "constant", "convert"}, [](const Tensor& x) { return loom::gelu(x); },
+      "gelu", {"mul", "erf", "add", "constant", "convert"},
+      [](const Tensor& x) { return loom::gelu(x); },
       [](double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); }, -4, 4, kAll, true,
       false, false));
   r.back().mult = 4;
@@ -616,8 +624,9 @@ std::vector<Row> elementwise_rows() {
                                         [](double a, double b) { return double(a != b); }}}) {
     r.push_back(binary(c.name, {c.ir}, c.f, c.g, -2, 2, kAll, false, true, true));
     // values on a grid of halves, so that equality happens
-    r.back().cases.push_back({"ties", {{{8}, {}, 0, 0, {-1, 0, 0.5, 1, 1, 2, -2, 1.5}},
-                                       {{8}, {}, 0, 0, {-1, 0.5, 0.5, 2, 1, 0, -2, 1.5}}}});
+    r.back().cases.push_back({"ties",
+                              {{{8}, {}, 0, 0, {-1, 0, 0.5, 1, 1, 2, -2, 1.5}},
+                               {{8}, {}, 0, 0, {-1, 0.5, 0.5, 2, 1, 0, -2, 1.5}}}});
   }
   r.push_back(make(
       "where", "", {"where"}, [](const Ts& x) { return loom::where(x[0], x[1], x[2]); }, kAll,
@@ -672,13 +681,13 @@ std::vector<Row> reduction_rows() {
   r.push_back(reduction("max", "all", Red::Max, {}, false, true, kAll, {"reduce_max"}));
   r.push_back(reduction("min", "all", Red::Min, {}, false, true, kAll, {"reduce_min"}));
   // every set of reduced dims (an empty set reduces all), with and without keepdim
-  const std::vector<std::vector<int64_t>> dim_sets = {{},     {0},     {1},      {2},
-                                                      {-1},   {0, 2},  {1, 2},   {-3, -1},
-                                                      {0, 1, 2}, {2, 0}, {0, -1}};
+  const std::vector<std::vector<int64_t>> dim_sets = {
+      {}, {0}, {1}, {2}, {-1}, {0, 2}, {1, 2}, {-3, -1}, {0, 1, 2}, {2, 0}, {0, -1}};
   for (const std::vector<int64_t>& dims : dim_sets) {
     for (bool keep : {false, true}) {
       std::string v = "dims " + Shape(dims).str() + (keep ? " keepdim" : "");
-      r.push_back(reduction("sum", v, Red::Sum, dims, keep, false, sums, {"reduce_sum", "convert"}));
+      r.push_back(
+          reduction("sum", v, Red::Sum, dims, keep, false, sums, {"reduce_sum", "convert"}));
       r.push_back(reduction("mean", v, Red::Mean, dims, keep, false, kFloats,
                             {"reduce_sum", "div", "constant"}));
       r.push_back(reduction("max", v, Red::Max, dims, keep, false, kAll, {"reduce_max"}));
@@ -723,7 +732,10 @@ std::vector<Row> reduction_rows() {
           [keep, dim](const Ts& x) { return loom::argmax(x[0], dim, keep); }, kNumeric,
           {{"3-d", {in({3, 4, 5}, -5, 5)}},
            {"nan", {given({2, 2, 2}, {1, kNaN, 7, kNaN, -kInf, -kInf, 2, 2}, DType::Float32)}},
-           {"0-size", {in(dim == 0 ? Shape{3, 0, 2} : dim == 2 ? Shape{2, 0, 3} : Shape{0, 3, 2})}}},
+           {"0-size",
+            {in(dim == 0   ? Shape{3, 0, 2}
+                : dim == 2 ? Shape{2, 0, 3}
+                           : Shape{0, 3, 2})}}},
           [keep, dim](const Hs& a) { return argmax_of(a[0], dim, keep); }, false, true));
       r.back().wide = argmax_wide(false);
     }
@@ -743,19 +755,19 @@ std::vector<Row> reduction_rows() {
            {"large logits", {given({2, 2}, {1000, 1000, -1000, 1}, DType::Float32)}},
            {"0-size", {in({0, 3})}}},
           [=](const Hs& a) { return softmax_of(a[0], dim, log); }, true, false, 8));
-      r.back().ir_ops.push_back("convert");  // int32 promotes to float32
-      const std::vector<double> rows = {
-          -kInf, 0,     1,     2,      // one -inf: probability 0
-          -kInf, -kInf, -kInf, -kInf,  // all -inf: nan everywhere
-          kNaN,  1,     2,     3,      // nan: nan row
-          kInf,  1,     2,     3,      // +inf: nan from inf - inf
-          1,     kNaN,  -kInf, kInf,   // everything at once
-          1,     2,     3,     4};
-      r.back().wide = {{"37x129", {wa({37, 129}, -6, 6)}, false, false, {}, 4},
-                       {"transposed 37x129", {wperm({37, 129}, -6, 6, {1, 0})}, false, false, {}, 4},
-                       {"4x7", {wa({4, 7}, -6, 6)}},
-                       {"strided", {wstep({4, 7}, -6, 6, 0)}},
-                       {"nan inf rows", {{{6, 4}, {}, 0, 0, rows}}, true}};
+      r.back().ir_ops.push_back("convert");                          // int32 promotes to float32
+      const std::vector<double> rows = {-kInf, 0,     1,     2,      // one -inf: probability 0
+                                        -kInf, -kInf, -kInf, -kInf,  // all -inf: nan everywhere
+                                        kNaN,  1,     2,     3,      // nan: nan row
+                                        kInf,  1,     2,     3,      // +inf: nan from inf - inf
+                                        1,     kNaN,  -kInf, kInf,   // everything at once
+                                        1,     2,     3,     4};
+      r.back().wide = {
+          {"37x129", {wa({37, 129}, -6, 6)}, false, false, {}, 4},
+          {"transposed 37x129", {wperm({37, 129}, -6, 6, {1, 0})}, false, false, {}, 4},
+          {"4x7", {wa({4, 7}, -6, 6)}},
+          {"strided", {wstep({4, 7}, -6, 6, 0)}},
+          {"nan inf rows", {{{6, 4}, {}, 0, 0, rows}}, true}};
       if (dim != 1) {
         r.back().wide.push_back({"1", {wa({1}, -6, 6)}});
         r.back().wide.push_back({"4097", {wa({4097}, -6, 6)}, false, false, {}, 4});
@@ -782,16 +794,15 @@ std::vector<Row> linalg_and_layout_rows() {
   auto mw = [](std::string l, Arg a, Arg b) {
     return Case{std::move(l), {std::move(a), std::move(b)}, false, false, {}, 4};
   };
-  r.back().wide = {
-      mw("odd 17x33 33x9", wa({17, 33}, -3, 3), wa({33, 9}, -3, 3)),
-      mw("wide 37x129 129x33", wa({37, 129}, -3, 3), wa({129, 33}, -3, 3)),
-      mw("a @ b^T", wa({3, 4}, -3, 3), wperm({4, 5}, -3, 3, {1, 0})),
-      mw("a^T @ b", wperm({2, 3, 4}, -3, 3, {0, 2, 1}), wa({2, 4, 5}, -3, 3)),
-      mw("a^T @ b^T", wperm({3, 6}, -3, 3, {1, 0}), wperm({6, 4}, -3, 3, {1, 0})),
-      mw("big a @ b^T", wa({37, 129}, -3, 3), wperm({129, 33}, -3, 3, {1, 0})),
-      mw("permuted batch", wperm({2, 3, 4}, -3, 3, {1, 2, 0}), wa({2, 4, 5}, -3, 3)),
-      mw("sliced", wstep({3, 4}, -3, 3, 0), wstep({4, 3}, -3, 3, -1, 3)),
-      mw("expanded", wexp({3, 4}, -3, 3), wa({4, 2}, -3, 3))};
+  r.back().wide = {mw("odd 17x33 33x9", wa({17, 33}, -3, 3), wa({33, 9}, -3, 3)),
+                   mw("wide 37x129 129x33", wa({37, 129}, -3, 3), wa({129, 33}, -3, 3)),
+                   mw("a @ b^T", wa({3, 4}, -3, 3), wperm({4, 5}, -3, 3, {1, 0})),
+                   mw("a^T @ b", wperm({2, 3, 4}, -3, 3, {0, 2, 1}), wa({2, 4, 5}, -3, 3)),
+                   mw("a^T @ b^T", wperm({3, 6}, -3, 3, {1, 0}), wperm({6, 4}, -3, 3, {1, 0})),
+                   mw("big a @ b^T", wa({37, 129}, -3, 3), wperm({129, 33}, -3, 3, {1, 0})),
+                   mw("permuted batch", wperm({2, 3, 4}, -3, 3, {1, 2, 0}), wa({2, 4, 5}, -3, 3)),
+                   mw("sliced", wstep({3, 4}, -3, 3, 0), wstep({4, 3}, -3, 3, -1, 3)),
+                   mw("expanded", wexp({3, 4}, -3, 3), wa({4, 2}, -3, 3))};
   r.back().ir_ops = {"matmul", "reshape"};
   auto x234 = [] { return std::vector<Case>{{"3-d", {in({2, 3, 4})}, false, true}}; };
   auto same_values = [](Shape out) {
@@ -1105,7 +1116,12 @@ std::vector<Row> nn_rows() {
   // seed agree bit for bit between ref and cpu, at big shapes and on strided inputs too.
   for (double p : {0.25, 0.5, 0.9, 0.0, 1.0}) {
     Row d = make(
-        "dropout", p == 0.25 ? "p 0.25" : p == 0.5 ? "p 0.5" : p == 0.9 ? "p 0.9" : p == 0 ? "p 0" : "p 1",
+        "dropout",
+        p == 0.25  ? "p 0.25"
+        : p == 0.5 ? "p 0.5"
+        : p == 0.9 ? "p 0.9"
+        : p == 0   ? "p 0"
+                   : "p 1",
         {"rand_uniform", "ge", "where", "constant", "mul"},
         [p](const Ts& x) { return loom::dropout(x[0], p); }, kFloats,
         {{"1-d", {in({64})}}, {"0-d", {in({})}}, {"0-size", {in({2, 0})}}},
@@ -1115,13 +1131,14 @@ std::vector<Row> nn_rows() {
               {"transposed", {wperm({37, 129}, -2, 2, {1, 0})}}};
     d.property = [p](const Hs& a, const Expected& e,
                      const std::vector<double>& got) -> std::string {
-      const double tol =
-          e.dtype == DType::Float64 ? 1e-12 : e.dtype == DType::Float32 ? 1e-6 : 1e-2;
+      const double tol = e.dtype == DType::Float64   ? 1e-12
+                         : e.dtype == DType::Float32 ? 1e-6
+                                                     : 1e-2;
       int64_t kept = 0;
       for (size_t i = 0; i < got.size(); ++i) {
         kept += got[i] != 0;
-        if (got[i] != 0 &&
-            (p == 1 || std::fabs(got[i] - a[0].v[i] / (1 - p)) > tol * std::max(1.0, std::fabs(got[i]))))
+        if (got[i] != 0 && (p == 1 || std::fabs(got[i] - a[0].v[i] / (1 - p)) >
+                                          tol * std::max(1.0, std::fabs(got[i]))))
           return "element " + std::to_string(i) + " is " + std::to_string(got[i]) +
                  ", neither 0 nor x/(1-p)";
         if (p == 0 && got[i] != a[0].v[i]) return "p 0 changed element " + std::to_string(i);
@@ -1132,7 +1149,7 @@ std::vector<Row> nn_rows() {
         return "kept " + std::to_string(kept) + " of " + std::to_string(got.size());
       return "";
     };
-    if (p == 0) d.ir_ops = {};  // the identity: no mask is drawn
+    if (p == 0) d.ir_ops = {};                   // the identity: no mask is drawn
     if (p == 1) d.ir_ops = {"constant", "mul"};  // every element dropped: x * 0
     r.push_back(std::move(d));
   }

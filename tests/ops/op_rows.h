@@ -5,7 +5,8 @@
 // traced graph holds, and whether it is differentiable. The harness checks every row and case
 // for: the result's dtype and shape, the IR text round trip and the fingerprint of the parsed
 // graph against the graph the tracer built, the closed form on ref, cpu against ref, and the
-// VJP against float64 central differences.
+// VJP against float64 central differences; a row's wide cases (big and vector-width shapes,
+// non-contiguous operands, special values) run ref against cpu only.
 #pragma once
 
 #include <functional>
