@@ -78,6 +78,40 @@ DType float_of(DType dt) { return floating(dt) ? dt : DType::Float32; }
 
 // ---- row makers --------------------------------------------------------------------------
 
+// The values that cross exp's, f16's and bf16's overflow and underflow thresholds.
+const std::vector<double> kSpecials = {kNaN,   kInf, -kInf, 0,  -0.0, 1,   -1,  2.5,  -3,   1e30,
+                                       -1e-30, 10.5, 11.5,  88, 89,   709, 710, -745, -750, 0.5};
+
+Arg wa(Shape s, double lo, double hi) { return Arg{std::move(s), {}, lo, hi}; }
+Arg wperm(Shape s, double lo, double hi, std::vector<int64_t> perm) {
+  Arg a = wa(std::move(s), lo, hi);
+  a.perm = std::move(perm);
+  return a;
+}
+Arg wstep(Shape s, double lo, double hi, int64_t dim = -1, int64_t step = 2) {
+  Arg a = wa(std::move(s), lo, hi);
+  a.step = step;
+  a.step_dim = dim;
+  return a;
+}
+Arg wexp(Shape s, double lo, double hi) {
+  Arg a = wa(std::move(s), lo, hi);
+  a.expand0 = true;
+  return a;
+}
+
+// Wide cases of an elementwise op on one input: sizes across vector widths and thread
+// splits, a transposed and a strided operand, the special values.
+std::vector<Case> unary_wide(double lo, double hi) {
+  return {{"37x129", {wa({37, 129}, lo, hi)}},
+          {"1000", {wa({1000}, lo, hi)}},
+          {"1023", {wa({1023}, lo, hi)}},
+          {"4097", {wa({4097}, lo, hi)}},
+          {"transposed 37x129", {wperm({37, 129}, lo, hi, {1, 0})}},
+          {"strided", {wstep({6, 5}, lo, hi)}},
+          {"specials", {{{20}, {}, 0, 0, kSpecials}}, true}};
+}
+
 std::vector<Case> unary_cases(double lo, double hi, bool specials) {
   std::vector<Case> cs = {
       {"0-d", {{{}, {}, lo, hi}}},
@@ -99,6 +133,7 @@ Row unary(std::string name, std::vector<std::string> ir, std::function<Tensor(co
   r.op = [f](const Ts& x) { return f(x[0]); };
   r.dtypes = std::move(dts);
   r.cases = unary_cases(lo, hi, specials);
+  r.wide = unary_wide(lo, hi);
   r.closed = [g, keeps_ints](const Hs& a) {
     DType out = keeps_ints ? a[0].dtype : float_of(a[0].dtype);
     Expected e{out, a[0].shape, {}, {}};
@@ -113,15 +148,44 @@ std::vector<Case> binary_cases(double lo, double hi, bool specials) {
   auto c = [&](std::string l, Shape a, Shape b, bool fd = false) {
     return Case{std::move(l), {{std::move(a), {}, lo, hi}, {std::move(b), {}, lo, hi}}, false, fd};
   };
-  std::vector<Case> cs = {c("same", {4}, {4}),        c("row", {2, 3}, {3}, true),
-                          c("outer", {2, 1}, {1, 3}), c("0-d", {}, {2, 2}),
-                          c("0-size", {0, 3}, {3}),   c("rank 3", {3, 1, 2}, {4, 1})};
+  std::vector<Case> cs = {c("same", {4}, {4}),
+                          c("row", {2, 3}, {3}, true),
+                          c("outer", {2, 1}, {1, 3}),
+                          c("0-d", {}, {2, 2}),
+                          c("0-size", {0, 3}, {3}),
+                          c("rank 3", {3, 1, 2}, {4, 1}),
+                          c("row swapped", {3}, {2, 3}),
+                          c("0-d swapped", {2, 2}, {}),
+                          c("rank 3 swapped", {4, 1}, {3, 1, 2}),
+                          c("1 x 0", {1}, {0}),
+                          c("0 x 1", {0}, {1})};
   if (specials) {
     cs.push_back({"nan inf",
                   {{{3, 3}, {}, 0, 0, {kNaN, kNaN, kNaN, kInf, kInf, kInf, -kInf, -kInf, 0}},
                    {{3, 3}, {}, 0, 0, {kNaN, kInf, 1, kInf, -kInf, 0, -kInf, 0.5, 0}}},
                   true});
   }
+  return cs;
+}
+
+std::vector<Case> binary_wide(double lo, double hi) {
+  auto c = [](std::string l, Arg a, Arg b) {
+    return Case{std::move(l), {std::move(a), std::move(b)}};
+  };
+  std::vector<Case> cs = {
+      c("4097", wa({4097}, lo, hi), wa({4097}, lo, hi)),
+      c("1000", wa({1000}, lo, hi), wa({1000}, lo, hi)),
+      c("37x129 row", wa({37, 129}, lo, hi), wa({129}, lo, hi)),
+      c("37x129 col", wa({37, 129}, lo, hi), wa({37, 1}, lo, hi)),
+      c("5,1,1 x 1,129", wa({5, 1, 1}, lo, hi), wa({1, 129}, lo, hi)),
+      c("1,129 x 5,1,1", wa({1, 129}, lo, hi), wa({5, 1, 1}, lo, hi)),
+      c("permuted + contiguous", wperm({5, 4, 6}, lo, hi, {2, 0, 1}), wa({5, 4, 6}, lo, hi)),
+      c("transposed both", wperm({6, 5}, lo, hi, {1, 0}), wperm({6, 5}, lo, hi, {1, 0})),
+      c("strided + expanded", wstep({4, 3, 5}, lo, hi, 1), wexp({4, 3, 5}, lo, hi)),
+      c("strided dim 0 + transposed", wstep({4, 5}, lo, hi, 0, 3), wperm({4, 5}, lo, hi, {1, 0}))};
+  // every pair of the special values, through broadcasting
+  cs.push_back(
+      {"special pairs", {{{20, 1}, {}, 0, 0, kSpecials}, {{1, 20}, {}, 0, 0, kSpecials}}, true});
   return cs;
 }
 
@@ -135,6 +199,7 @@ Row binary(std::string name, std::vector<std::string> ir,
   r.op = [f](const Ts& x) { return f(x[0], x[1]); };
   r.dtypes = std::move(dts);
   r.cases = binary_cases(lo, hi, specials);
+  r.wide = binary_wide(lo, hi);
   r.closed = [g, compare](const Hs& a) {
     Shape s = bshape(a[0].shape, a[1].shape);
     DType out = compare ? DType::Bool : a[0].dtype;
@@ -226,10 +291,19 @@ Row reduction(std::string name, std::string variant, Red kind, std::vector<int64
   } else {
     r.cases = {{"3-d", {{{2, 3, 4}, {}, -5, 5}}, false, true},
                {"3-d wide", {{{3, 4, 5}, {}, -5, 5}}}};
-    if (!mx)
+    if (!mx) {
       r.cases.push_back({"0-size", {{{2, 0, 4}, {}, -5, 5}}});
-    else
-      r.cases.push_back({"empty kept dim", {{{3, 4, 0}, {}, -5, 5}}});
+    } else {  // a 0 extent on a dim that is not reduced
+      std::vector<bool> red(3, dims.empty());
+      for (int64_t d : dims) red[norm_axis(d, 3)] = true;
+      for (size_t d = 0; d < 3; ++d) {
+        if (red[d]) continue;
+        std::vector<int64_t> sh = {3, 4, 5};
+        sh[d] = 0;
+        r.cases.push_back({"empty kept dim", {{Shape(sh), {}, -5, 5}}});
+        break;
+      }
+    }
   }
   if (mx) {  // NaN propagates
     r.cases.push_back({"nan",
@@ -237,6 +311,28 @@ Row reduction(std::string name, std::string variant, Red kind, std::vector<int64
                                                3, 4,    5, 6, 7, 8, 9,  10, 11,   12, 13, 14}}},
                        true});
   }
+  // wide: the special values in every row, big shapes where the dims fit, strided views
+  const std::vector<double> nanrows = {-kInf, 0, 1, 2, -kInf, -kInf, -kInf, -kInf, kNaN, 1, 2, 3,
+                                       kInf,  1, 2, 3, 1,     kNaN,  -kInf, kInf,  1,    2, 3, 4};
+  auto fits = [&](size_t rank) {
+    std::vector<bool> seen(rank, false);
+    for (int64_t d : dims) {
+      if (d >= static_cast<int64_t>(rank) || d < -static_cast<int64_t>(rank)) return false;
+      if (seen[norm_axis(d, rank)]) return false;
+      seen[norm_axis(d, rank)] = true;
+    }
+    return true;
+  };
+  const double m2 = 8;  // reordered sums of ~5000 terms drift like sqrt(n) roundings
+  if (all || fits(1)) {
+    r.wide.push_back({"4097", {wa({4097}, -3, 3)}, false, false, {}, m2});
+    r.wide.push_back({"1000", {wa({1000}, -3, 3)}, false, false, {}, m2});
+  }
+  if (all || fits(2)) r.wide.push_back({"37x129", {wa({37, 129}, -3, 3)}, false, false, {}, m2});
+  r.wide.push_back({"specials", {{{2, 3, 4}, {}, 0, 0, nanrows}}, true});
+  r.wide.push_back({"permuted", {wperm({5, 4, 6}, -3, 3, {2, 0, 1})}});
+  r.wide.push_back({"strided", {wstep({4, 3, 5}, -3, 3, 1)}});
+  r.wide.push_back({"expanded", {wexp({4, 6, 5}, -3, 3)}});
   r.closed = [=](const Hs& a) {
     return reduce(a[0], all ? std::vector<int64_t>{} : dims, all ? false : keepdim, kind);
   };
@@ -293,7 +389,7 @@ Expected argmax_of(const HostArg& x, std::optional<int64_t> dim, bool keepdim) {
 
 // softmax (log: log_softmax) of x along dim, with the maximum subtracted.
 Expected softmax_of(const HostArg& x, int64_t dim, bool log) {
-  Expected e{x.dtype, x.shape, std::vector<double>(x.v.size()), {}};
+  Expected e{float_of(x.dtype), x.shape, std::vector<double>(x.v.size()), {}};
   const int64_t d = norm_axis(dim, x.shape.size());
   for (int64_t k = 0; k < x.shape.numel(); ++k) {
     auto c = coords(k, x.shape);
@@ -363,6 +459,7 @@ Arg in(Shape s, double lo = -9, double hi = 9) { return Arg{std::move(s), {}, lo
 Arg idx(Shape s, int64_t n, DType dt = DType::Int64) {
   return Arg{std::move(s), dt, 0, static_cast<double>(n - 1), {}, false};
 }
+Arg shape_of(Shape s) { return Arg{std::move(s), DType::Float32, 0, 1, {}, false}; }
 Arg given(Shape s, std::vector<double> v, DType dt) {
   return Arg{std::move(s), dt, 0, 0, std::move(v), false};
 }
@@ -384,43 +481,45 @@ std::vector<Row> elementwise_rows() {
       "abs", {"abs"}, [](const Tensor& x) { return loom::abs(x); },
       [](double x) { return std::fabs(x); }, -5, 5, kNumeric, true, true));
   r.push_back(unary(
-      "exp", {"exp"}, [](const Tensor& x) { return loom::exp(x); },
-      [](double x) { return std::exp(x); }, -4, 4, kFloats, true, true));
+      "exp", {"exp", "convert"}, [](const Tensor& x) { return loom::exp(x); },
+      [](double x) { return std::exp(x); }, -4, 4, kAll, true, true, false));
   r.push_back(unary(
-      "log", {"log"}, [](const Tensor& x) { return loom::log(x); },
-      [](double x) { return std::log(x); }, 0.1, 9, kFloats, true, true));
+      "log", {"log", "convert"}, [](const Tensor& x) { return loom::log(x); },
+      [](double x) { return std::log(x); }, 0.1, 9, kAll, true, true, false));
   r.push_back(unary(
-      "sqrt", {"sqrt"}, [](const Tensor& x) { return loom::sqrt(x); },
-      [](double x) { return std::sqrt(x); }, 0.1, 9, kFloats, true, true));
+      "sqrt", {"sqrt", "convert"}, [](const Tensor& x) { return loom::sqrt(x); },
+      [](double x) { return std::sqrt(x); }, 0.1, 9, kAll, true, true, false));
   r.push_back(unary(
-      "rsqrt", {"sqrt", "div", "constant"}, [](const Tensor& x) { return loom::rsqrt(x); },
-      [](double x) { return 1 / std::sqrt(x); }, 0.1, 9, kFloats, true, false));
+      "rsqrt", {"sqrt", "div", "constant", "convert"},
+      [](const Tensor& x) { return loom::rsqrt(x); }, [](double x) { return 1 / std::sqrt(x); },
+      0.1, 9, kAll, true, false, false));
   r.back().mult = 2;
   r.push_back(unary(
-      "tanh", {"tanh"}, [](const Tensor& x) { return loom::tanh(x); },
-      [](double x) { return std::tanh(x); }, -3, 3, kFloats, true, true));
+      "tanh", {"tanh", "convert"}, [](const Tensor& x) { return loom::tanh(x); },
+      [](double x) { return std::tanh(x); }, -3, 3, kAll, true, true, false));
   r.push_back(unary(
-      "sigmoid", {"neg", "exp", "add", "div", "constant"},
+      "sigmoid", {"neg", "exp", "add", "div", "constant", "convert"},
       [](const Tensor& x) { return loom::sigmoid(x); },
-      [](double x) { return 1 / (1 + std::exp(-x)); }, -6, 6, kFloats, true, true));
+      [](double x) { return 1 / (1 + std::exp(-x)); }, -6, 6, kAll, true, true, false));
   r.back().mult = 3;
   r.push_back(unary(
       "relu", {"maximum", "constant"}, [](const Tensor& x) { return loom::relu(x); },
       [](double x) { return std::isnan(x) ? x : std::max(x, 0.0); }, -3, 3, kNumeric, true, true));
   r.push_back(unary(
-      "gelu", {"mul", "erf", "add", "constant"}, [](const Tensor& x) { return loom::gelu(x); },
-      [](double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); }, -4, 4, kFloats, true,
-      false));
+      "gelu", {"mul", "erf", "add", "constant", "convert"},
+      [](const Tensor& x) { return loom::gelu(x); },
+      [](double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); }, -4, 4, kAll, true,
+      false, false));
   r.back().mult = 4;
   r.push_back(unary(
-      "sin", {"sin"}, [](const Tensor& x) { return loom::sin(x); },
-      [](double x) { return std::sin(x); }, -3, 3, kFloats, true, true));
+      "sin", {"sin", "convert"}, [](const Tensor& x) { return loom::sin(x); },
+      [](double x) { return std::sin(x); }, -3, 3, kAll, true, true, false));
   r.push_back(unary(
-      "cos", {"cos"}, [](const Tensor& x) { return loom::cos(x); },
-      [](double x) { return std::cos(x); }, -3, 3, kFloats, true, true));
+      "cos", {"cos", "convert"}, [](const Tensor& x) { return loom::cos(x); },
+      [](double x) { return std::cos(x); }, -3, 3, kAll, true, true, false));
   r.push_back(unary(
-      "erf", {"erf"}, [](const Tensor& x) { return loom::erf(x); },
-      [](double x) { return std::erf(x); }, -2, 2, kFloats, true, true));
+      "erf", {"erf", "convert"}, [](const Tensor& x) { return loom::erf(x); },
+      [](double x) { return std::erf(x); }, -2, 2, kAll, true, true, false));
   r.push_back(unary(
       "clamp", {"maximum", "minimum"}, [](const Tensor& x) { return loom::clamp(x, -1.0, 2.0); },
       [](double x) { return std::isnan(x) ? x : std::min(std::max(x, -1.0), 2.0); }, -3, 3, kFloats,
@@ -488,11 +587,11 @@ std::vector<Row> elementwise_rows() {
   r.push_back(binary(
       "maximum", {"maximum"}, [](auto& a, auto& b) { return loom::maximum(a, b); },
       [](double a, double b) { return std::isnan(a) || std::isnan(b) ? kNaN : std::max(a, b); }, -5,
-      5, kNumeric, true, true));
+      5, kAll, true, true));
   r.push_back(binary(
       "minimum", {"minimum"}, [](auto& a, auto& b) { return loom::minimum(a, b); },
       [](double a, double b) { return std::isnan(a) || std::isnan(b) ? kNaN : std::min(a, b); }, -5,
-      5, kNumeric, true, true));
+      5, kAll, true, true));
   r.push_back(binary(
       "operator+", {"add"}, [](auto& a, auto& b) { return a + b; },
       [](double a, double b) { return a + b; }, -5, 5, kNumeric, true, false));
@@ -523,7 +622,11 @@ std::vector<Row> elementwise_rows() {
                                         [](double a, double b) { return double(a == b); }},
                                        {"operator!=", "ne", [](auto& a, auto& b) { return a != b; },
                                         [](double a, double b) { return double(a != b); }}}) {
-    r.push_back(binary(c.name, {c.ir}, c.f, c.g, -2, 2, kNumeric, false, true, true));
+    r.push_back(binary(c.name, {c.ir}, c.f, c.g, -2, 2, kAll, false, true, true));
+    // values on a grid of halves, so that equality happens
+    r.back().cases.push_back({"ties",
+                              {{{8}, {}, 0, 0, {-1, 0, 0.5, 1, 1, 2, -2, 1.5}},
+                               {{8}, {}, 0, 0, {-1, 0.5, 0.5, 2, 1, 0, -2, 1.5}}}});
   }
   r.push_back(make(
       "where", "", {"where"}, [](const Ts& x) { return loom::where(x[0], x[1], x[2]); }, kAll,
@@ -573,21 +676,24 @@ std::vector<Row> reduction_rows() {
   const std::vector<DType> sums = {DType::Float32, DType::Float64, DType::BFloat16, DType::Float16,
                                    DType::Int32,   DType::Int64,   DType::Bool};
   r.push_back(reduction("sum", "all", Red::Sum, {}, false, true, sums, {"reduce_sum", "convert"}));
-  r.push_back(
-      reduction("sum", "dims", Red::Sum, {1}, false, false, kNumeric, {"reduce_sum", "convert"}));
-  r.push_back(reduction("sum", "dims keepdim", Red::Sum, {0, -1}, true, false, kNumeric,
-                        {"reduce_sum", "convert"}));
   r.push_back(reduction("mean", "all", Red::Mean, {}, false, true, kFloats,
                         {"reduce_sum", "div", "constant"}));
-  r.push_back(reduction("mean", "dims", Red::Mean, {2}, false, false, kFloats,
-                        {"reduce_sum", "div", "constant"}));
-  r.push_back(reduction("mean", "dims keepdim", Red::Mean, {0}, true, false, kFloats,
-                        {"reduce_sum", "div", "constant"}));
-  r.push_back(reduction("max", "all", Red::Max, {}, false, true, kNumeric, {"reduce_max"}));
-  r.push_back(reduction("max", "dims", Red::Max, {1}, false, false, kNumeric, {"reduce_max"}));
-  r.push_back(reduction("min", "all", Red::Min, {}, false, true, kNumeric, {"reduce_min"}));
-  r.push_back(
-      reduction("min", "dims keepdim", Red::Min, {0, 1}, true, false, kNumeric, {"reduce_min"}));
+  r.push_back(reduction("max", "all", Red::Max, {}, false, true, kAll, {"reduce_max"}));
+  r.push_back(reduction("min", "all", Red::Min, {}, false, true, kAll, {"reduce_min"}));
+  // every set of reduced dims (an empty set reduces all), with and without keepdim
+  const std::vector<std::vector<int64_t>> dim_sets = {
+      {}, {0}, {1}, {2}, {-1}, {0, 2}, {1, 2}, {-3, -1}, {0, 1, 2}, {2, 0}, {0, -1}};
+  for (const std::vector<int64_t>& dims : dim_sets) {
+    for (bool keep : {false, true}) {
+      std::string v = "dims " + Shape(dims).str() + (keep ? " keepdim" : "");
+      r.push_back(
+          reduction("sum", v, Red::Sum, dims, keep, false, sums, {"reduce_sum", "convert"}));
+      r.push_back(reduction("mean", v, Red::Mean, dims, keep, false, kFloats,
+                            {"reduce_sum", "div", "constant"}));
+      r.push_back(reduction("max", v, Red::Max, dims, keep, false, kAll, {"reduce_max"}));
+      r.push_back(reduction("min", v, Red::Min, dims, keep, false, kAll, {"reduce_min"}));
+    }
+  }
   auto argmax_cases = [] {
     return std::vector<Case>{
         {"3-d", {in({2, 3, 4}, -5, 5)}},
@@ -599,15 +705,43 @@ std::vector<Row> reduction_rows() {
       "argmax", "flat", {"argmax", "reshape"}, [](const Ts& x) { return loom::argmax(x[0]); },
       kNumeric, argmax_cases(), [](const Hs& a) { return argmax_of(a[0], std::nullopt, false); },
       false, true));
+  // wide: many ties (integer and bf16 values in [-5, 5]), big and strided inputs
+  auto argmax_wide = [](bool big) {
+    std::vector<Case> w = {{"permuted", {wperm({5, 4, 6}, -5, 5, {2, 0, 1})}},
+                           {"strided", {wstep({4, 3, 5}, -5, 5, 1)}},
+                           {"expanded", {wexp({4, 6, 5}, -5, 5)}}};
+    if (big) {
+      w.push_back({"4097", {wa({4097}, -5, 5)}});
+      w.push_back({"37x129", {wa({37, 129}, -5, 5)}});
+      w.push_back({"transposed 37x129", {wperm({37, 129}, -5, 5, {1, 0})}});
+    }
+    return w;
+  };
+  r.back().wide = argmax_wide(true);
   for (bool keep : {false, true}) {
     r.push_back(make(
         "argmax", keep ? "dim keepdim" : "dim", {"argmax", "reshape"},
         [keep](const Ts& x) { return loom::argmax(x[0], x[0].dim() == 0 ? 0 : -1, keep); },
         kNumeric, argmax_cases(), [keep](const Hs& a) { return argmax_of(a[0], -1, keep); }, false,
         true));
+    r.back().cases.push_back({"0-size", {in({2, 0, 3})}});
+    r.back().wide = argmax_wide(true);
+    for (int64_t dim : {0, 1, 2, -2}) {  // the other dims of a 3-d input
+      r.push_back(make(
+          "argmax", "dim " + std::to_string(dim) + (keep ? " keepdim" : ""), {"argmax"},
+          [keep, dim](const Ts& x) { return loom::argmax(x[0], dim, keep); }, kNumeric,
+          {{"3-d", {in({3, 4, 5}, -5, 5)}},
+           {"nan", {given({2, 2, 2}, {1, kNaN, 7, kNaN, -kInf, -kInf, 2, 2}, DType::Float32)}},
+           {"0-size",
+            {in(dim == 0   ? Shape{3, 0, 2}
+                : dim == 2 ? Shape{2, 0, 3}
+                           : Shape{0, 3, 2})}}},
+          [keep, dim](const Hs& a) { return argmax_of(a[0], dim, keep); }, false, true));
+      r.back().wide = argmax_wide(false);
+    }
   }
   for (bool log : {false, true}) {
-    for (int64_t dim : {0, -1}) {
+    for (int64_t dim : {0, 1, -1}) {
       r.push_back(make(
           log ? "log_softmax" : "softmax", "dim " + std::to_string(dim),
           log ? std::vector<std::string>{"reduce_max", "sub", "exp", "reduce_sum", "log"}
@@ -615,12 +749,29 @@ std::vector<Row> reduction_rows() {
           [=](const Ts& x) {
             return log ? loom::log_softmax(x[0], dim) : loom::softmax(x[0], dim);
           },
-          kFloats,
+          {DType::Float32, DType::Float64, DType::BFloat16, DType::Float16, DType::Int32},
           {{"2-d", {in({3, 4}, -5, 5)}, false, true},
            {"3-d", {in({2, 3, 5}, -5, 5)}},
            {"large logits", {given({2, 2}, {1000, 1000, -1000, 1}, DType::Float32)}},
            {"0-size", {in({0, 3})}}},
           [=](const Hs& a) { return softmax_of(a[0], dim, log); }, true, false, 8));
+      r.back().ir_ops.push_back("convert");                          // int32 promotes to float32
+      const std::vector<double> rows = {-kInf, 0,     1,     2,      // one -inf: probability 0
+                                        -kInf, -kInf, -kInf, -kInf,  // all -inf: nan everywhere
+                                        kNaN,  1,     2,     3,      // nan: nan row
+                                        kInf,  1,     2,     3,      // +inf: nan from inf - inf
+                                        1,     kNaN,  -kInf, kInf,   // everything at once
+                                        1,     2,     3,     4};
+      r.back().wide = {
+          {"37x129", {wa({37, 129}, -6, 6)}, false, false, {}, 4},
+          {"transposed 37x129", {wperm({37, 129}, -6, 6, {1, 0})}, false, false, {}, 4},
+          {"4x7", {wa({4, 7}, -6, 6)}},
+          {"strided", {wstep({4, 7}, -6, 6, 0)}},
+          {"nan inf rows", {{{6, 4}, {}, 0, 0, rows}}, true}};
+      if (dim != 1) {
+        r.back().wide.push_back({"1", {wa({1}, -6, 6)}});
+        r.back().wide.push_back({"4097", {wa({4097}, -6, 6)}, false, false, {}, 4});
+      }
     }
   }
   return r;
@@ -636,8 +787,22 @@ std::vector<Row> linalg_and_layout_rows() {
       {mm("2-d", {3, 4}, {4, 2}, true), mm("batched", {2, 3, 4}, {2, 4, 5}),
        mm("broadcast batch", {2, 1, 2, 3}, {3, 3, 2}), mm("2-d x batch", {2, 4}, {3, 4, 3}),
        mm("1-d x 1-d", {5}, {5}), mm("1-d x 2-d", {4}, {4, 3}), mm("2-d x 1-d", {3, 4}, {4}),
-       mm("M=0", {0, 3}, {3, 4}), mm("K=0", {3, 0}, {0, 4})},
+       mm("M=0", {0, 3}, {3, 4}), mm("K=0", {3, 0}, {0, 4}), mm("N=0", {3, 4}, {4, 0}),
+       mm("1x1", {1, 1}, {1, 1}), mm("batch x 2-d", {3, 2, 4}, {4, 6}),
+       mm("1-d x 3-d", {4}, {2, 4, 3}), mm("3-d x 1-d", {2, 3, 4}, {4})},
       [](const Hs& a) { return matmul_of(a[0], a[1]); }, true, false, 4));
+  auto mw = [](std::string l, Arg a, Arg b) {
+    return Case{std::move(l), {std::move(a), std::move(b)}, false, false, {}, 4};
+  };
+  r.back().wide = {mw("odd 17x33 33x9", wa({17, 33}, -3, 3), wa({33, 9}, -3, 3)),
+                   mw("wide 37x129 129x33", wa({37, 129}, -3, 3), wa({129, 33}, -3, 3)),
+                   mw("a @ b^T", wa({3, 4}, -3, 3), wperm({4, 5}, -3, 3, {1, 0})),
+                   mw("a^T @ b", wperm({2, 3, 4}, -3, 3, {0, 2, 1}), wa({2, 4, 5}, -3, 3)),
+                   mw("a^T @ b^T", wperm({3, 6}, -3, 3, {1, 0}), wperm({6, 4}, -3, 3, {1, 0})),
+                   mw("big a @ b^T", wa({37, 129}, -3, 3), wperm({129, 33}, -3, 3, {1, 0})),
+                   mw("permuted batch", wperm({2, 3, 4}, -3, 3, {1, 2, 0}), wa({2, 4, 5}, -3, 3)),
+                   mw("sliced", wstep({3, 4}, -3, 3, 0), wstep({4, 3}, -3, 3, -1, 3)),
+                   mw("expanded", wexp({3, 4}, -3, 3), wa({4, 2}, -3, 3))};
   r.back().ir_ops = {"matmul", "reshape"};
   auto x234 = [] { return std::vector<Case>{{"3-d", {in({2, 3, 4})}, false, true}}; };
   auto same_values = [](Shape out) {
@@ -920,6 +1085,7 @@ std::vector<Row> nn_rows() {
         {{"batch", {in({3, 4}, -3, 3), idx({3}, 4, it)}, false, true},
          {"1-d", {in({5}, -3, 3), given({}, {2}, it)}}},
         [ce](const Hs& a) { return ce(a[0], a[1], false); }, true, false, 16));
+    r.back().wide = {{"37x129", {wa({37, 129}, -6, 6), idx({37}, 129, it)}, false, false, {}, 4}};
   }
   r.push_back(make(
       "cross_entropy", "probabilities",
@@ -933,8 +1099,9 @@ std::vector<Row> nn_rows() {
   r.push_back(make(
       "mse_loss", "", {"sub", "mul", "reduce_sum", "div", "constant"},
       [](const Ts& x) { return loom::mse_loss(x[0], x[1]); }, kFloats,
-      {{"2-d", {in({2, 3}), in({2, 3})}, false, true}},
+      {{"2-d", {in({2, 3}), in({2, 3})}, false, true}, {"0-size", {in({0}), in({0})}}},
       [](const Hs& a) {
+        if (a[0].v.empty()) return Expected{a[0].dtype, Shape{}, {kNaN}, {}};  // 0 / 0
         double s = 0, mag = 0;
         for (size_t i = 0; i < a[0].v.size(); ++i) {
           s += (a[0].v[i] - a[1].v[i]) * (a[0].v[i] - a[1].v[i]) / a[0].v.size();
@@ -944,23 +1111,48 @@ std::vector<Row> nn_rows() {
         return Expected{a[0].dtype, Shape{}, {s}, {mag}};
       },
       true, false, 8));
-  // dropout: each element is 0 or x / (1 - p); no closed form for which.
-  Row d = make(
-      "dropout", "p 0.25", {"rand_uniform", "ge", "where", "constant", "mul"},
-      [](const Ts& x) { return loom::dropout(x[0], 0.25); }, kFloats,
-      {{"1-d", {in({64})}}, {"0-d", {in({})}}, {"0-size", {in({2, 0})}}},
-      [](const Hs& a) { return Expected{a[0].dtype, a[0].shape, {}, {}}; }, false, true);
-  d.property = [](const Hs& a, const Expected& e, const std::vector<double>& got) -> std::string {
-    const double tol = e.dtype == DType::Float64 ? 1e-12 : e.dtype == DType::Float32 ? 1e-6 : 1e-2;
-    for (size_t i = 0; i < got.size(); ++i) {
-      if (got[i] != 0 &&
-          std::fabs(got[i] - a[0].v[i] / 0.75) > tol * std::max(1.0, std::fabs(got[i])))
-        return "element " + std::to_string(i) + " is " + std::to_string(got[i]) +
-               ", neither 0 nor x/(1-p)";
-    }
-    return "";
-  };
-  r.push_back(std::move(d));
+  r.back().wide = {{"37x129", {wa({37, 129}, -6, 6), wa({37, 129}, -2, 2)}, false, false, {}, 8}};
+  // dropout: each element is 0 or x / (1 - p); no closed form for which. Masks of the same
+  // seed agree bit for bit between ref and cpu, at big shapes and on strided inputs too.
+  for (double p : {0.25, 0.5, 0.9, 0.0, 1.0}) {
+    Row d = make(
+        "dropout",
+        p == 0.25  ? "p 0.25"
+        : p == 0.5 ? "p 0.5"
+        : p == 0.9 ? "p 0.9"
+        : p == 0   ? "p 0"
+                   : "p 1",
+        {"rand_uniform", "ge", "where", "constant", "mul"},
+        [p](const Ts& x) { return loom::dropout(x[0], p); }, kFloats,
+        {{"1-d", {in({64})}}, {"0-d", {in({})}}, {"0-size", {in({2, 0})}}},
+        [](const Hs& a) { return Expected{a[0].dtype, a[0].shape, {}, {}}; }, false, true);
+    d.wide = {{"4097", {wa({4097}, -2, 2)}},
+              {"37x129", {wa({37, 129}, -2, 2)}},
+              {"transposed", {wperm({37, 129}, -2, 2, {1, 0})}}};
+    d.property = [p](const Hs& a, const Expected& e,
+                     const std::vector<double>& got) -> std::string {
+      const double tol = e.dtype == DType::Float64   ? 1e-12
+                         : e.dtype == DType::Float32 ? 1e-6
+                                                     : 1e-2;
+      int64_t kept = 0;
+      for (size_t i = 0; i < got.size(); ++i) {
+        kept += got[i] != 0;
+        if (got[i] != 0 && (p == 1 || std::fabs(got[i] - a[0].v[i] / (1 - p)) >
+                                          tol * std::max(1.0, std::fabs(got[i]))))
+          return "element " + std::to_string(i) + " is " + std::to_string(got[i]) +
+                 ", neither 0 nor x/(1-p)";
+        if (p == 0 && got[i] != a[0].v[i]) return "p 0 changed element " + std::to_string(i);
+      }
+      // at 4097 draws the kept fraction is within 5 standard deviations of 1 - p
+      const double n = static_cast<double>(got.size());
+      if (n > 1000 && std::fabs(kept / n - (1 - p)) > 5 * std::sqrt(p * (1 - p) / n) + 0.02)
+        return "kept " + std::to_string(kept) + " of " + std::to_string(got.size());
+      return "";
+    };
+    if (p == 0) d.ir_ops = {};                   // the identity: no mask is drawn
+    if (p == 1) d.ir_ops = {"constant", "mul"};  // every element dropped: x * 0
+    r.push_back(std::move(d));
+  }
   r.push_back(make(
       "dropout", "eval", {}, [](const Ts& x) { return loom::dropout(x[0], 0.3, false); }, kFloats,
       {{"2-d", {in({2, 3})}, false, true}},
@@ -1017,11 +1209,19 @@ std::vector<Row> factory_rows() {
       Row rr = make(
           normal ? "randn" : "rand", std::string(name(dt)),
           {normal ? "rand_normal" : "rand_uniform"},
-          [normal, dt](const Ts&) {
-            return normal ? loom::randn({5, 3}, dt) : loom::rand({5, 3}, dt);
+          [normal, dt](const Ts& x) {  // the shape of the (unused) input
+            return normal ? loom::randn(x[0].shape(), dt) : loom::rand(x[0].shape(), dt);
           },
-          {dt}, {{"2-d", {}}}, [dt](const Hs&) { return Expected{dt, Shape{5, 3}, {}, {}}; }, false,
-          true);
+          {dt},
+          {{"2-d", {shape_of({5, 3})}},
+           {"0-d", {shape_of({})}},
+           {"1", {shape_of({1})}},
+           {"3", {shape_of({3})}},
+           {"0", {shape_of({0})}},
+           {"0-size", {shape_of({2, 0, 3})}}},
+          [dt](const Hs& a) { return Expected{dt, a[0].shape, {}, {}}; }, false, true);
+      // the same seed gives the same bits on ref and cpu (core/philox.h rounded once)
+      rr.wide = {{"4097", {shape_of({4097})}}, {"37x129", {shape_of({37, 129})}}};
       rr.property = [normal](const Hs&, const Expected&,
                              const std::vector<double>& got) -> std::string {
         for (double v : got) {
@@ -1037,6 +1237,33 @@ std::vector<Row> factory_rows() {
 
 }  // namespace
 
+// Rows without wide cases of their own get non-contiguous variants of their first case with
+// an input of rank >= 2: every such input permuted (dims reversed), the first input strided
+// along dim 0, the first input expanded along dim 0.
+void add_layout_variants(Row* row) {
+  if (!row->wide.empty()) return;
+  for (const Case& c : row->cases) {
+    bool fits = !c.args.empty() && c.args[0].shape.size() >= 1 && c.args[0].shape[0] > 0;
+    bool any2 = false;
+    for (const Arg& a : c.args) any2 = any2 || (a.shape.size() >= 2 && a.shape.numel() > 0);
+    if (!fits || !any2) continue;
+    Case perm = c, strided = c, expanded = c;
+    perm.label += " permuted";
+    perm.fd = strided.fd = expanded.fd = false;
+    for (Arg& a : perm.args) {
+      if (a.shape.size() < 2) continue;
+      for (size_t d = a.shape.size(); d-- > 0;) a.perm.push_back(static_cast<int64_t>(d));
+    }
+    strided.label += " strided";
+    strided.args[0].step = 2;
+    strided.args[0].step_dim = 0;
+    expanded.label += " expanded";
+    expanded.args[0].expand0 = true;
+    row->wide = {perm, strided, expanded};
+    return;
+  }
+}
+
 const std::vector<Row>& op_rows() {
   static const std::vector<Row> rows = [] {
     std::vector<Row> all;
@@ -1044,6 +1271,7 @@ const std::vector<Row>& op_rows() {
                        &nn_rows, &factory_rows}) {
       for (Row& r : (*part)()) all.push_back(std::move(r));
     }
+    for (Row& r : all) add_layout_variants(&r);
     return all;
   }();
   return rows;

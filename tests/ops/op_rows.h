@@ -5,7 +5,8 @@
 // traced graph holds, and whether it is differentiable. The harness checks every row and case
 // for: the result's dtype and shape, the IR text round trip and the fingerprint of the parsed
 // graph against the graph the tracer built, the closed form on ref, cpu against ref, and the
-// VJP against float64 central differences.
+// VJP against float64 central differences; a row's wide cases (big and vector-width shapes,
+// non-contiguous operands, special values) run ref against cpu only.
 #pragma once
 
 #include <functional>
@@ -25,6 +26,12 @@ struct Arg {
   double lo = -2, hi = 2;
   std::vector<double> values;  // given values (nan and inf allowed), else drawn
   bool diff = true;            // an input the VJP check differentiates (not indices, targets)
+  // A non-contiguous operand: the op sees permute(base, perm) (perm non-empty), or every
+  // `step`-th element along dim `step_dim` of a wider base, or dim 0 expanded from size 1 (the
+  // values repeat along dim 0). The layout ops stay in the traced graph (no sync in between).
+  std::vector<int64_t> perm;
+  int64_t step = 1, step_dim = -1;
+  bool expand0 = false;
 };
 
 // A case: the inputs of one call of the op.
@@ -33,6 +40,9 @@ struct Case {
   std::vector<Arg> args;
   bool floats_only = false;  // given NaN/Inf or fractional values: run at floating dtypes only
   bool fd = false;           // also the case of the VJP check (run at float64)
+  std::vector<DType> only;   // non-empty: run at these dtypes only
+  double mult = 1;           // wide cases: tolerance multiplier on top of the row's (drift of
+                             // reordered sums over many terms)
 };
 
 // An input as the closed form sees it: the exact values the tensor holds.
@@ -68,6 +78,9 @@ struct Row {
   OpFn op;
   std::vector<DType> dtypes;
   std::vector<Case> cases;
+  // Wide cases: vector-width and large shapes, non-contiguous operands. They run only ref
+  // against cpu (and the closed form's type rule); no closed-form values, IR or VJP check.
+  std::vector<Case> wide;
   ClosedForm closed;  // type and values (values empty when `property` checks)
   Property property;  // optional
   bool exact = false;
