@@ -255,7 +255,7 @@ bool ProgramGenerator::reduction() {
     }
     return emit(r, "sum");
   }
-  if (k == 2) {  // mean; an empty one would be nan, which tests/backend/cpu_diff_test covers
+  if (k == 2) {  // mean; an empty one would be nan, which the op harness (tests/ops) covers
     if (!is_floating(dt) || n == 0) return false;
     r.t = mean(x.t, dims, keepdim);
     r.mag = x.mag;

@@ -503,7 +503,7 @@ std::vector<Row> elementwise_rows() {
       [](double x) { return 1 / (1 + std::exp(-x)); }, -6, 6, kAll, true, true, false));
   r.back().mult = 3;
   r.push_back(unary(
-      "relu", {"maximum", "constant"}, [](const Tensor& x) { return loom::relu(x); },
+      "relu", {"le", "where", "constant"}, [](const Tensor& x) { return loom::relu(x); },
       [](double x) { return std::isnan(x) ? x : std::max(x, 0.0); }, -3, 3, kNumeric, true, true));
   r.push_back(unary(
       "gelu", {"mul", "erf", "add", "constant", "convert"},
@@ -521,7 +521,7 @@ std::vector<Row> elementwise_rows() {
       "erf", {"erf", "convert"}, [](const Tensor& x) { return loom::erf(x); },
       [](double x) { return std::erf(x); }, -2, 2, kAll, true, true, false));
   r.push_back(unary(
-      "clamp", {"maximum", "minimum"}, [](const Tensor& x) { return loom::clamp(x, -1.0, 2.0); },
+      "clamp", {"lt", "gt", "le", "ge", "mul", "where", "constant"}, [](const Tensor& x) { return loom::clamp(x, -1.0, 2.0); },
       [](double x) { return std::isnan(x) ? x : std::min(std::max(x, -1.0), 2.0); }, -3, 3, kFloats,
       true, true));
   r.push_back(unary(
@@ -749,13 +749,12 @@ std::vector<Row> reduction_rows() {
           [=](const Ts& x) {
             return log ? loom::log_softmax(x[0], dim) : loom::softmax(x[0], dim);
           },
-          {DType::Float32, DType::Float64, DType::BFloat16, DType::Float16, DType::Int32},
+          kFloats,  // integer inputs are refused, as torch
           {{"2-d", {in({3, 4}, -5, 5)}, false, true},
            {"3-d", {in({2, 3, 5}, -5, 5)}},
            {"large logits", {given({2, 2}, {1000, 1000, -1000, 1}, DType::Float32)}},
            {"0-size", {in({0, 3})}}},
           [=](const Hs& a) { return softmax_of(a[0], dim, log); }, true, false, 8));
-      r.back().ir_ops.push_back("convert");                          // int32 promotes to float32
       const std::vector<double> rows = {-kInf, 0,     1,     2,      // one -inf: probability 0
                                         -kInf, -kInf, -kInf, -kInf,  // all -inf: nan everywhere
                                         kNaN,  1,     2,     3,      // nan: nan row
@@ -1076,8 +1075,9 @@ std::vector<Row> nn_rows() {
     }
     return Expected{l.dtype, Shape{}, {loss}, {}};
   };
-  const std::vector<std::string> ce_ops = {"reduce_max", "sub", "exp", "reduce_sum", "log",
-                                           "reshape",    "neg", "div", "gather",     "constant"};
+  const std::vector<std::string> ce_ops = {
+      "reduce_max", "sub", "exp",    "reduce_sum", "log",   "reshape", "neg",
+      "div",        "gather", "constant", "ne",    "where", "convert"};
   for (DType it : {DType::Int32, DType::Int64}) {
     r.push_back(make(
         "cross_entropy", std::string(name(it)) + " targets", ce_ops,
