@@ -53,9 +53,13 @@ TensorType infer_elementwise(const Graph& g, OpKind op, std::span<const Value> x
     if (o == s) continue;
     try {
       s = broadcast_shapes(name, s, o);
-    } catch (const ShapeError& e) {  // restate with the operands' dtypes
+    } catch (const ShapeError& e) {  // restate with the operands' dtypes, keep the dim
+      const std::string_view what = e.what();
+      const size_t at = what.find(" (dim "), end = what.find(')', at);
+      const std::string_view dim =
+          at == std::string_view::npos ? std::string_view() : what.substr(at, end + 1 - at);
       throw ShapeError(loom::detail::str_cat("[", name, "] shapes do not broadcast: ",
-                                             operand_types(g, xs),
+                                             operand_types(g, xs), dim,
                                              "; expected equal extents or 1 in each dim "
                                              "(aligned on the right)"));
     }
