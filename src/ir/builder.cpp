@@ -144,9 +144,10 @@ bool Builder::same_node(const Node& a, const Node& b) const {
 void Builder::insert(const Hash128& h, NodeId id) {
   if ((used_ + 1) * 3 > table_.size()) grow();  // load <= 1/3 keeps miss probes short
   size_t mask = table_.size() - 1;
-  size_t i = h.lo & mask;
+  const uint32_t tag = static_cast<uint32_t>(h.lo);
+  size_t i = tag & mask;
   while (table_[i].id != kEmpty) i = (i + 1) & mask;
-  table_[i] = Slot{id, static_cast<uint32_t>(h.hi)};
+  table_[i] = Slot{id, tag};
   ++used_;
 }
 
@@ -156,7 +157,7 @@ void Builder::grow() {
   size_t mask = table_.size() - 1;
   for (Slot s : old) {
     if (s.id == kEmpty) continue;
-    size_t i = merkle_[s.id].lo & mask;
+    size_t i = s.tag & mask;  // the tag holds the index bits: no read of merkle_
     while (table_[i].id != kEmpty) i = (i + 1) & mask;
     table_[i] = s;
   }
@@ -174,8 +175,8 @@ Value Builder::make(OpKind op, std::span<const Value> operands, Attrs attrs,
   if (!hash_cons_) return {id, 0};
   const Hash128 h = node_hash(n);
   size_t mask = table_.size() - 1;
-  const uint32_t tag = static_cast<uint32_t>(h.hi);
-  for (size_t i = h.lo & mask; table_[i].id != kEmpty; i = (i + 1) & mask) {
+  const uint32_t tag = static_cast<uint32_t>(h.lo);
+  for (size_t i = tag & mask; table_[i].id != kEmpty; i = (i + 1) & mask) {
     const Slot& s = table_[i];
     if (s.tag == tag && merkle_[s.id] == h && same_node(g_->node(s.id), n)) {
       g_->pop_back();
