@@ -11,10 +11,10 @@
 namespace loom::bench {
 
 struct Figure {
-  std::string name;   // "ns_per_op"
+  std::string name;  // "ns_per_op"
   double value;
-  std::string unit;   // "ns"
-  std::string note;   // what it means / the goal
+  std::string unit;  // "ns"
+  std::string note;  // what it means / the goal
 };
 
 struct Benchmark {

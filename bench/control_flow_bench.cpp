@@ -41,12 +41,14 @@ std::vector<Figure> scan_compile_flat() {
       Metrics m0 = loom::metrics();
       loom::sync();
       Metrics m1 = loom::metrics();
-      (length == 10 ? short_ms : long_ms).push_back((m1.compile_seconds - m0.compile_seconds) * 1e3);
+      (length == 10 ? short_ms : long_ms)
+          .push_back((m1.compile_seconds - m0.compile_seconds) * 1e3);
     }
   }
   double s = median(short_ms), l = median(long_ms);
   return {
-      {"scan10_compile_ms", s, "ms", "scan of 10 steps (tanh(h@W+x)+h), cold, median of 7 on " + backend_name()},
+      {"scan10_compile_ms", s, "ms",
+       "scan of 10 steps (tanh(h@W+x)+h), cold, median of 7 on " + backend_name()},
       {"scan10000_compile_ms", l, "ms", "the same body, 10000 steps"},
       {"ratio_10000_vs_10", l / s, "x", "goal <= 1.1 (compile time flat in length)"},
   };
@@ -58,7 +60,8 @@ constexpr int64_t kLayers = 50, kRows = 4 * 128, kDim = 256;
 // weights, and unrolled over per-layer weights (the same numbers).
 std::vector<Figure> scan_vs_unrolled() {
   loom::manual_seed(11);
-  Tensor ws = loom::randn({kLayers, kDim, kDim}) * (1.0 / 16), bs = loom::randn({kLayers, kDim}) * 0.1;
+  Tensor ws = loom::randn({kLayers, kDim, kDim}) * (1.0 / 16),
+         bs = loom::randn({kLayers, kDim}) * 0.1;
   std::vector<Tensor> w, b;
   for (int64_t l = 0; l < kLayers; ++l) {
     w.push_back(ws[l]);
@@ -69,7 +72,8 @@ std::vector<Figure> scan_vs_unrolled() {
   auto scanned = [&] {
     return loom::scan(
                [](const Tensor& h, const std::pair<Tensor, Tensor>& wb) {
-                 Tensor y = loom::gelu(loom::matmul(h, loom::transpose(wb.first, 0, 1)) + wb.second) + h;
+                 Tensor y =
+                     loom::gelu(loom::matmul(h, loom::transpose(wb.first, 0, 1)) + wb.second) + h;
                  return std::pair{y, std::tuple<>{}};
                },
                x, std::pair{ws, bs})
@@ -95,9 +99,11 @@ std::vector<Figure> scan_vs_unrolled() {
   std::vector<float> ys, yu;
   double ts = time_exec(scanned, &ys), tu = time_exec(unrolled, &yu);
   double err = 0;
-  for (size_t i = 0; i < ys.size(); ++i) err = std::max(err, static_cast<double>(std::abs(ys[i] - yu[i])));
+  for (size_t i = 0; i < ys.size(); ++i)
+    err = std::max(err, static_cast<double>(std::abs(ys[i] - yu[i])));
   return {
-      {"scan_ms", ts * 1e3, "ms", "50 layers gelu(x@W^T+b)+x, x [512,256], scan over stacked W on " + backend_name()},
+      {"scan_ms", ts * 1e3, "ms",
+       "50 layers gelu(x@W^T+b)+x, x [512,256], scan over stacked W on " + backend_name()},
       {"unrolled_ms", tu * 1e3, "ms", "same run: the same layers unrolled"},
       {"ratio_scan_vs_unrolled", ts / tu, "x", "goal <= 1.05"},
       {"max_abs_difference", err, "", "scan against unrolled results"},
@@ -109,11 +115,14 @@ std::vector<Figure> scan_vs_unrolled() {
 double torch_loop_us(int64_t n) {
   return torch_figure(
       "\nimport torch, time\ntorch.set_num_threads(1)\n"
-      "xs = torch.arange(1, " + std::to_string(n + 1) + ", dtype=torch.float32).reshape(-1, 1)\n"
-      "ts = []\nfor rep in range(9):\n  t0 = time.perf_counter()\n  acc = torch.zeros(1)\n"
-      "  out = []\n  for x in xs:\n    acc = acc + x\n    out.append(acc)\n  ys = torch.stack(out)\n"
-      "  ts.append(time.perf_counter() - t0)\nts.sort()\nprint('us', ts[4] / " + std::to_string(n) +
-          " * 1e6)\n",
+      "xs = torch.arange(1, " +
+          std::to_string(n + 1) +
+          ", dtype=torch.float32).reshape(-1, 1)\n"
+          "ts = []\nfor rep in range(9):\n  t0 = time.perf_counter()\n  acc = torch.zeros(1)\n"
+          "  out = []\n  for x in xs:\n    acc = acc + x\n    out.append(acc)\n  ys = "
+          "torch.stack(out)\n"
+          "  ts.append(time.perf_counter() - t0)\nts.sort()\nprint('us', ts[4] / " +
+          std::to_string(n) + " * 1e6)\n",
       "us");
 }
 
@@ -147,13 +156,16 @@ std::vector<Figure> cumsum_scan() {
     sink = out[kN - 1];
   });
   std::vector<Figure> f = {
-      {"scan_ns_per_iteration", per_iter_ns, "ns", "scan cumsum of 1000 f32 scalars on " + backend_name() + " (one executable run / 1000)"},
+      {"scan_ns_per_iteration", per_iter_ns, "ns",
+       "scan cumsum of 1000 f32 scalars on " + backend_name() + " (one executable run / 1000)"},
       {"result", last, "", "500500 expected"},
-      {"baseline_cpp_loop_ns_per_iteration", host_s / kN * 1e9, "ns", "same run: a C++ loop on the host"},
+      {"baseline_cpp_loop_ns_per_iteration", host_s / kN * 1e9, "ns",
+       "same run: a C++ loop on the host"},
   };
   double torch_us = torch_loop_us(kN);
   if (torch_us > 0) {
-    f.push_back({"baseline_torch_python_loop_ns", torch_us * 1e3, "ns", "same run: a Python loop over PyTorch tensors"});
+    f.push_back({"baseline_torch_python_loop_ns", torch_us * 1e3, "ns",
+                 "same run: a Python loop over PyTorch tensors"});
     f.push_back({"speedup_vs_torch_loop", torch_us * 1e3 / per_iter_ns, "x", "goal >= 20"});
   } else {
     f.push_back({"baseline_torch_python_loop_ns", 0, "ns",
@@ -174,8 +186,10 @@ Tensor chain_body(const Tensor& x, const Tensor& y, int ops) {
 std::vector<Figure> assume_pure_hit() {
   Tensor x = loom::ones({4}), y = loom::full({4}, 0.5);
   loom::sync();
-  auto small = loom::assume_pure([](const Tensor& a, const Tensor& b) { return chain_body(a, b, 10); });
-  auto big = loom::assume_pure([](const Tensor& a, const Tensor& b) { return chain_body(a, b, 1000); });
+  auto small =
+      loom::assume_pure([](const Tensor& a, const Tensor& b) { return chain_body(a, b, 10); });
+  auto big =
+      loom::assume_pure([](const Tensor& a, const Tensor& b) { return chain_body(a, b, 1000); });
   small(x, y);
   big(x, y);
   loom::sync();

@@ -3,6 +3,7 @@
 // tracing and the ref backend) and decoder_forward (vs sgemm alone and PyTorch). Each selects
 // the "cpu" backend and, while it does not exist, runs on the current one and says so.
 #include <cblas.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -15,8 +16,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <unistd.h>
 
 #include "bench.h"
 #include "loom/loom.h"
@@ -44,8 +43,7 @@ std::string json_safe(std::string s) {
 // created (the cpu backend is not built yet) the current backend stays and figure() says why.
 class BackendScope {
  public:
-  explicit BackendScope(const std::string& want)
-      : previous_(runtime::current_backend().name()) {
+  explicit BackendScope(const std::string& want) : previous_(runtime::current_backend().name()) {
     // Replacing a backend by a new instance of itself would only throw its JIT away.
     if (previous_ != want) {
       try {
@@ -71,9 +69,9 @@ class BackendScope {
   // The figure every benchmark here opens with: 1 when it ran on the cpu backend.
   Figure figure() const {
     if (is("cpu")) return {"backend_cpu", 1, "", "ran on the cpu backend"};
-    return {"backend_cpu", 0, "",
-            json_safe("FALLBACK: cpu backend unavailable (" + reason_ + "); ran on '" + name_ +
-                      "'")};
+    return {
+        "backend_cpu", 0, "",
+        json_safe("FALLBACK: cpu backend unavailable (" + reason_ + "); ran on '" + name_ + "'")};
   }
 
  private:
@@ -160,8 +158,7 @@ void quiesce_blas() { std::this_thread::sleep_for(std::chrono::milliseconds(150)
 // constant inner count because GCC's -O2 cost model ("very cheap") vectorizes a loop only when
 // no scalar remainder is left; lo and hi are multiples of 16.
 __attribute__((noinline)) void triad(float* __restrict a, const float* __restrict b,
-                                     const float* __restrict c, float s, int64_t lo,
-                                     int64_t hi) {
+                                     const float* __restrict c, float s, int64_t lo, int64_t hi) {
   for (int64_t i = lo; i < hi; i += 16)
     for (int64_t j = i; j < i + 16; ++j) a[j] = b[j] + s * c[j];
 }
@@ -174,14 +171,14 @@ void triad_2t(float* a, const float* b, const float* c, float s, int64_t n) {
 
 // Eight elementwise ops over three inputs: one pass over memory for a fusing backend.
 Tensor elementwise_chain(const Tensor& a, const Tensor& b, const Tensor& c) {
-  Tensor t = a * b;      // mul
-  t = t + c;             // add
-  t = t * 0.5;           // mul (by a host scalar: a 0-d graph input)
-  t = t - a;             // sub
-  t = maximum(t, b);     // maximum
-  t = -t;                // neg
-  t = t - c;             // sub
-  return loom::abs(t);   // abs
+  Tensor t = a * b;     // mul
+  t = t + c;            // add
+  t = t * 0.5;          // mul (by a host scalar: a 0-d graph input)
+  t = t - a;            // sub
+  t = maximum(t, b);    // maximum
+  t = -t;               // neg
+  t = t - c;            // sub
+  return loom::abs(t);  // abs
 }
 
 std::vector<Figure> fused_elementwise() {
@@ -223,8 +220,8 @@ std::vector<Figure> fused_elementwise() {
                "first run: the one compile"});
   f.push_back({"baseline_triad_1t_gb_per_s", triad1, "GB/s",
                "same run: a[i] = b[i] + s*c[i], 64 MiB arrays, 1 thread, -O2 C++"});
-  f.push_back({"baseline_triad_2t_gb_per_s", triad2, "GB/s",
-               "same run: the triad on 2 std::threads"});
+  f.push_back(
+      {"baseline_triad_2t_gb_per_s", triad2, "GB/s", "same run: the triad on 2 std::threads"});
   double best = std::max(triad1, triad2);
   f.push_back({"ratio_vs_triad_1t", loom_gbs / triad1, "x", "loom / 1-thread triad"});
   f.push_back({"ratio_vs_best_triad", loom_gbs / best, "x",
@@ -252,8 +249,8 @@ std::vector<Figure> matmul_bench() {
     Tensor a = materialized(ha, {n, n}), b = materialized(hb, {n, n});  // copies
     auto loom_mm = [&] { return loom::matmul(a, b); };
     auto blas_mm = [&] {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, ha.data(), n,
-                  hb.data(), n, 0.0f, hc.data(), n);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, ha.data(), n, hb.data(),
+                  n, 0.0f, hc.data(), n);
     };
     time_loom_once(loom_mm);  // compiles
     std::vector<double> lt, bt;
@@ -345,16 +342,17 @@ void compile_row(const BackendScope& backend, const CompileRow& row, std::vector
   const std::string& n = row.name;
   const std::string reps = std::to_string(row.reps);
   CompileTiming t = time_compile(row.reps, row.fn);
-  std::string check = t.compiles == 1 ? "" : "; WARNING: " + std::to_string(t.compiles) +
-                                                 " compiles in one sync, expected 1";
+  std::string check = t.compiles == 1 ? ""
+                                      : "; WARNING: " + std::to_string(t.compiles) +
+                                            " compiles in one sync, expected 1";
   f.push_back({n + "_compile_ms", t.median_ms, "ms",
                row.what + ", cold: median of " + reps + ", extent -k in rep k" + check});
   f.push_back({n + "_first_compile_ms", t.first_ms, "ms", "rep 0 alone: exactly that graph"});
   if (!backend.is("ref")) {  // ref has no kernel cache: this would repeat the figure above
     CompileTiming warm = time_compile(row.reps, [&](int) { return row.fn(0); });
-    f.push_back({n + "_recompile_ms", warm.median_ms, "ms",
-                 "rep-0 graph again after clear_compile_cache (backend caches warm), median of " +
-                     reps});
+    f.push_back(
+        {n + "_recompile_ms", warm.median_ms, "ms",
+         "rep-0 graph again after clear_compile_cache (backend caches warm), median of " + reps});
   }
   f.push_back({n + "_nodes", static_cast<double>(t.nodes), "nodes", "nodes in the graph cut"});
   f.push_back({n + "_baseline_trace_ms", t.trace_ms, "ms", "same run: tracing that graph"});
@@ -393,10 +391,10 @@ std::vector<Figure> compile_latency() {
               {"layer", "decoder layer: Linear(512,512) + gelu + residual on [4,512,512]", layer,
                layer_reps, 3},
               f);
-  compile_row(backend,
-              {"graph500", "50 x 10 elementwise/reduction ops on [32,256]", chain, chain_reps,
-               chain_reps},
-              f);
+  compile_row(
+      backend,
+      {"graph500", "50 x 10 elementwise/reduction ops on [32,256]", chain, chain_reps, chain_reps},
+      f);
   runtime::clear_compile_cache();  // leave no 500-node executables behind
   return f;
 }
@@ -459,8 +457,8 @@ double torch_median_ms(std::string& why, std::string& version, const std::string
     why = "bench/torch_reference.py not found";
     return -1;
   }
-  std::string cmd = std::string(python) + " '" + script + "' --layers " +
-                    std::to_string(kLayers) + " --reps 7 " + extra + " 2>&1";
+  std::string cmd = std::string(python) + " '" + script + "' --layers " + std::to_string(kLayers) +
+                    " --reps 7 " + extra + " 2>&1";
   int rc = 0;
   const std::string out = command_output(cmd, &rc);
   const double ms = figure_in(out, "median_ms");
@@ -529,15 +527,15 @@ std::vector<Figure> decoder_forward() {
   f.push_back({"matmul_gflops", flop / (loom_ms * 1e-3) / kGiga, "GFLOP/s",
                "matmul flops / whole forward time"});
   f.push_back({"baseline_sgemm_only_ms", blas_ms, "ms",
-               "same run: the 50 matmuls alone on cblas_sgemm, " +
-                   std::to_string(blas_threads) + " OpenBLAS threads (a lower bound)"});
+               "same run: the 50 matmuls alone on cblas_sgemm, " + std::to_string(blas_threads) +
+                   " OpenBLAS threads (a lower bound)"});
   f.push_back({"ratio_vs_sgemm_only", loom_ms / blas_ms, "x", "1.0 = only the matmuls cost"});
   std::string why, version;
   double torch_ms = torch_median_ms(why, version);
   if (torch_ms > 0) {
-    f.push_back({"baseline_torch_ms", torch_ms, "ms",
-                 json_safe("same run: PyTorch " + version +
-                           " no_grad, default threads, median of 7")});
+    f.push_back(
+        {"baseline_torch_ms", torch_ms, "ms",
+         json_safe("same run: PyTorch " + version + " no_grad, default threads, median of 7")});
     f.push_back({"ratio_vs_torch", loom_ms / torch_ms, "x", "< 1 = faster than PyTorch"});
   } else {
     f.push_back({"baseline_torch_ms", 0, "ms", json_safe("not measured: " + why)});
@@ -626,12 +624,12 @@ int warm_start_child(int argc, char** argv) {
   double setup = seconds() - t0;
   double forward = time_loom_once([&] { return dec.forward(x); });
   Metrics m = loom::metrics();
-  std::printf("compile_s %.6f\nforward_s %.6f\nsetup_s %.6f\ncompiles %lld\ndisk_hits %lld\n"
-              "loads %lld\nwrites %lld\n",
-              m.compile_seconds, forward, setup, static_cast<long long>(m.compiles),
-              static_cast<long long>(m.disk_cache_hits),
-              static_cast<long long>(m.disk_cache_loads),
-              static_cast<long long>(m.disk_cache_writes));
+  std::printf(
+      "compile_s %.6f\nforward_s %.6f\nsetup_s %.6f\ncompiles %lld\ndisk_hits %lld\n"
+      "loads %lld\nwrites %lld\n",
+      m.compile_seconds, forward, setup, static_cast<long long>(m.compiles),
+      static_cast<long long>(m.disk_cache_hits), static_cast<long long>(m.disk_cache_loads),
+      static_cast<long long>(m.disk_cache_writes));
   return 0;
 }
 RegisterChild child1("warm_start", warm_start_child);

@@ -53,7 +53,8 @@ std::string command_output(const std::string& cmd, int* status) {
 std::string word_in(const std::string& output, const std::string& key) {
   std::istringstream lines(output);
   for (std::string line; std::getline(lines, line);) {
-    if (line.size() <= key.size() || line.compare(0, key.size(), key) != 0 || line[key.size()] != ' ')
+    if (line.size() <= key.size() || line.compare(0, key.size(), key) != 0 ||
+        line[key.size()] != ' ')
       continue;
     std::istringstream rest(line.substr(key.size()));
     std::string word;
@@ -110,7 +111,8 @@ void print_json(const loom::bench::Benchmark& b, const std::vector<loom::bench::
 void print_table(const loom::bench::Benchmark& b, const std::vector<loom::bench::Figure>& figs) {
   std::printf("%s: %s\n", b.name.c_str(), b.description.c_str());
   for (const auto& f : figs)
-    std::printf("  %-34s %12.4g %-6s %s\n", f.name.c_str(), f.value, f.unit.c_str(), f.note.c_str());
+    std::printf("  %-34s %12.4g %-6s %s\n", f.name.c_str(), f.value, f.unit.c_str(),
+                f.note.c_str());
 }
 
 }  // namespace
@@ -125,12 +127,15 @@ int main(int argc, char** argv) {
   bool json = false, list = false;
   std::vector<std::string> names;
   for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--json")) json = true;
-    else if (!std::strcmp(argv[i], "--list")) list = true;
+    if (!std::strcmp(argv[i], "--json"))
+      json = true;
+    else if (!std::strcmp(argv[i], "--list"))
+      list = true;
     else if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h")) {
       std::printf("usage: loom-bench [--list] [--json] NAME... | all\n");
       return 0;
-    } else names.push_back(argv[i]);
+    } else
+      names.push_back(argv[i]);
   }
   auto& reg = loom::bench::registry();
   if (list || names.empty()) {
@@ -143,8 +148,10 @@ int main(int argc, char** argv) {
       if (n != "all" && b.name != n) continue;
       found = true;
       auto figs = b.run();
-      if (json) print_json(b, figs);
-      else print_table(b, figs);
+      if (json)
+        print_json(b, figs);
+      else
+        print_table(b, figs);
     }
     if (!found) {
       std::fprintf(stderr, "loom-bench: unknown benchmark '%s' (see --list)\n", n.c_str());

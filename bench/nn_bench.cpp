@@ -17,7 +17,9 @@ namespace {
 // The seed's decoder layer: Linear -> GELU -> residual.
 struct DecoderLayer : nn::Module {
   std::shared_ptr<nn::Linear> linear;
-  explicit DecoderLayer(int64_t dim) { linear = register_module("linear", std::make_shared<nn::Linear>(dim, dim)); }
+  explicit DecoderLayer(int64_t dim) {
+    linear = register_module("linear", std::make_shared<nn::Linear>(dim, dim));
+  }
   Tensor forward(const Tensor& x) override { return loom::gelu((*linear)(x)) + x; }
 };
 
@@ -63,8 +65,10 @@ StepTiming time_step(int n, bool scan, int64_t seq, int reps) {
     loom::mean(dec.forward(x, scan)).backward();
     loom::sync();
     double dt = seconds() - t0;
-    if (rep == 0) r.compile_ms = (loom::metrics().compile_seconds - m0.compile_seconds) * 1e3;
-    else t.push_back(dt);
+    if (rep == 0)
+      r.compile_ms = (loom::metrics().compile_seconds - m0.compile_seconds) * 1e3;
+    else
+      t.push_back(dt);
   }
   if (!t.empty()) r.step_ms = median(t) * 1e3;
   return r;
@@ -86,7 +90,8 @@ std::vector<Figure> scan_layers_compile() {
     f.push_back({"scan_layers_L" + std::to_string(n) + "_compile_ms", s, "ms",
                  "seed decoder forward+backward, dim 512, x [4," + std::to_string(seq + 1) + ".." +
                      std::to_string(first) + ",512], cold kernels, median of 5"});
-    f.push_back({"for_loop_L" + std::to_string(n) + "_compile_ms", l, "ms", "same, layers unrolled"});
+    f.push_back(
+        {"for_loop_L" + std::to_string(n) + "_compile_ms", l, "ms", "same, layers unrolled"});
     if (n == 1) scan1 = s;
     if (n == 100) scan100 = s;
     if (n == 50) loop50 = l, scan50 = s;
@@ -165,11 +170,13 @@ double torch_mlp_steps_per_s() {
       "\n"
       "import torch, time\n"
       "torch.manual_seed(0)\n"
-      "m = torch.nn.Sequential(torch.nn.Linear(784, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))\n"
+      "m = torch.nn.Sequential(torch.nn.Linear(784, 256), torch.nn.ReLU(), torch.nn.Linear(256, "
+      "10))\n"
       "opt = torch.optim.SGD(m.parameters(), lr=0.01)\n"
       "x = torch.randn(64, 784); y = torch.randint(0, 10, (64,))\n"
       "def step():\n"
-      "  opt.zero_grad(); loss = torch.nn.functional.cross_entropy(m(x), y); loss.backward(); opt.step()\n"
+      "  opt.zero_grad(); loss = torch.nn.functional.cross_entropy(m(x), y); loss.backward(); "
+      "opt.step()\n"
       "for _ in range(50): step()\n"
       "best = 0\n"
       "for rep in range(5):\n"
@@ -196,8 +203,10 @@ struct MlpTraining {
   std::unique_ptr<optim::Optimizer> opt;
   Tensor x, y;
   MlpTraining(int64_t batch, bool adamw) {
-    if (adamw) opt = std::make_unique<optim::AdamW>(model.parameters(), 1e-3);
-    else opt = std::make_unique<optim::SGD>(model.parameters(), 0.01);
+    if (adamw)
+      opt = std::make_unique<optim::AdamW>(model.parameters(), 1e-3);
+    else
+      opt = std::make_unique<optim::SGD>(model.parameters(), 0.01);
     x = loom::randn({batch, 784});
     y = loom::argmax(loom::randn({batch, 10}), 1);
     loom::sync();
@@ -214,7 +223,10 @@ struct MlpTraining {
 std::vector<Figure> mlp_train() {
   MlpTraining t(64, /*adamw=*/false);
   auto body = [&](const Tensor& xb, const Tensor& yb) { return t.step(xb, yb); };
-  auto plain = [&] { body(t.x, t.y); loom::sync(); };
+  auto plain = [&] {
+    body(t.x, t.y);
+    loom::sync();
+  };
   auto once = loom::compile(body, {.name = "mlp_step", .trace_once = true});
   auto replay = [&] { once(t.x, t.y); };
   auto rate = [](const std::function<void()>& step) {
@@ -229,12 +241,14 @@ std::vector<Figure> mlp_train() {
   };
   double p = rate(plain), r = rate(replay);
   std::vector<Figure> f = {
-      {"steps_per_s", p, "steps/s", "784-256-10 MLP, batch 64, SGD: trace + sync each step, best of 5 x 200"},
+      {"steps_per_s", p, "steps/s",
+       "784-256-10 MLP, batch 64, SGD: trace + sync each step, best of 5 x 200"},
       {"trace_once_steps_per_s", r, "steps/s", "the same step compiled with trace_once"},
   };
   double torch = torch_mlp_steps_per_s();
   if (torch > 0) {
-    f.push_back({"baseline_torch_steps_per_s", torch, "steps/s", "same run: PyTorch 1.13, same step"});
+    f.push_back(
+        {"baseline_torch_steps_per_s", torch, "steps/s", "same run: PyTorch 1.13, same step"});
     f.push_back({"speedup_vs_torch", p / torch, "x", "goal >= 1.5 (trace + sync each step)"});
     f.push_back({"trace_once_speedup_vs_torch", r / torch, "x", "with trace_once"});
   } else {
@@ -270,17 +284,22 @@ std::vector<Figure> trace_once_overhead() {
   }
   double h = median(host), tr = median(traced);
   return {
-      {"trace_once_host_us", h * 1e6, "us", "goal < 20: replaying an MLP + AdamW step, excluding execution"},
-      {"baseline_traced_host_us", tr * 1e6, "us", "same run: tracing the step and syncing (cache hit)"},
+      {"trace_once_host_us", h * 1e6, "us",
+       "goal < 20: replaying an MLP + AdamW step, excluding execution"},
+      {"baseline_traced_host_us", tr * 1e6, "us",
+       "same run: tracing the step and syncing (cache hit)"},
       {"saving", tr / h, "x", "host time saved by trace_once"},
   };
 }
 
-Register r1("scan_layers_compile", "compile time of the decoder fwd+bwd, L = 1..100, scan_layers vs for loop",
+Register r1("scan_layers_compile",
+            "compile time of the decoder fwd+bwd, L = 1..100, scan_layers vs for loop",
             scan_layers_compile);
-Register r2("scan_layers_step", "decoder (50 layers) fwd+bwd step time, scan_layers vs for loop", scan_layers_step);
+Register r2("scan_layers_step", "decoder (50 layers) fwd+bwd step time, scan_layers vs for loop",
+            scan_layers_step);
 Register r3("mlp_train", "784-256-10 MLP SGD steps per second vs PyTorch", mlp_train);
-Register r4("trace_once_overhead", "host time of a trace_once step, excluding execution", trace_once_overhead);
+Register r4("trace_once_overhead", "host time of a trace_once step, excluding execution",
+            trace_once_overhead);
 
 }  // namespace
 }  // namespace loom::bench

@@ -98,7 +98,10 @@ std::vector<Figure> sync_hit() {
     for (int i = 0; i < 500; ++i) x = x * y + y;
     return x;
   };
-  { Tensor warm = trace(); loom::sync(); }
+  {
+    Tensor warm = trace();
+    loom::sync();
+  }
   constexpr int kReps = 200;
   std::vector<double> sync_only, trace_t;
   int64_t nodes = 0;
@@ -118,10 +121,12 @@ std::vector<Figure> sync_hit() {
   std::sort(trace_t.begin(), trace_t.end());
   Metrics m = loom::metrics();
   std::vector<Figure> f;
-  f.push_back({"sync_hit_us", sync_only[kReps / 2] * 1e6, "us", "goal < 50; a trace-cache hit: outputs' Merkle hashes, lookup, input binding"});
+  f.push_back({"sync_hit_us", sync_only[kReps / 2] * 1e6, "us",
+               "goal < 50; a trace-cache hit: outputs' Merkle hashes, lookup, input binding"});
   f.push_back({"graph_nodes", static_cast<double>(nodes), "nodes", "nodes in the graph cut"});
   f.push_back({"compiles_in_last_rep", static_cast<double>(m.compiles), "", "0 = cache hit"});
-  f.push_back({"baseline_trace_us", trace_t[kReps / 2] * 1e6, "us", "same run: tracing those 1000 ops"});
+  f.push_back(
+      {"baseline_trace_us", trace_t[kReps / 2] * 1e6, "us", "same run: tracing those 1000 ops"});
   return f;
 }
 

@@ -18,11 +18,12 @@ void section(const char* title) { std::printf("\n== %s ==\n", title); }
 
 void counts(const char* what) {
   loom::Metrics m = loom::metrics();
-  std::printf("   [%s] compiles=%lld cache_hits=%lld executions=%lld ops_traced=%lld "
-              "trace=%.2f ms compile=%.2f ms execute=%.2f ms\n",
-              what, static_cast<long long>(m.compiles), static_cast<long long>(m.cache_hits),
-              static_cast<long long>(m.executions), static_cast<long long>(m.ops_traced),
-              m.trace_seconds * 1e3, m.compile_seconds * 1e3, m.execute_seconds * 1e3);
+  std::printf(
+      "   [%s] compiles=%lld cache_hits=%lld executions=%lld ops_traced=%lld "
+      "trace=%.2f ms compile=%.2f ms execute=%.2f ms\n",
+      what, static_cast<long long>(m.compiles), static_cast<long long>(m.cache_hits),
+      static_cast<long long>(m.executions), static_cast<long long>(m.ops_traced),
+      m.trace_seconds * 1e3, m.compile_seconds * 1e3, m.execute_seconds * 1e3);
 }
 
 std::string str(const Tensor& t) {
@@ -60,7 +61,8 @@ void host_scalars() {
 }
 
 void random_steps() {
-  section("Random numbers: keys are graph inputs, so every step draws fresh numbers, compiled once");
+  section(
+      "Random numbers: keys are graph inputs, so every step draws fresh numbers, compiled once");
   loom::reset_metrics();
   loom::manual_seed(0);
   for (int step = 0; step < 3; ++step) {
@@ -72,8 +74,9 @@ void random_steps() {
 }
 
 void compile_time_unrolled() {
-  section("Compile time of an unrolled decoder: graph size grows with depth, but identical\n"
-          "   layer kernels compile once per process and are shared (run in order 1, 10, 50)");
+  section(
+      "Compile time of an unrolled decoder: graph size grows with depth, but identical\n"
+      "   layer kernels compile once per process and are shared (run in order 1, 10, 50)");
   // The seed decoder's layer (Linear -> GELU -> residual), at a size the reference backend
   // runs quickly; compile time does not depend on the size, only on the graph.
   const int64_t dim = 32;
@@ -93,10 +96,12 @@ void compile_time_unrolled() {
     x = loom::layer_norm(x, {dim});
     loom::sync();
     loom::Metrics m = loom::metrics();
-    std::printf("   %2d layers: %4lld ops traced, trace %.2f ms, compile %.2f ms, execute %.2f ms, x[0,0,:2] %s\n",
-                layers, static_cast<long long>(m.ops_traced), m.trace_seconds * 1e3,
-                m.compile_seconds * 1e3, m.execute_seconds * 1e3,
-                str(loom::slice(x[0][0], 0, 0, 2)).c_str());
+    std::printf(
+        "   %2d layers: %4lld ops traced, trace %.2f ms, compile %.2f ms, execute %.2f ms, "
+        "x[0,0,:2] %s\n",
+        layers, static_cast<long long>(m.ops_traced), m.trace_seconds * 1e3,
+        m.compile_seconds * 1e3, m.execute_seconds * 1e3,
+        str(loom::slice(x[0][0], 0, 0, 2)).c_str());
   }
   std::printf("   backend: %s. The scan table below runs the same layers as one loop body.\n",
               std::string(loom::runtime::current_backend().name()).c_str());
@@ -104,11 +109,12 @@ void compile_time_unrolled() {
 
 void counts_traced(const char* what) {
   loom::Metrics m = loom::metrics();
-  std::printf("   [%s] bodies traced=%lld assume_pure hits=%lld compiles=%lld cache_hits=%lld "
-              "executions=%lld\n",
-              what, static_cast<long long>(m.bodies_traced), static_cast<long long>(m.pure_hits),
-              static_cast<long long>(m.compiles), static_cast<long long>(m.cache_hits),
-              static_cast<long long>(m.executions));
+  std::printf(
+      "   [%s] bodies traced=%lld assume_pure hits=%lld compiles=%lld cache_hits=%lld "
+      "executions=%lld\n",
+      what, static_cast<long long>(m.bodies_traced), static_cast<long long>(m.pure_hits),
+      static_cast<long long>(m.compiles), static_cast<long long>(m.cache_hits),
+      static_cast<long long>(m.executions));
 }
 
 void seed_example_1() {
@@ -169,10 +175,10 @@ void seed_example_6() {
   section("Seed example 6: while_loop");
   loom::runtime::clear_compile_cache();
   loom::reset_metrics();
-  auto [iteri, res] = loom::while_loop(
-      [](const Tensor& i, const Tensor&) { return i > 0; },
-      [](const Tensor& i, const Tensor& x) { return std::tuple{i - 1, x + 1}; },
-      std::tuple{loom::tensor(int64_t{10}), loom::tensor(int64_t{3})});
+  auto [iteri, res] =
+      loom::while_loop([](const Tensor& i, const Tensor&) { return i > 0; },
+                       [](const Tensor& i, const Tensor& x) { return std::tuple{i - 1, x + 1}; },
+                       std::tuple{loom::tensor(int64_t{10}), loom::tensor(int64_t{3})});
   std::printf("   Result: %s\n", str(res).c_str());
   counts_traced("one while_loop");
 }
@@ -190,8 +196,8 @@ void seed_example_2() {
   loom::sync();  // materializes the initial parameters
   loom::reset_metrics();
   using ParamMap = loom::nn::ParamMap;
-  auto cached_forward = loom::assume_pure(
-      [&](const ParamMap& params, const ParamMap& buffers, const Tensor& x) {
+  auto cached_forward =
+      loom::assume_pure([&](const ParamMap& params, const ParamMap& buffers, const Tensor& x) {
         return loom::nn::functional_call(module, params, buffers, x);
       });
   loom::optim::SGD opt(module.parameters(), 0.01);
@@ -218,8 +224,9 @@ struct DecoderLayer : loom::nn::Module {
 };
 
 void seed_example_3() {
-  section("Seed example 3: scan_layers for a decoder (50 layers, dim 512, x [4,512,512]),\n"
-          "   forward + backward: compile time and step time, for loop against scan_layers");
+  section(
+      "Seed example 3: scan_layers for a decoder (50 layers, dim 512, x [4,512,512]),\n"
+      "   forward + backward: compile time and step time, for loop against scan_layers");
   const int64_t dim = 512;
   std::printf("   %-12s %-16s %-14s %s\n", "", "compile (ms)", "step (ms)", "loss");
   int64_t seq = 512;
@@ -243,22 +250,27 @@ void seed_example_3() {
       Tensor loss = loom::mean(loom::gelu(norm(h)));
       loss.backward();
       loom::sync();
-      double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-      if (step == 0) compile_ms = (loom::metrics().compile_seconds - m0.compile_seconds) * 1e3;
-      else step_ms += ms / 2;
+      double ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      if (step == 0)
+        compile_ms = (loom::metrics().compile_seconds - m0.compile_seconds) * 1e3;
+      else
+        step_ms += ms / 2;
       loss_value = loss.item<float>();
     }
     std::printf("   %-12s %-16.1f %-14.1f %.6f\n", scan ? "scan_layers" : "for loop", compile_ms,
                 step_ms, loss_value);
   }
-  std::printf("   (the seed reports 1m03s against 19s for PyTorch/XLA's compiles; step = trace +\n"
-              "   compiled forward and backward; loom-bench scan_layers_compile has L = 1..100)\n");
+  std::printf(
+      "   (the seed reports 1m03s against 19s for PyTorch/XLA's compiles; step = trace +\n"
+      "   compiled forward and backward; loom-bench scan_layers_compile has L = 1..100)\n");
 }
 
 void scan_compile_flat() {
   section("scan: one traced and compiled body for any length (the decoder layer of example 3)");
   const int64_t dim = 32;
-  std::printf("   %-8s %-12s %-14s %-12s %s\n", "layers", "ops traced", "compile (ms)", "run (ms)", "x[0,0,:2]");
+  std::printf("   %-8s %-12s %-14s %-12s %s\n", "layers", "ops traced", "compile (ms)", "run (ms)",
+              "x[0,0,:2]");
   for (int layers : {1, 10, 50}) {
     loom::runtime::clear_compile_cache();
     loom::manual_seed(1);
@@ -275,13 +287,14 @@ void scan_compile_flat() {
     h = loom::layer_norm(h, {dim});
     loom::sync();
     loom::Metrics m = loom::metrics();
-    std::printf("   %-8d %-12lld %-14.2f %-12.2f %s\n", layers, static_cast<long long>(m.ops_traced),
-                m.compile_seconds * 1e3, m.execute_seconds * 1e3,
-                str(loom::slice(h[0][0], 0, 0, 2)).c_str());
+    std::printf("   %-8d %-12lld %-14.2f %-12.2f %s\n", layers,
+                static_cast<long long>(m.ops_traced), m.compile_seconds * 1e3,
+                m.execute_seconds * 1e3, str(loom::slice(h[0][0], 0, 0, 2)).c_str());
   }
-  std::printf("   The ops traced do not grow with depth; after the first row the body's kernels\n"
-              "   are in the process-wide kernel cache (loom-bench scan_compile_flat measures\n"
-              "   cold compiles).\n");
+  std::printf(
+      "   The ops traced do not grow with depth; after the first row the body's kernels\n"
+      "   are in the process-wide kernel cache (loom-bench scan_compile_flat measures\n"
+      "   cold compiles).\n");
 }
 
 }  // namespace

@@ -112,7 +112,10 @@ int main(int argc, char** argv) {
   std::mt19937 rng(1);
   std::uniform_int_distribution<size_t> start(0, text.size() - kContext - 2);
   loom::reset_metrics();
-  auto now = [] { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); };
+  auto now = [] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  };
   const double t0 = now();
   for (int step = 1; step <= steps; ++step) {
     std::vector<int64_t> xs, ys;
@@ -123,15 +126,17 @@ int main(int argc, char** argv) {
         ys.push_back(index[text[s + t + 1]]);
       }
     }
-    Tensor loss = train_step(loom::tensor(xs, {kBatch, kContext}), loom::tensor(ys, {kBatch, kContext}));
+    Tensor loss =
+        train_step(loom::tensor(xs, {kBatch, kContext}), loom::tensor(ys, {kBatch, kContext}));
     if (step == 1 || step % 50 == 0 || step == steps)
       std::printf("  step %4d  loss %.4f\n", step, loss.item<float>());
   }
   const double dt = now() - t0;
   loom::Metrics m = loom::metrics();
-  std::printf("  %d steps in %.2f s (%.1f ms/step); compiles %lld, compile %.2f s, bodies traced %lld\n",
-              steps, dt, dt / steps * 1e3, static_cast<long long>(m.compiles), m.compile_seconds,
-              static_cast<long long>(m.bodies_traced));
+  std::printf(
+      "  %d steps in %.2f s (%.1f ms/step); compiles %lld, compile %.2f s, bodies traced %lld\n",
+      steps, dt, dt / steps * 1e3, static_cast<long long>(m.compiles), m.compile_seconds,
+      static_cast<long long>(m.bodies_traced));
 
   // Greedy sample from the trained model.
   std::string sample = text.substr(0, kContext);
@@ -140,7 +145,8 @@ int main(int argc, char** argv) {
     model.eval();
     for (int i = 0; i < 80; ++i) {
       std::vector<int64_t> ctx;
-      for (size_t k = sample.size() - kContext; k < sample.size(); ++k) ctx.push_back(index[sample[k]]);
+      for (size_t k = sample.size() - kContext; k < sample.size(); ++k)
+        ctx.push_back(index[sample[k]]);
       Tensor logits = model(loom::tensor(ctx, {1, kContext}));
       int64_t next = loom::argmax(logits[0][kContext - 1]).item<int64_t>();
       sample.push_back(chars[static_cast<size_t>(next)]);

@@ -85,12 +85,15 @@ Value zeros_or(ir::Builder& b, const Adjoint& a, const TensorType t) {
 std::vector<Adjoint> call_vjp(ir::Builder& b, NodeId id, std::span<const Adjoint> radj) {
   const Node n = b.graph().node(id);
   std::vector<Value> ops(n.operands.begin(), n.operands.end());
-  for (uint32_t r = 0; r < n.num_results(); ++r) ops.push_back(zeros_or(b, radj[r], n.result_type(r)));
+  for (uint32_t r = 0; r < n.num_results(); ++r)
+    ops.push_back(zeros_or(b, radj[r], n.result_type(r)));
   std::vector<Value> res = b.make_region(OpKind::Call, ops, {}, {vjp_region(n.regions[0])});
   std::vector<Adjoint> out;
   for (size_t k = 0; k < n.operands.size(); ++k) {
-    if (is_floating(b.type(n.operands[k]).dtype)) out.push_back(res[k]);
-    else out.push_back(std::nullopt);
+    if (is_floating(b.type(n.operands[k]).dtype))
+      out.push_back(res[k]);
+    else
+      out.push_back(std::nullopt);
   }
   return out;
 }
@@ -116,7 +119,8 @@ std::vector<Value> augment_scan(ir::Builder& b, NodeId id, const Graph& old_body
   n.regions[0] = std::make_shared<const Graph>(std::move(nb));
   b.reindex();  // the node's hash changed
   std::vector<Value> out;
-  for (size_t k = 0; k < extra.size(); ++k) out.push_back(Value{id, static_cast<uint32_t>(first + k)});
+  for (size_t k = 0; k < extra.size(); ++k)
+    out.push_back(Value{id, static_cast<uint32_t>(first + k)});
   return out;
 }
 

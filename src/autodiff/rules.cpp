@@ -115,8 +115,8 @@ std::vector<Adjoint> elementwise_rule(Ctx& c) {
       Value da = c.mul(c.g, c.mul(p, c.b.binary(OpKind::Pow, a, c.sub(p, c.c(1)))));
       // d/dp a^p = a^p log a; 0 where a == 0 and p >= 0 (as PyTorch).
       Value lg = c.mul(c.y(), c.b.unary(OpKind::Log, a));
-      Value zero_base = c.b.binary(OpKind::And, c.cmp(OpKind::Eq, a, c.c(0)),
-                                   c.cmp(OpKind::Ge, p, c.c(0)));
+      Value zero_base =
+          c.b.binary(OpKind::And, c.cmp(OpKind::Eq, a, c.c(0)), c.cmp(OpKind::Ge, p, c.c(0)));
       Value dp = c.mul(c.g, c.where(zero_base, c.c(0), lg));
       return {c.to_shape(0, da), c.to_shape(1, dp)};
     }
@@ -178,7 +178,8 @@ std::vector<Adjoint> layout_rule(Ctx& c) {
         return {c.b.matmul(transpose_last(c.b, y), transpose_last(c.b, x))};
       }
       std::vector<int64_t> inv(n.attrs.ints.size());
-      for (size_t i = 0; i < inv.size(); ++i) inv[static_cast<size_t>(n.attrs.ints[i])] = static_cast<int64_t>(i);
+      for (size_t i = 0; i < inv.size(); ++i)
+        inv[static_cast<size_t>(n.attrs.ints[i])] = static_cast<int64_t>(i);
       return {c.b.permute(c.g, inv)};
     }
     case OpKind::Expand: return {unbroadcast(c.b, c.g, xs)};
@@ -218,11 +219,13 @@ std::vector<Adjoint> index_rule(Ctx& c) {
       if (static_cast<int64_t>(d) != axis) perm.push_back(static_cast<int64_t>(d));
     perm.push_back(axis);
     Value gl = b.permute(c.g, perm);  // [..., m]
-    Value dl = b.matmul(b.reshape(gl, [&] {
-      Shape s = b.type(gl).shape;
-      int64_t rows = s.numel() / std::max<int64_t>(m, 1);
-      return Shape{m == 0 ? 0 : rows, m};
-    }()), hot);
+    Value dl = b.matmul(b.reshape(gl,
+                                  [&] {
+                                    Shape s = b.type(gl).shape;
+                                    int64_t rows = s.numel() / std::max<int64_t>(m, 1);
+                                    return Shape{m == 0 ? 0 : rows, m};
+                                  }()),
+                        hot);
     Shape back = b.type(gl).shape;
     back[r - 1] = C;
     Value d = b.reshape(dl, back);
@@ -253,7 +256,9 @@ std::vector<Adjoint> index_rule(Ctx& c) {
 
 }  // namespace
 
-Value zeros(ir::Builder& b, const TensorType t) { return b.expand(b.constant(0, t.dtype), t.shape); }
+Value zeros(ir::Builder& b, const TensorType t) {
+  return b.expand(b.constant(0, t.dtype), t.shape);
+}
 
 Value unbroadcast(ir::Builder& b, Value g, const Shape shape) {
   const Shape gs = b.type(g).shape;

@@ -1,18 +1,18 @@
 // Implementations of the core vocabulary: dtype names and promotion, shapes, buffers,
 // hashing output, configuration, and the internal-assertion handler.
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
-#include <cstring>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
-#include <ostream>
 #include <mutex>
+#include <ostream>
 #include <sstream>
 #include <unordered_map>
 #include <vector>
-
-#include <unistd.h>
 
 #include "loom/core/buffer.h"
 #include "loom/core/config.h"
@@ -42,7 +42,8 @@ bool parse_dtype(std::string_view text, DType* out) {
 }
 DType promote_types(DType a, DType b) {
   if (a == b) return a;
-  if ((a == DType::BFloat16 && b == DType::Float16) || (a == DType::Float16 && b == DType::BFloat16))
+  if ((a == DType::BFloat16 && b == DType::Float16) ||
+      (a == DType::Float16 && b == DType::BFloat16))
     return DType::Float32;
   return a > b ? a : b;  // enum order is bool < i32 < i64 < bf16 < f16 < f32 < f64
 }
@@ -73,8 +74,8 @@ std::vector<int64_t> contiguous_strides(const Shape& s) {
 int64_t normalize_axis(const char* op, int64_t axis, int64_t rank) {
   int64_t lo = rank == 0 ? -1 : -rank, hi = rank == 0 ? 0 : rank - 1;
   LOOM_CHECK_T(ShapeError, axis >= lo && axis <= hi, "[", op, "] axis ", axis,
-               " is out of range for a tensor of rank ", rank, ": expected an axis in [", lo,
-               ", ", hi, "]");
+               " is out of range for a tensor of rank ", rank, ": expected an axis in [", lo, ", ",
+               hi, "]");
   return axis < 0 ? axis + (rank == 0 ? 1 : rank) : axis;
 }
 std::string TensorType::str() const { return std::string(short_name(dtype)) + shape.str(); }
@@ -147,7 +148,8 @@ class Pool {
       limit_ = static_cast<size_t>(std::strtoull(v, nullptr, 10)) << 20;
     } else {
       const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
-      const size_t ram = pages > 0 && page > 0 ? static_cast<size_t>(pages) * static_cast<size_t>(page) : 0;
+      const size_t ram =
+          pages > 0 && page > 0 ? static_cast<size_t>(pages) * static_cast<size_t>(page) : 0;
       limit_ = std::max<size_t>(ram / 4, size_t{1} << 30);
     }
   }
@@ -190,7 +192,8 @@ std::atomic<int64_t> live_bytes_now{0}, live_bytes_peak{0};
 void count_live(int64_t delta) {
   int64_t now = live_bytes_now.fetch_add(delta, std::memory_order_relaxed) + delta;
   int64_t peak = live_bytes_peak.load(std::memory_order_relaxed);
-  while (now > peak && !live_bytes_peak.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+  while (now > peak &&
+         !live_bytes_peak.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
   }
 }
 }  // namespace

@@ -1,6 +1,7 @@
 // loom's limits on shapes, checked wherever a shape comes from the user or a file.
-#include "loom/core/error.h"
 #include "loom/core/shape.h"
+
+#include "loom/core/error.h"
 
 namespace loom {
 

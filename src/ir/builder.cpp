@@ -21,7 +21,6 @@ std::string operand_types(const Graph& g, std::span<const Value> operands) {
 
 }  // namespace detail
 
-
 TensorType infer_type(const Graph& g, OpKind op, std::span<const Value> xs, const Attrs& attrs,
                       const TensorType* given) {
   const OpInfo& in = info(op);

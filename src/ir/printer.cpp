@@ -75,7 +75,8 @@ void append_attrs(std::string& out, const Node& n) {
   if (!in.i_name.empty()) sep(in.i_name), append_int(out, a.i);
   if (!in.flag_name.empty()) sep(in.flag_name), out += a.flag ? "true" : "false";
   // Only constants print a zero f (scan's remat flag is printed when set).
-  if (!in.f_name.empty() && (n.op == OpKind::Constant || a.f != 0)) sep(in.f_name), append_value(out, n);
+  if (!in.f_name.empty() && (n.op == OpKind::Constant || a.f != 0))
+    sep(in.f_name), append_value(out, n);
   out += '}';
 }
 
@@ -191,7 +192,8 @@ void dot_graph(std::string& out, const Graph& g, const std::string& prefix, int 
   const std::string pad(static_cast<size_t>(indent), ' ');
   std::vector<std::string> outs(g.size());
   for (size_t k = 0; k < g.outputs().size(); ++k)
-    outs[g.outputs()[k].node] += (outs[g.outputs()[k].node].empty() ? "out " : ", ") + std::to_string(k);
+    outs[g.outputs()[k].node] +=
+        (outs[g.outputs()[k].node].empty() ? "out " : ", ") + std::to_string(k);
   for (NodeId id = 0; id < g.size(); ++id) {
     const Node& n = g.node(id);
     std::string head = "%" + std::to_string(id) + " " + std::string(op_name(n.op)), types;
@@ -215,8 +217,8 @@ void dot_graph(std::string& out, const Graph& g, const std::string& prefix, int 
       dot_graph(out, *n.regions[k], sub, indent + 2, clusters);
       out += pad + "}\n";
       if (!n.regions[k]->outputs().empty())
-        out += pad + sub + "n" + std::to_string(n.regions[k]->outputs()[0].node) + " -> " +
-               prefix + "n" + std::to_string(id) + " [style=dashed];\n";
+        out += pad + sub + "n" + std::to_string(n.regions[k]->outputs()[0].node) + " -> " + prefix +
+               "n" + std::to_string(id) + " [style=dashed];\n";
     }
   }
   for (NodeId id = 0; id < g.size(); ++id) {

@@ -70,8 +70,9 @@ void verify_region_node(const Graph& g, NodeId id, const Node& n) {
   std::vector<TensorType> got{n.type};
   got.insert(got.end(), n.more_types.begin(), n.more_types.end());
   if (got != want)
-    bad(id, n, detail::str_cat("recorded types ", types_of(got), " differ from the inferred ",
-                               types_of(want)));
+    bad(id, n,
+        detail::str_cat("recorded types ", types_of(got), " differ from the inferred ",
+                        types_of(want)));
 }
 
 void verify_type(const Graph& g, NodeId id, const Node& n) {

@@ -25,7 +25,8 @@ Tensor Module::forward(const Tensor&) {
 Tensor Module::register_parameter(std::string name, Tensor t) {
   check_name("register_parameter", name);
   LOOM_CHECK(t.defined(), "[register_parameter] '", name, "' is an undefined Tensor");
-  for (auto& [n, p] : params_) LOOM_CHECK(n != name, "[register_parameter] '", name, "' is registered twice");
+  for (auto& [n, p] : params_)
+    LOOM_CHECK(n != name, "[register_parameter] '", name, "' is registered twice");
   Tensor leaf = t.detach();
   leaf.requires_grad_();
   params_.emplace_back(std::move(name), leaf);
@@ -43,7 +44,8 @@ Tensor Module::register_buffer(std::string name, Tensor t) {
 void Module::add_child(std::string name, std::shared_ptr<Module> m) {
   check_name("register_module", name);
   LOOM_CHECK(m != nullptr, "[register_module] '", name, "' is null");
-  for (auto& [n, c] : children_) LOOM_CHECK(n != name, "[register_module] '", name, "' is registered twice");
+  for (auto& [n, c] : children_)
+    LOOM_CHECK(n != name, "[register_module] '", name, "' is registered twice");
   children_.emplace_back(std::move(name), std::move(m));
 }
 
@@ -109,8 +111,9 @@ RMSNorm::RMSNorm(int64_t dim, double eps) : eps(eps) {
   weight = register_parameter("weight", loom::ones({dim}));
 }
 Tensor RMSNorm::forward(const Tensor& x) {
-  LOOM_CHECK_T(ShapeError, x.dim() >= 1 && x.size(-1) == weight.size(0), "[RMSNorm] expected a last dim of ",
-               weight.size(0), ", got ", TensorType{x.dtype(), x.shape()});
+  LOOM_CHECK_T(ShapeError, x.dim() >= 1 && x.size(-1) == weight.size(0),
+               "[RMSNorm] expected a last dim of ", weight.size(0), ", got ",
+               TensorType{x.dtype(), x.shape()});
   return x * loom::rsqrt(loom::mean(x * x, {-1}, true) + eps) * weight;
 }
 
@@ -126,16 +129,18 @@ CausalSelfAttention::CausalSelfAttention(int64_t dim, int64_t heads) : dim(dim),
 }
 
 Tensor CausalSelfAttention::forward(const Tensor& x) {
-  LOOM_CHECK_T(ShapeError, x.dim() == 3 && x.size(2) == dim, "[CausalSelfAttention] expected [batch, seq, ",
-               dim, "], got ", TensorType{x.dtype(), x.shape()});
+  LOOM_CHECK_T(ShapeError, x.dim() == 3 && x.size(2) == dim,
+               "[CausalSelfAttention] expected [batch, seq, ", dim, "], got ",
+               TensorType{x.dtype(), x.shape()});
   const int64_t B = x.size(0), T = x.size(1), hd = dim / heads;
-  Tensor qkv_out = (*qkv)(x);  // [B, T, 3 dim]
+  Tensor qkv_out = (*qkv)(x);   // [B, T, 3 dim]
   auto head = [&](int64_t k) {  // [B, heads, T, hd]
     Tensor part = loom::slice(qkv_out, 2, k * dim, (k + 1) * dim);
     return loom::permute(loom::reshape(part, {B, T, heads, hd}), {0, 2, 1, 3});
   };
   Tensor q = head(0), kk = head(1), v = head(2);
-  Tensor scores = loom::matmul(q, loom::transpose(kk, 2, 3)) * (1.0 / std::sqrt(static_cast<double>(hd)));
+  Tensor scores =
+      loom::matmul(q, loom::transpose(kk, 2, 3)) * (1.0 / std::sqrt(static_cast<double>(hd)));
   Tensor pos = loom::arange(0, static_cast<double>(T), loom::int64);
   Tensor allowed = loom::unsqueeze(pos, 1) >= loom::unsqueeze(pos, 0);  // [T, T]: key <= query
   scores = loom::where(allowed, scores, loom::full({}, -1e30, scores.dtype()));

@@ -26,10 +26,11 @@ StackedLayers stack_layers(const nn::ModuleList& layers) {
     for (auto& [name, t] : first) {
       auto it = by_name.find(name);
       LOOM_CHECK_T(ShapeError, it != by_name.end(), "[scan_layers] layer ", i,
-                   " differs from layer 0: it has no '", name, "'; scan_layers needs homogeneous layers");
+                   " differs from layer 0: it has no '", name,
+                   "'; scan_layers needs homogeneous layers");
       TensorType want{t.dtype(), t.shape()}, got{it->second.dtype(), it->second.shape()};
-      LOOM_CHECK_T(ShapeError, want == got, "[scan_layers] layer ", i, " differs from layer 0: '", name,
-                   "' is ", got, " in layer ", i, " but ", want, " in layer 0");
+      LOOM_CHECK_T(ShapeError, want == got, "[scan_layers] layer ", i, " differs from layer 0: '",
+                   name, "' is ", got, " in layer ", i, " but ", want, " in layer 0");
       per[index[name]].push_back(it->second);
     }
     for (auto& [name, t] : mine)

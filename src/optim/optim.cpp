@@ -21,8 +21,8 @@ void Optimizer::zero_grad() {
 
 SGD::SGD(std::vector<Tensor> params, double lr, double momentum, double weight_decay)
     : Optimizer(std::move(params), lr), momentum_(momentum), weight_decay_(weight_decay) {
-  LOOM_CHECK(momentum >= 0 && weight_decay >= 0, "[SGD] momentum and weight_decay must be >= 0, got ",
-             momentum, " and ", weight_decay);
+  LOOM_CHECK(momentum >= 0 && weight_decay >= 0,
+             "[SGD] momentum and weight_decay must be >= 0, got ", momentum, " and ", weight_decay);
   // Zeros, updated in place: buf = momentum * buf + g is PyTorch's first-step buf = g, and an
   // in-place update is what compile's trace_once replays.
   if (momentum_ != 0)
@@ -46,7 +46,10 @@ void SGD::step() {
 
 AdamW::AdamW(std::vector<Tensor> params, double lr, double beta1, double beta2, double eps,
              double weight_decay)
-    : Optimizer(std::move(params), lr), beta1_(beta1), beta2_(beta2), eps_(eps),
+    : Optimizer(std::move(params), lr),
+      beta1_(beta1),
+      beta2_(beta2),
+      eps_(eps),
       weight_decay_(weight_decay) {
   LOOM_CHECK(beta1 >= 0 && beta1 < 1 && beta2 >= 0 && beta2 < 1 && eps >= 0 && weight_decay >= 0,
              "[AdamW] expected betas in [0, 1), eps >= 0 and weight_decay >= 0, got (", beta1, ", ",

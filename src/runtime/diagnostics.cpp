@@ -101,7 +101,6 @@ NameStats* site_name(const std::source_location& loc) {
   return n;
 }
 
-
 GraphRecord make_record(const ir::Graph& g, const Hash128& fingerprint) {
   GraphRecord r;
   r.fingerprint = fingerprint;
@@ -124,12 +123,14 @@ int64_t distance(const GraphRecord& a, const GraphRecord& b) {
   return d;
 }
 
-RecompileReason explain(const GraphRecord& before, const GraphRecord& now, std::vector<Note> notes) {
+RecompileReason explain(const GraphRecord& before, const GraphRecord& now,
+                        std::vector<Note> notes) {
   RecompileReason r;
   if (before.fingerprint == now.fingerprint) {
     r.kind = RecompileReason::Kind::Evicted;
-    r.message = "the same graph compiled before and left the compile cache (LRU eviction, "
-                "clear_compile_cache, or another backend)";
+    r.message =
+        "the same graph compiled before and left the compile cache (LRU eviction, "
+        "clear_compile_cache, or another backend)";
     return r;
   }
   if (!notes.empty()) {  // assume_pure said why it re-traced: the most precise cause
@@ -170,7 +171,8 @@ RecompileReason explain(const GraphRecord& before, const GraphRecord& now, std::
   r.after = diff.after;
   r.message = "the graph changed";
   if (before.params.size() != now.params.size())
-    r.message += loom::detail::str_cat(" (", before.params.size(), " inputs -> ", now.params.size(), ")");
+    r.message +=
+        loom::detail::str_cat(" (", before.params.size(), " inputs -> ", now.params.size(), ")");
   switch (diff.kind) {
     case ir::GraphDifference::Kind::None: r.message += ": same text, different structure"; break;
     case ir::GraphDifference::Kind::Parameter:
@@ -265,12 +267,11 @@ std::string names_report() {
       "      MB_in     MB_out\n";
   char buf[512];
   for (const GraphMetrics& g : gs) {
-    std::snprintf(buf, sizeof buf,
-                  "    %-28s %7lld %8lld %9lld %7lld %10.4f %10.4f %10.2f %10.2f\n",
-                  g.name.c_str(), static_cast<long long>(g.syncs),
-                  static_cast<long long>(g.compiles), static_cast<long long>(g.disk_hits),
-                  static_cast<long long>(g.cache_hits), g.compile_seconds, g.execute_seconds,
-                  g.bytes_in / 1048576.0, g.bytes_out / 1048576.0);
+    std::snprintf(
+        buf, sizeof buf, "    %-28s %7lld %8lld %9lld %7lld %10.4f %10.4f %10.2f %10.2f\n",
+        g.name.c_str(), static_cast<long long>(g.syncs), static_cast<long long>(g.compiles),
+        static_cast<long long>(g.disk_hits), static_cast<long long>(g.cache_hits),
+        g.compile_seconds, g.execute_seconds, g.bytes_in / 1048576.0, g.bytes_out / 1048576.0);
     out += buf;
   }
   std::vector<RecompileReason> rs = recompile_reasons();
@@ -291,8 +292,8 @@ std::string names_report() {
   }
   for (const GraphMetrics& g : gs)
     if (g.recompiling)
-      out += "  WARNING: graph '" + g.name + "' compiled " + std::to_string(g.compiles + g.disk_hits) +
-             " times in " + std::to_string(g.syncs) +
+      out += "  WARNING: graph '" + g.name + "' compiled " +
+             std::to_string(g.compiles + g.disk_hits) + " times in " + std::to_string(g.syncs) +
              " syncs (more than once per 2 syncs): see the recompiles above\n";
   return out;
 }
@@ -309,7 +310,8 @@ GraphName::GraphName(std::string_view name) {
 }
 
 GraphName::~GraphName() {
-  runtime::detail::thread_names().explicit_name = static_cast<runtime::detail::NameStats*>(previous_);
+  runtime::detail::thread_names().explicit_name =
+      static_cast<runtime::detail::NameStats*>(previous_);
 }
 
 const char* to_string(RecompileReason::Kind kind) {
@@ -393,7 +395,8 @@ void note_recompile_cause(RecompileReason::Kind kind, std::string message, std::
                           std::string after, std::string path) {
   auto& notes = detail::thread_names().notes;
   if (notes.size() < 16)
-    notes.push_back({kind, std::move(message), std::move(before), std::move(after), std::move(path)});
+    notes.push_back(
+        {kind, std::move(message), std::move(before), std::move(after), std::move(path)});
 }
 
 }  // namespace runtime

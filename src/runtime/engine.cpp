@@ -3,13 +3,12 @@
 
 #include <atomic>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <list>
 #include <mutex>
 #include <shared_mutex>
 #include <unordered_map>
-
-#include <filesystem>
-#include <fstream>
 
 #include "loom/backend/cpu_backend.h"
 #include "loom/backend/disk_cache.h"
@@ -104,8 +103,8 @@ CompileCache& cache() {
 std::unique_ptr<backend::Backend> make_backend(std::string_view name) {
   if (name.empty() || name == "cpu") return backend::make_cpu_backend();
   if (name == "ref") return backend::make_ref_backend();
-  throw Error(loom::detail::str_cat("[backend] unknown backend '", name,
-                                    "'; expected one of: cpu, ref"));
+  throw Error(
+      loom::detail::str_cat("[backend] unknown backend '", name, "'; expected one of: cpu, ref"));
 }
 
 std::mutex backend_mu;
@@ -190,8 +189,9 @@ std::shared_ptr<const backend::Executable> compile_cached(const ir::Graph& g) {
   std::string dir;
   const std::string prefix = dump_prefix(key.fingerprint, &dir);
   if (!prefix.empty()) {
-    write_dump(dir, prefix + ".before.ir", "# loom graph '" + name.name + "' as cut, fingerprint " +
-                                               key.fingerprint.hex() + "\n" + ir::to_text(g));
+    write_dump(dir, prefix + ".before.ir",
+               "# loom graph '" + name.name + "' as cut, fingerprint " + key.fingerprint.hex() +
+                   "\n" + ir::to_text(g));
     write_dump(dir, prefix + ".dot", ir::to_dot(g));
   }
   ir::Graph optimized = g;
@@ -202,8 +202,8 @@ std::shared_ptr<const backend::Executable> compile_cached(const ir::Graph& g) {
     pipeline.run(optimized);
   }
   if (!prefix.empty())
-    write_dump(dir, prefix + ".after.ir", "# loom graph '" + name.name + "' after the passes\n" +
-                                              ir::to_text(optimized));
+    write_dump(dir, prefix + ".after.ir",
+               "# loom graph '" + name.name + "' after the passes\n" + ir::to_text(optimized));
   std::shared_ptr<const backend::Executable> exe;
   {
     profile::Scope pb("compile", "backend");
@@ -226,18 +226,17 @@ std::shared_ptr<const backend::Executable> compile_cached(const ir::Graph& g) {
     ps.set_args("\"fingerprint\": \"" + key.fingerprint.hex() + "\", \"nodes\": " +
                 std::to_string(g.size()) + ", \"from_disk\": " + (from_disk ? "true" : "false"));
   if (config().debug) {
-    std::fprintf(stderr,
-                 "[loom] compile %s '%s': %zu nodes (%zu after passes), %zu inputs, %.3f ms, %s%s\n",
-                 key.fingerprint.hex().c_str(), name.name.c_str(), g.size(), optimized.size(),
-                 g.params().size(), dt * 1e3, key.backend.c_str(),
-                 from_disk ? ", code from the disk cache" : "");
+    std::fprintf(
+        stderr, "[loom] compile %s '%s': %zu nodes (%zu after passes), %zu inputs, %.3f ms, %s%s\n",
+        key.fingerprint.hex().c_str(), name.name.c_str(), g.size(), optimized.size(),
+        g.params().size(), dt * 1e3, key.backend.c_str(),
+        from_disk ? ", code from the disk cache" : "");
   }
   cache().insert(std::move(key), exe, g);
   return exe;
 }
 
-std::vector<Buffer> run_executable(const backend::Executable& exe,
-                                   std::span<const Buffer> inputs,
+std::vector<Buffer> run_executable(const backend::Executable& exe, std::span<const Buffer> inputs,
                                    std::span<const uint8_t> donated) {
   detail::NameStats& name = detail::current_name();
   profile::Scope ps("execute", [&] { return "execute " + name.name; });

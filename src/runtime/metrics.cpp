@@ -3,8 +3,8 @@
 #include <cstdio>
 #include <sstream>
 
-#include "loom/runtime/engine.h"
 #include "loom/backend/disk_cache.h"
+#include "loom/runtime/engine.h"
 #include "runtime/metrics_impl.h"
 #include "runtime/names_impl.h"
 
@@ -55,10 +55,10 @@ Metrics metrics() {
 
 void reset_metrics() {
   auto& c = detail::counters();
-  for (auto* a : {&c.compiles, &c.cache_hits, &c.executions, &c.ops_traced, &c.syncs,
-                  &c.sync_nodes, &c.cache_evictions, &c.pending_compactions, &c.host_scalars, &c.donated_buffers,
-                  &c.bodies_traced, &c.pure_hits, &c.disk_hits,
-                  &c.trace_ns, &c.compile_ns, &c.execute_ns, &c.sync_ns})
+  for (auto* a : {&c.compiles, &c.cache_hits, &c.executions, &c.ops_traced, &c.syncs, &c.sync_nodes,
+                  &c.cache_evictions, &c.pending_compactions, &c.host_scalars, &c.donated_buffers,
+                  &c.bodies_traced, &c.pure_hits, &c.disk_hits, &c.trace_ns, &c.compile_ns,
+                  &c.execute_ns, &c.sync_ns})
     a->store(0);
   backend::DiskCache::instance().reset_stats();
   runtime::detail::reset_names();
@@ -91,25 +91,23 @@ std::string metrics_report() {
                 static_cast<long long>(m.sync_nodes), static_cast<long long>(m.ops_traced),
                 static_cast<long long>(m.host_scalars), static_cast<long long>(m.donated_buffers),
                 static_cast<long long>(m.bodies_traced), static_cast<long long>(m.pure_hits),
-                static_cast<long long>(m.cache_entries),
-                static_cast<long long>(m.cache_evictions),
+                static_cast<long long>(m.cache_entries), static_cast<long long>(m.cache_evictions),
                 static_cast<long long>(m.pending_compactions), m.trace_seconds, m.sync_seconds,
                 m.compile_seconds, m.execute_seconds, static_cast<long long>(m.recompiles));
   std::string out = buf;
   std::string dir = runtime::cache_dir();
   if (!dir.empty() || m.disk_cache_loads || m.disk_cache_writes || m.disk_cache_write_failures) {
-    std::snprintf(buf, sizeof buf,
-                  "  disk cache          %s\n"
-                  "    graphs from disk  %lld\n"
-                  "    modules           %lld loaded, %lld missed, %lld written\n"
-                  "    recoveries        %lld rejected entries, %lld write failures, %lld evicted\n",
-                  dir.empty() ? "(off)" : dir.c_str(), static_cast<long long>(m.disk_cache_hits),
-                  static_cast<long long>(m.disk_cache_loads),
-                  static_cast<long long>(m.disk_cache_misses),
-                  static_cast<long long>(m.disk_cache_writes),
-                  static_cast<long long>(m.disk_cache_rejected),
-                  static_cast<long long>(m.disk_cache_write_failures),
-                  static_cast<long long>(m.disk_cache_evictions));
+    std::snprintf(
+        buf, sizeof buf,
+        "  disk cache          %s\n"
+        "    graphs from disk  %lld\n"
+        "    modules           %lld loaded, %lld missed, %lld written\n"
+        "    recoveries        %lld rejected entries, %lld write failures, %lld evicted\n",
+        dir.empty() ? "(off)" : dir.c_str(), static_cast<long long>(m.disk_cache_hits),
+        static_cast<long long>(m.disk_cache_loads), static_cast<long long>(m.disk_cache_misses),
+        static_cast<long long>(m.disk_cache_writes), static_cast<long long>(m.disk_cache_rejected),
+        static_cast<long long>(m.disk_cache_write_failures),
+        static_cast<long long>(m.disk_cache_evictions));
     out += buf;
   }
   return out + runtime::detail::names_report();

@@ -28,10 +28,10 @@ struct NameStats {
   std::string name;
   std::atomic<int64_t> compiles{0}, hits{0}, disk_hits{0}, compile_ns{0}, execute_ns{0},
       bytes_in{0}, bytes_out{0};
-  std::mutex mu;                     // guards history and compile_number
-  std::deque<GraphRecord> history;   // the latest compiled graphs, newest last
-  int64_t compile_number = 0;        // compiles (and disk hits) ever, for numbering
-  std::atomic<bool> warned{false};   // recompile warning printed
+  std::mutex mu;                    // guards history and compile_number
+  std::deque<GraphRecord> history;  // the latest compiled graphs, newest last
+  int64_t compile_number = 0;       // compiles (and disk hits) ever, for numbering
+  std::atomic<bool> warned{false};  // recompile warning printed
 };
 
 // The calling thread's current graph name (GraphName, else the sync site, else "(unnamed)").

@@ -171,7 +171,8 @@ std::vector<Tensor> GradTape::gradients(const Tensor& out, const Tensor& seed,
   if (!seed.defined()) {
     LOOM_CHECK_T(AutodiffError, o.type.shape.numel() == 1, "[", what,
                  "] a gradient can be created implicitly only for a tensor with one element; "
-                 "got ", o.type, ": pass a gradient of that shape");
+                 "got ",
+                 o.type, ": pass a gradient of that shape");
     s = ctx_.builder_.expand(ctx_.builder_.constant(1, o.type.dtype), o.type.shape);
   } else {
     LOOM_CHECK_T(ShapeError, seed.shape() == o.type.shape, "[", what, "] gradient ",

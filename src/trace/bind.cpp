@@ -18,8 +18,7 @@ struct TensorBinding::Saved {
   std::shared_ptr<TensorImpl> shadow;
 };
 
-TensorBinding::TensorBinding(const std::vector<Tensor>& targets,
-                             const std::vector<Tensor>& sources,
+TensorBinding::TensorBinding(const std::vector<Tensor>& targets, const std::vector<Tensor>& sources,
                              const std::vector<std::string>& names, const char* what) {
   LOOM_ASSERT(targets.size() == sources.size());
   TraceContext& ctx = TraceContext::get();
@@ -31,8 +30,8 @@ TensorBinding::TensorBinding(const std::vector<Tensor>& targets,
                " is an undefined Tensor");
     TensorType want{targets[k].dtype(), targets[k].shape()};
     TensorType got{sources[k].dtype(), sources[k].shape()};
-    LOOM_CHECK_T(ShapeError, want == got, "[", what, "] ", name, " is ", want, " in the module but ",
-                 got, " was given");
+    LOOM_CHECK_T(ShapeError, want == got, "[", what, "] ", name, " is ", want,
+                 " in the module but ", got, " was given");
     values.push_back(ctx.value_of(sources[k]));
   }
   const uint32_t scope = ctx.current_scope();

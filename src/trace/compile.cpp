@@ -103,8 +103,10 @@ std::vector<Tensor> replay(TraceContext& ctx, const StepCache::Entry& e,
   std::vector<Tensor> results;
   size_t k = 0;
   for (const StepCache::Result& r : e.results) {
-    if (r.passthrough) results.push_back(r.arg != SIZE_MAX ? leaves[r.arg] : r.source);
-    else results.push_back(from_buffer(out[k++], r.type));
+    if (r.passthrough)
+      results.push_back(r.arg != SIZE_MAX ? leaves[r.arg] : r.source);
+    else
+      results.push_back(from_buffer(out[k++], r.type));
   }
   for (auto& u : e.updated) {
     u->buffer = out[k++];
@@ -228,9 +230,9 @@ std::vector<Tensor> run_step(StepCache& c, CallKey key, const FlatFn& fn,
     if (!known) {
       LOOM_CHECK_T(TraceError, static_cast<int>(c.graphs.size()) < c.opts.max_different_graphs,
                    "[compile] step '", c.name, "' produced a graph different from its ",
-                   c.graphs.size(), " earlier one(s) (max_different_graphs = ",
-                   c.opts.max_different_graphs, "). First difference from the closest: ",
-                   closest_difference(c.graphs, *g));
+                   c.graphs.size(),
+                   " earlier one(s) (max_different_graphs = ", c.opts.max_different_graphs,
+                   "). First difference from the closest: ", closest_difference(c.graphs, *g));
       c.fingerprints.push_back(fp);
       c.graphs.push_back(g);
     }

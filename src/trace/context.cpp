@@ -68,11 +68,15 @@ struct ImplAllocator {
     return static_cast<T*>(::operator new(kImplBlock));
   }
   void deallocate(T* p, size_t) {
-    if (!free_list_gone && free_impls.blocks.size() < 4096) free_impls.blocks.push_back(p);
-    else ::operator delete(p);
+    if (!free_list_gone && free_impls.blocks.size() < 4096)
+      free_impls.blocks.push_back(p);
+    else
+      ::operator delete(p);
   }
   template <class U>
-  bool operator==(const ImplAllocator<U>&) const { return true; }
+  bool operator==(const ImplAllocator<U>&) const {
+    return true;
+  }
 };
 }  // namespace
 
@@ -208,10 +212,11 @@ void TraceContext::foreign(const TensorImpl& impl, const char* what) const {
 }
 
 void TraceContext::escaped(const TensorImpl& impl) const {
-  throw TraceError(str_cat(
-      "[trace] a tensor ", impl.type, " created while tracing a loop body or an assume_pure "
-      "function is used outside of it, where it has no value; return it from the function "
-      "instead (scan ys, a carry, or the function's result)"));
+  throw TraceError(
+      str_cat("[trace] a tensor ", impl.type,
+              " created while tracing a loop body or an assume_pure "
+              "function is used outside of it, where it has no value; return it from the function "
+              "instead (scan ys, a carry, or the function's result)"));
 }
 
 Scope& TraceContext::push_scope(ScopeKind kind, std::string where, bool with_index) {
@@ -241,9 +246,10 @@ Scope TraceContext::pop_scope() {
 
 void TraceContext::check_readable(const char* what) const {
   if (step_ && step_->full_graph)
-    throw TraceError(str_cat("[", what, "] the compiled step '", *step_->name,
-                             "' has full_graph = true, but reading a tensor's value inside it forces "
-                             "a graph cut; return the tensor from the step and read it after"));
+    throw TraceError(
+        str_cat("[", what, "] the compiled step '", *step_->name,
+                "' has full_graph = true, but reading a tensor's value inside it forces "
+                "a graph cut; return the tensor from the step and read it after"));
   if (scopes_.empty()) return;
   throw TraceError(str_cat("[", what, "] cannot read a tensor's value while tracing ",
                            scopes_.back().where,
@@ -317,9 +323,9 @@ ir::Value TraceContext::next_rng_key() {
     constexpr double kMix = static_cast<double>(0x9E3779B97F4A7ULL);  // odd, exact in double
     ir::Value seed = b.slice(c.param, 0, 0, 1), offset = b.slice(c.param, 0, 1, 2);
     ir::Value i1 = b.binary(ir::OpKind::Add, loop_index(), b.constant(1, DType::Int64));
-    ir::Value mixed = b.binary(ir::OpKind::Add,
-                               b.binary(ir::OpKind::Mul, offset, b.constant(kMix, DType::Int64)),
-                               b.reshape(i1, Shape{1}));
+    ir::Value mixed =
+        b.binary(ir::OpKind::Add, b.binary(ir::OpKind::Mul, offset, b.constant(kMix, DType::Int64)),
+                 b.reshape(i1, Shape{1}));
     ir::Value parts[] = {seed, mixed};
     return b.concat(parts, 0);
   }
@@ -364,7 +370,8 @@ void TraceContext::rebind(TensorImpl& impl, ir::Value v) {
   }
   if (impl.scope != 0) escaped(impl);
   LOOM_ASSERT(graph_.type(v) == impl.type);
-  if (step_ && step_->recording && !impl.pending()) step_->updated.push_back(impl.shared_from_this());
+  if (step_ && step_->recording && !impl.pending())
+    step_->updated.push_back(impl.shared_from_this());
   if (grad_.any() && grad_.resolve(v.node) == GradTape::kActive) {
     LOOM_CHECK_T(AutodiffError, !(grad_.enabled() && impl.requires_grad),
                  "[in-place] a leaf tensor ", impl.type,
@@ -375,7 +382,7 @@ void TraceContext::rebind(TensorImpl& impl, ir::Value v) {
   impl.buffer = Buffer();
   impl.error = nullptr;  // a new value replaces a failed one
   impl.value = v;
-  impl.data_epoch = 0;  // its old data node no longer holds its value
+  impl.data_epoch = 0;                           // its old data node no longer holds its value
   if (impl.requires_grad) grad_.own_node(impl);  // a leaf shares its node with no other tensor
   if (!impl.linked) link(&impl);
   maybe_compact();
@@ -466,8 +473,12 @@ std::vector<Buffer> TraceContext::bind(const std::vector<uint32_t>& slot_ids,
         case DType::Int32: *d.buffer.as<int32_t>() = static_cast<int32_t>(d.i); break;
         case DType::Int64: *d.buffer.as<int64_t>() = d.i; break;
         case DType::Bool: *d.buffer.as<uint8_t>() = d.f != 0; break;
-        case DType::BFloat16: *d.buffer.as<uint16_t>() = float_to_bf16(static_cast<float>(d.f)); break;
-        case DType::Float16: *d.buffer.as<uint16_t>() = float_to_f16(static_cast<float>(d.f)); break;
+        case DType::BFloat16:
+          *d.buffer.as<uint16_t>() = float_to_bf16(static_cast<float>(d.f));
+          break;
+        case DType::Float16:
+          *d.buffer.as<uint16_t>() = float_to_f16(static_cast<float>(d.f));
+          break;
       }
     }
     inputs.push_back(d.buffer);
@@ -737,7 +748,8 @@ void TraceContext::compact() {
   slots_ = std::move(fresh_slots);
   slot_by_buffer_.clear();
   for (uint32_t s = 0; s < slots_.size(); ++s)
-    if (!slots_[s].is_scalar && slots_[s].buffer.defined()) slot_by_buffer_[slots_[s].buffer.id()] = s;
+    if (!slots_[s].is_scalar && slots_[s].buffer.defined())
+      slot_by_buffer_[slots_[s].buffer.id()] = s;
   builder_.reindex();  // Merkle hashes describe the graph again
   converted_ = false;
   epoch_ = new_epoch();

@@ -33,7 +33,7 @@ inline constexpr uint32_t kOwnerExited = UINT32_MAX;  // TensorImpl::owner of a 
 
 struct TensorImpl : std::enable_shared_from_this<TensorImpl> {
   TensorType type;
-  Buffer buffer;               // the value, once materialized
+  Buffer buffer;                // the value, once materialized
   ir::Value value{kNoNode, 0};  // the pending value, while pending
   // While materialized: its Parameter node in the pending graph, valid for data_epoch.
   ir::Value data_value{kNoNode, 0};
@@ -44,7 +44,7 @@ struct TensorImpl : std::enable_shared_from_this<TensorImpl> {
   // thread has ended); while materialized, the one context that may cache data_value (the
   // first to use it). Atomic only because threads may share a materialized tensor.
   std::atomic<uint32_t> owner{0};
-  Tensor grad;         // accumulated by backward() (leaves that require grad)
+  Tensor grad;  // accumulated by backward() (leaves that require grad)
   // Set when the run that would have produced the value failed: reading it rethrows.
   std::exception_ptr error;
   // Intrusive list of pending tensors of the owning context.
@@ -68,8 +68,8 @@ struct DataSlot {
   double f = 0;
   int64_t i = 0;
   bool is_scalar = false;
-  bool is_rng = false;                 // a random key: compile's replay draws a fresh one
-  std::weak_ptr<TensorImpl> owner;     // the tensor whose data this is (compile's replay)
+  bool is_rng = false;              // a random key: compile's replay draws a fresh one
+  std::weak_ptr<TensorImpl> owner;  // the tensor whose data this is (compile's replay)
 };
 
 // What a traced body reads from outside it: each becomes a parameter of the body's region and
@@ -81,7 +81,7 @@ struct Capture {
   std::shared_ptr<TensorImpl> impl;  // Impl: a tensor of an enclosing scope, or data
   loom::Scalar scalar{0.0};          // Scalar: a host number of a loop body (a graph input)
   DType dtype = DType::Float32;
-  ir::Value param;                   // its parameter in the scope's graph
+  ir::Value param;  // its parameter in the scope's graph
 };
 
 // A body being traced: its own graph and builder, nested inside the pending graph or
@@ -178,7 +178,9 @@ class TraceContext {
   const std::vector<DataSlot>& slots() const { return slots_; }
   std::vector<TensorImpl*> pending_impls() const;
   // The buffers of data slots (host scalars written into fresh buffers).
-  std::vector<Buffer> bind_slots(const std::vector<uint32_t>& slot_ids) { return bind(slot_ids, nullptr); }
+  std::vector<Buffer> bind_slots(const std::vector<uint32_t>& slot_ids) {
+    return bind(slot_ids, nullptr);
+  }
   // A fresh random key {seed, offset} as a buffer (compile's replay).
   Buffer next_rng_buffer();
 

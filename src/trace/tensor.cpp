@@ -58,18 +58,25 @@ const Buffer& materialized(const Tensor& t, const char* what) {
 template <class T>
 void store_values(Buffer& b, DType dt, const std::vector<T>& v) {
   for (size_t k = 0; k < v.size(); ++k) {
-    if constexpr (std::is_same_v<T, bool>) b.as<uint8_t>()[k] = v[k];
-    else static_cast<T*>(b.data())[k] = v[k];
+    if constexpr (std::is_same_v<T, bool>)
+      b.as<uint8_t>()[k] = v[k];
+    else
+      static_cast<T*>(b.data())[k] = v[k];
   }
 }
 
 template <class T>
 constexpr DType dtype_of() {
-  if constexpr (std::is_same_v<T, float>) return DType::Float32;
-  else if constexpr (std::is_same_v<T, double>) return DType::Float64;
-  else if constexpr (std::is_same_v<T, int32_t>) return DType::Int32;
-  else if constexpr (std::is_same_v<T, int64_t>) return DType::Int64;
-  else return DType::Bool;
+  if constexpr (std::is_same_v<T, float>)
+    return DType::Float32;
+  else if constexpr (std::is_same_v<T, double>)
+    return DType::Float64;
+  else if constexpr (std::is_same_v<T, int32_t>)
+    return DType::Int32;
+  else if constexpr (std::is_same_v<T, int64_t>)
+    return DType::Int64;
+  else
+    return DType::Bool;
 }
 
 }  // namespace
@@ -85,9 +92,7 @@ Tensor from_buffer(Buffer b, TensorType type) {
 
 const Shape& Tensor::shape() const { return checked(*this, "shape").type.shape; }
 DType Tensor::dtype() const { return checked(*this, "dtype").type.dtype; }
-int64_t Tensor::size(int64_t d) const {
-  return shape()[normalize_axis("size", d, dim())];
-}
+int64_t Tensor::size(int64_t d) const { return shape()[normalize_axis("size", d, dim())]; }
 bool Tensor::is_pending() const { return checked(*this, "is_pending").pending(); }
 
 template <class T>
@@ -98,8 +103,10 @@ std::vector<T> Tensor::to_vector(std::source_location loc) const {
   int64_t n = numel();
   std::vector<T> out(static_cast<size_t>(n));
   for (int64_t k = 0; k < n; ++k) {
-    if constexpr (std::is_integral_v<T>) out[k] = static_cast<T>(load_i(b, dt, k));
-    else out[k] = static_cast<T>(load_f(b, dt, k));
+    if constexpr (std::is_integral_v<T>)
+      out[k] = static_cast<T>(load_i(b, dt, k));
+    else
+      out[k] = static_cast<T>(load_f(b, dt, k));
   }
   return out;
 }
@@ -113,7 +120,7 @@ T Tensor::item(std::source_location loc) const {
   return to_vector<T>(loc)[0];
 }
 
-#define LOOM_INSTANTIATE_READ(T)                        \
+#define LOOM_INSTANTIATE_READ(T)                                            \
   template std::vector<T> Tensor::to_vector<T>(std::source_location) const; \
   template T Tensor::item<T>(std::source_location) const;
 LOOM_INSTANTIATE_READ(float)
@@ -146,10 +153,10 @@ Tensor& Tensor::add_(const Tensor& other) {
   TensorImpl& self = checked(*this, "add_");
   Tensor r = add(*this, other);
   LOOM_CHECK_T(ShapeError, r.shape() == self.type.shape, "[add_] result shape ", r.shape(),
-               " differs from the destination ", self.type, "; expected ", TensorType{other.dtype(), other.shape()},
-               " to broadcast to it");
-  LOOM_CHECK_T(DTypeError, promote_types(r.dtype(), self.type.dtype) == self.type.dtype, "[add_] result type ",
-               r.dtype(), " cannot be cast to the destination ", self.type);
+               " differs from the destination ", self.type, "; expected ",
+               TensorType{other.dtype(), other.shape()}, " to broadcast to it");
+  LOOM_CHECK_T(DTypeError, promote_types(r.dtype(), self.type.dtype) == self.type.dtype,
+               "[add_] result type ", r.dtype(), " cannot be cast to the destination ", self.type);
   TraceContext& ctx = TraceContext::get();
   ctx.rebind(self, ctx.builder().convert(ctx.value_of(r), self.type.dtype));
   return *this;
@@ -220,7 +227,7 @@ template <class T>
 Tensor tensor(T scalar) {
   return tensor(std::vector<T>{scalar}, Shape{});
 }
-#define LOOM_INSTANTIATE_FACTORY(T)                         \
+#define LOOM_INSTANTIATE_FACTORY(T)                        \
   template Tensor tensor<T>(std::vector<T> values, Shape); \
   template Tensor tensor<T>(T scalar);
 LOOM_INSTANTIATE_FACTORY(float)
@@ -260,8 +267,8 @@ Tensor arange(double start, double end, DType dtype) {
 namespace {
 Tensor random(ir::OpKind op, const char* name, Shape shape, DType dtype) {
   ir::check_shape(name, shape);
-  LOOM_CHECK_T(DTypeError, is_floating(dtype), "[", name,
-               "] expected a floating-point dtype, got ", dtype);
+  LOOM_CHECK_T(DTypeError, is_floating(dtype), "[", name, "] expected a floating-point dtype, got ",
+               dtype);
   detail::OpRecord rec;
   ir::Value key = rec.ctx.next_rng_key();
   return rec.ctx.wrap(rec.ctx.builder().random(op, key, TensorType{dtype, std::move(shape)}));
@@ -315,9 +322,12 @@ std::string format_float(double x, const Format& f) {
   if (std::isnan(x)) return "nan";
   if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
   char buf[64];
-  if (f.scientific) std::snprintf(buf, sizeof buf, "%.4e", x);
-  else if (f.integral) std::snprintf(buf, sizeof buf, "%.0f.", x);
-  else std::snprintf(buf, sizeof buf, "%.4f", x);
+  if (f.scientific)
+    std::snprintf(buf, sizeof buf, "%.4e", x);
+  else if (f.integral)
+    std::snprintf(buf, sizeof buf, "%.0f.", x);
+  else
+    std::snprintf(buf, sizeof buf, "%.4f", x);
   return buf;
 }
 void print_nested(std::ostream& os, const Shape& s, size_t d, int64_t& k,
@@ -325,8 +335,10 @@ void print_nested(std::ostream& os, const Shape& s, size_t d, int64_t& k,
   os << "[";
   for (int64_t i = 0; i < s[d]; ++i) {
     if (i) os << ", ";
-    if (d + 1 == s.size()) os << items[k++];
-    else print_nested(os, s, d + 1, k, items);
+    if (d + 1 == s.size())
+      os << items[k++];
+    else
+      print_nested(os, s, d + 1, k, items);
   }
   os << "]";
 }

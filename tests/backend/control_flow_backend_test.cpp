@@ -10,8 +10,8 @@
 #include <string>
 
 #include "backend/ref_test_util.h"
-#include "ir/sample_graphs.h"
 #include "ir/region_util.h"
+#include "ir/sample_graphs.h"
 #include "loom/backend/cpu_backend.h"
 #include "loom/backend/ref_backend.h"
 #include "loom/ir/builder.h"
@@ -25,11 +25,11 @@ using ir::Builder;
 using ir::Graph;
 using ir::OpKind;
 using ir::Value;
+using loom::ir::testing::Region;
 using reftest::decode_floats;
 using reftest::decode_ints;
 using reftest::encode_floats;
 using reftest::encode_ints;
-using loom::ir::testing::Region;
 
 const TensorType kI64{DType::Int64, {}};
 const TensorType kF32{DType::Float32, {}};
@@ -75,8 +75,8 @@ Graph cumsum_graph(int64_t n, bool reverse) {
   Value init = b.parameter(kF32);
   Value xs = b.parameter({DType::Float32, {n}});
   Value ops[] = {init, xs};
-  std::vector<Value> r = b.make_region(OpKind::Scan, ops, scan_attrs(1, 1, n, reverse),
-                                       {cumsum_body()});
+  std::vector<Value> r =
+      b.make_region(OpKind::Scan, ops, scan_attrs(1, 1, n, reverse), {cumsum_body()});
   // Consumers of results 0 and 1 fuse on the cpu backend: they read per-result buffers.
   Value doubled = b.binary(OpKind::Mul, r[1], b.constant(2, DType::Float32));
   g.outputs() = {r[0], r[1], r[2], doubled, r[1]};
@@ -135,14 +135,14 @@ TEST(ControlFlowBackend, TwoCarriesTwoYsOfDifferentDtypesAndACapture) {
   // carries: count i64[], sum f64[2]; xs: f32[4,2]; captured: scale f32[].
   // body: count + 1, sum + f64(x); ys: x * scale (f32[2]), x > 0 (bool[2]).
   const TensorType row{DType::Float32, {2}};
-  Region body = region({kI64, kI64, {DType::Float64, {2}}, row, kF32},
-                       [&](Builder& b, std::vector<Value> p) {
-    Value count = b.binary(OpKind::Add, p[1], b.constant(1, DType::Int64));
-    Value sum = b.binary(OpKind::Add, p[2], b.convert(p[3], DType::Float64));
-    Value scaled = b.binary(OpKind::Mul, p[3], p[4]);
-    Value pos = b.binary(OpKind::Gt, p[3], b.constant(0, DType::Float32));
-    return std::vector<Value>{count, sum, scaled, pos};
-  });
+  Region body =
+      region({kI64, kI64, {DType::Float64, {2}}, row, kF32}, [&](Builder& b, std::vector<Value> p) {
+        Value count = b.binary(OpKind::Add, p[1], b.constant(1, DType::Int64));
+        Value sum = b.binary(OpKind::Add, p[2], b.convert(p[3], DType::Float64));
+        Value scaled = b.binary(OpKind::Mul, p[3], p[4]);
+        Value pos = b.binary(OpKind::Gt, p[3], b.constant(0, DType::Float32));
+        return std::vector<Value>{count, sum, scaled, pos};
+      });
   Graph g;
   Builder b(g);
   Value count = b.parameter(kI64);
@@ -254,10 +254,10 @@ TEST(ControlFlowBackend, CallReturnsEveryBodyOutput) {
   std::vector<double> xv = {1, 2, 3}, yv = {0.5, -1, 4};
   on_each_backend(g, {encode_floats(DType::Float64, xv), encode_floats(DType::Float64, yv)},
                   [&](const std::vector<Buffer>& out) {
-    EXPECT_EQ(floats(g, out, 0), (std::vector<double>{0.5, -2, 12}));
-    EXPECT_EQ(floats(g, out, 1), (std::vector<double>{0.5, 3, -1}));
-    EXPECT_EQ(floats(g, out, 2), (std::vector<double>{2.5}));
-  });
+                    EXPECT_EQ(floats(g, out, 0), (std::vector<double>{0.5, -2, 12}));
+                    EXPECT_EQ(floats(g, out, 1), (std::vector<double>{0.5, 3, -1}));
+                    EXPECT_EQ(floats(g, out, 2), (std::vector<double>{2.5}));
+                  });
 }
 
 // The IR tests' sample: a scan in a scan body, a while (with a capture) in a call, and a
@@ -451,8 +451,8 @@ TEST(ControlFlowCpu, MultiDimSlicesForwardAndReverseMatchRef) {
   // (f32[2]), the i32 slice times the index, and c' broadcast against the i32 slice.
   const TensorType m{DType::Float32, {2, 3}}, v{DType::Int32, {3}};
   Region body = region({kI64, m, m, v}, [&](Builder& b, std::vector<Value> p) {
-    Value c = b.binary(OpKind::Add, b.binary(OpKind::Mul, p[1], b.constant(0.5, DType::Float32)),
-                       p[2]);
+    Value c =
+        b.binary(OpKind::Add, b.binary(OpKind::Mul, p[1], b.constant(0.5, DType::Float32)), p[2]);
     Value rows = b.reduce(OpKind::ReduceSum, p[2], {1}, false);
     Value scaled = b.binary(OpKind::Mul, p[3], b.convert(p[0], DType::Int32));
     Value mixed = b.binary(OpKind::Sub, c, b.convert(p[3], DType::Float32));
@@ -470,9 +470,9 @@ TEST(ControlFlowCpu, MultiDimSlicesForwardAndReverseMatchRef) {
     g.outputs() = {r[0], r[1], r[2], r[3]};
     std::vector<int64_t> iv;
     for (int k = 0; k < 12; ++k) iv.push_back(k % 5 - 2);
-    expect_cpu_matches_ref(g, {encode_floats(DType::Float32, quarters(6)),
-                               encode_floats(DType::Float32, quarters(24, 3)),
-                               encode_ints(DType::Int32, iv)});
+    expect_cpu_matches_ref(
+        g, {encode_floats(DType::Float32, quarters(6)),
+            encode_floats(DType::Float32, quarters(24, 3)), encode_ints(DType::Int32, iv)});
   }
 }
 
@@ -510,8 +510,8 @@ TEST(ControlFlowCpu, BigBodyRunsThreadedKernelsAndMatchesRef) {
   // [256,1024] per step: the body's kernels are big enough to split across the pool.
   const TensorType m{DType::Float32, {256, 1024}};
   Region body = region({kI64, m, m}, [](Builder& b, std::vector<Value> p) {
-    Value c = b.binary(OpKind::Add, b.binary(OpKind::Mul, p[1], b.constant(0.5, DType::Float32)),
-                       p[2]);
+    Value c =
+        b.binary(OpKind::Add, b.binary(OpKind::Mul, p[1], b.constant(0.5, DType::Float32)), p[2]);
     return std::vector<Value>{c, b.reduce(OpKind::ReduceMax, c, {1}, false)};
   });
   Graph g;
@@ -557,9 +557,9 @@ TEST(ControlFlowCpu, WhileAndCallInsideAScan) {
   for (int64_t k : x) want_acc += want_y.emplace_back(std::ldexp(1.0, static_cast<int>(k)));
   on_each_backend(g, {encode_floats(DType::Float64, {0.25}), encode_ints(DType::Int64, x)},
                   [&](const std::vector<Buffer>& out) {
-    EXPECT_EQ(floats(g, out, 0), std::vector<double>{want_acc});
-    EXPECT_EQ(floats(g, out, 1), want_y);
-  });
+                    EXPECT_EQ(floats(g, out, 0), std::vector<double>{want_acc});
+                    EXPECT_EQ(floats(g, out, 1), want_y);
+                  });
 }
 
 TEST(ControlFlowCpu, WhileWithCapturesAndZeroTrips) {
@@ -594,11 +594,10 @@ TEST(ControlFlowCpu, WhileWithCapturesAndZeroTrips) {
       acc[0] += static_cast<double>(i) * 0.5;
       acc[1] += static_cast<double>(i) * -2;
     }
-    std::vector<Buffer> in = {encode_ints(DType::Int64, {tr.start}),
-                              encode_floats(DType::Float32, {1, -1}),
-                              encode_ints(DType::Int64, {tr.limit}),
-                              encode_ints(DType::Int64, {tr.step}),
-                              encode_floats(DType::Float32, {0.5, -2})};
+    std::vector<Buffer> in = {
+        encode_ints(DType::Int64, {tr.start}), encode_floats(DType::Float32, {1, -1}),
+        encode_ints(DType::Int64, {tr.limit}), encode_ints(DType::Int64, {tr.step}),
+        encode_floats(DType::Float32, {0.5, -2})};
     on_each_backend(g, in, [&](const std::vector<Buffer>& out) {
       EXPECT_EQ(ints(g, out, 0), std::vector<int64_t>{i});
       EXPECT_EQ(floats(g, out, 1), acc);
@@ -609,9 +608,8 @@ TEST(ControlFlowCpu, WhileWithCapturesAndZeroTrips) {
 TEST(ControlFlowCpu, WhileStateWithABoolThatIsTheCondition) {
   // state (n, more, x): cond returns `more` itself; body: n - 1, n - 1 > 0, x * 3.
   const TensorType kBool{DType::Bool, {}};
-  Region cond = region({kI64, kBool, kF32}, [](Builder&, std::vector<Value> p) {
-    return std::vector<Value>{p[1]};
-  });
+  Region cond = region({kI64, kBool, kF32},
+                       [](Builder&, std::vector<Value> p) { return std::vector<Value>{p[1]}; });
   Region body = region({kI64, kBool, kF32}, [](Builder& b, std::vector<Value> p) {
     Value n = b.binary(OpKind::Sub, p[0], b.constant(1, DType::Int64));
     return std::vector<Value>{n, b.binary(OpKind::Gt, n, b.constant(0, DType::Int64)),
@@ -655,12 +653,12 @@ TEST(ControlFlowCpu, CallReturningItsParameters) {
   g.outputs() = {r[0], r[1], r[2], r[3], x};
   on_each_backend(g, {encode_ints(DType::Int64, {1, 2}), encode_ints(DType::Int64, {10, -5})},
                   [&](const std::vector<Buffer>& out) {
-    EXPECT_EQ(ints(g, out, 0), (std::vector<int64_t>{10, -5}));
-    EXPECT_EQ(ints(g, out, 1), (std::vector<int64_t>{11, -3}));
-    EXPECT_EQ(ints(g, out, 2), (std::vector<int64_t>{1, 2}));
-    EXPECT_EQ(ints(g, out, 3), (std::vector<int64_t>{1, 2}));
-    EXPECT_EQ(ints(g, out, 4), (std::vector<int64_t>{1, 2}));
-  });
+                    EXPECT_EQ(ints(g, out, 0), (std::vector<int64_t>{10, -5}));
+                    EXPECT_EQ(ints(g, out, 1), (std::vector<int64_t>{11, -3}));
+                    EXPECT_EQ(ints(g, out, 2), (std::vector<int64_t>{1, 2}));
+                    EXPECT_EQ(ints(g, out, 3), (std::vector<int64_t>{1, 2}));
+                    EXPECT_EQ(ints(g, out, 4), (std::vector<int64_t>{1, 2}));
+                  });
 }
 
 TEST(ControlFlowCpu, RandomNumbersKeyedByTheIndexAreBitExact) {
@@ -771,8 +769,10 @@ TEST(ControlFlowCpu, LoopResultsTakeOnlyDonatedInputsTheLoopDoesNotRead) {
     std::vector<Buffer> out = exe->run(in, donate);
     const double want = read_by_loop ? 3.5 : 4;
     EXPECT_EQ(decode_floats(DType::Float32, out[0]), std::vector<double>(4096, want));
-    if (read_by_loop) EXPECT_NE(out[0].data(), donated_memory);
-    else EXPECT_EQ(out[0].data(), donated_memory);  // its last reader ran before the loop
+    if (read_by_loop)
+      EXPECT_NE(out[0].data(), donated_memory);
+    else
+      EXPECT_EQ(out[0].data(), donated_memory);  // its last reader ran before the loop
   }
 }
 

@@ -3,12 +3,12 @@
 // programs and on repeated layers (where most texts are reused).
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "backend/cpu/codegen_impl.h"
 #include "backend/program_gen.h"
 #include "loom/loom.h"
 #include "loom/passes/pass.h"
-
-#include <set>
 
 namespace loom::cpu {
 namespace {

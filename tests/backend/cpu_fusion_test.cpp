@@ -94,7 +94,8 @@ TEST_F(CpuFusion, KernelsWithNearlyEqualConstantsAreNotShared) {
   return %3
 }
 )"));
-    std::vector<loom::Buffer> out = loom::runtime::run_executable(*exe, std::vector<loom::Buffer>{in});
+    std::vector<loom::Buffer> out =
+        loom::runtime::run_executable(*exe, std::vector<loom::Buffer>{in});
     const double v = std::strtod(c, nullptr);
     EXPECT_EQ(static_cast<const double*>(out[0].data())[0], v) << c;
     EXPECT_EQ(static_cast<const double*>(out[0].data())[1], 3.0 * v) << c;

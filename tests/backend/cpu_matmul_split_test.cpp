@@ -20,7 +20,8 @@ TEST(CpuMatmulSplit, FewRowsManyColumnsMatchTheHostProduct) {
   const int64_t m = 12, k = 300, n = 520;
   for (loom::DType dt : {loom::float32, loom::float64}) {
     for (bool trans : {false, true}) {
-      SCOPED_TRACE(std::string(trans ? "B transposed " : "") + (dt == loom::float32 ? "f32" : "f64"));
+      SCOPED_TRACE(std::string(trans ? "B transposed " : "") +
+                   (dt == loom::float32 ? "f32" : "f64"));
       std::vector<double> a = host_values(m * k, 1), b = host_values(k * n, 2);
       Tensor ta = loom::to(loom::tensor(a, {m, k}), dt);
       // trans: B is stored as [n, k] and read through a transpose (a weight in Linear).
@@ -58,8 +59,8 @@ TEST(CpuViews, BlockSlicesReadInPlace) {
   for (int rep = 0; rep < 2; ++rep) {  // rep 1: x is dead after the call and may be donated
     Tensor src = rep == 0 ? x : loom::tensor(xv, {L, R, C});
     Tensor a = loom::slice(src, 0, 2, 4) * 2.0 + loom::slice(src, 0, 0, 2);  // [2, R, C]
-    Tensor inner = loom::slice(loom::slice(src, 0, 1, 5), 0, 2, 3);           // src[3:4]
-    Tensor p = loom::matmul(loom::select(src, 0, 5), w);                      // [R, 3]
+    Tensor inner = loom::slice(loom::slice(src, 0, 1, 5), 0, 2, 3);          // src[3:4]
+    Tensor p = loom::matmul(loom::select(src, 0, 5), w);                     // [R, 3]
     if (rep == 1) src = Tensor();
     loom::sync();
     std::vector<double> av = a.to_vector<double>(), iv = inner.to_vector<double>(),

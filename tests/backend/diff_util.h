@@ -55,9 +55,7 @@ class DiffTest : public ::testing::Test {
     previous_ = std::string(runtime::current_backend().name());
     runtime::set_backend("ref");
   }
-  void TearDown() override {
-    runtime::set_backend(previous_);
-  }
+  void TearDown() override { runtime::set_backend(previous_); }
 
  private:
   std::string previous_;
@@ -80,9 +78,7 @@ inline Tol arith_tol(DType dt) {
     default: return {};
   }
 }
-inline Tol trans_tol(DType dt) {
-  return dt == DType::Float32 ? Tol{2e-5, 2e-5} : arith_tol(dt);
-}
+inline Tol trans_tol(DType dt) { return dt == DType::Float32 ? Tol{2e-5, 2e-5} : arith_tol(dt); }
 // Reordered accumulation of n terms drifts like sqrt(n) units of the accumulator's precision.
 inline Tol reduced_tol(DType dt, int64_t n, bool transcendental = false) {
   Tol t = transcendental ? trans_tol(dt) : arith_tol(dt);
@@ -116,9 +112,12 @@ inline std::vector<double> host_values(DType dt, int64_t n, uint32_t seed, doubl
   std::vector<double> v(static_cast<size_t>(n));
   for (double& x : v) {
     const double u = static_cast<double>(gen()) / 4294967296.0;  // [0, 1)
-    if (dt == DType::Bool) x = u < 0.5 ? 0 : 1;
-    else if (is_integral(dt)) x = std::floor(lo + u * (hi - lo + 1));
-    else x = representable(dt, lo + u * (hi - lo));
+    if (dt == DType::Bool)
+      x = u < 0.5 ? 0 : 1;
+    else if (is_integral(dt))
+      x = std::floor(lo + u * (hi - lo + 1));
+    else
+      x = representable(dt, lo + u * (hi - lo));
   }
   return v;
 }
@@ -227,8 +226,10 @@ inline std::vector<Values> run_on(const std::string& backend, const Program& pro
   std::vector<Values> vals;
   for (Out& o : outs.items) {
     Values v{o.name, o.value.dtype(), o.value.shape(), o.tol, {}, {}, {}};
-    if (is_floating(v.dtype)) v.f = o.value.to_vector<double>();
-    else v.i = o.value.to_vector<int64_t>();
+    if (is_floating(v.dtype))
+      v.f = o.value.to_vector<double>();
+    else
+      v.i = o.value.to_vector<int64_t>();
     if (o.scale.defined()) v.scale = o.scale.to_vector<double>();
     vals.push_back(std::move(v));
   }
@@ -270,16 +271,16 @@ inline std::string compare_output(const Values& want, const Values& got, int lim
     if (!is_floating(want.dtype)) {
       if (want.i[k] == got.i[k]) continue;
       if (bad++ < limit)
-        os << want.name << index_text(e, want.shape) << " (" << want.dtype << "): ref "
-           << want.i[k] << ", other " << got.i[k] << "\n";
+        os << want.name << index_text(e, want.shape) << " (" << want.dtype << "): ref " << want.i[k]
+           << ", other " << got.i[k] << "\n";
       continue;
     }
     const double scale = want.scale.empty() ? 1.0 : want.scale[k];
     if (close_enough(want.f[k], got.f[k], want.tol, scale)) continue;
     if (bad++ < limit) {
       os << want.name << index_text(e, want.shape) << " (" << want.dtype << "): ref " << want.f[k]
-         << ", other " << got.f[k] << " (|diff| " << std::fabs(got.f[k] - want.f[k])
-         << ", allowed " << want.tol.rel << "*|ref| + " << want.tol.abs << "*" << scale << ")\n";
+         << ", other " << got.f[k] << " (|diff| " << std::fabs(got.f[k] - want.f[k]) << ", allowed "
+         << want.tol.rel << "*|ref| + " << want.tol.abs << "*" << scale << ")\n";
     }
   }
   if (bad > limit) os << want.name << ": " << bad - limit << " more mismatches of " << n << "\n";

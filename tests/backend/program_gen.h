@@ -39,8 +39,7 @@ inline DType result_type(const Tensor& a, const Tensor& b) {
   if ((a.dim() > 0) == (b.dim() > 0)) return promote_types(a.dtype(), b.dtype());
   const Tensor& dimmed = a.dim() > 0 ? a : b;
   const Tensor& zero_dim = a.dim() > 0 ? b : a;
-  return category(zero_dim.dtype()) > category(dimmed.dtype()) ? zero_dim.dtype()
-                                                                : dimmed.dtype();
+  return category(zero_dim.dtype()) > category(dimmed.dtype()) ? zero_dim.dtype() : dimmed.dtype();
 }
 inline DType result_type(DType t, bool scalar_is_int) {
   const int cs = scalar_is_int ? 1 : 2;
@@ -133,7 +132,9 @@ inline bool broadcast(const Shape& a, const Shape& b, Shape* out) {
 class ProgramGenerator {
  public:
   ProgramGenerator(uint64_t seed, bool bounds, std::vector<std::string>* log = nullptr)
-      : rng_(seed), data_seed_(static_cast<uint32_t>(seed * 2654435761u)), bounds_(bounds),
+      : rng_(seed),
+        data_seed_(static_cast<uint32_t>(seed * 2654435761u)),
+        bounds_(bounds),
         log_(log) {}
 
   // Traces one program of 5-30 ops and hands 2-4 of its values to `outs`; every other value
@@ -144,8 +145,11 @@ class ProgramGenerator {
     for (int64_t k = 1 + static_cast<int64_t>(below(3)); k > 0; --k) fresh_input(random_shape());
     for (int attempts = 0; ops_ < target && attempts < 2000; ++attempts) {
       const uint64_t c = below(100);
-      const bool ok = c < 28 ? unary() : c < 55 ? binary() : c < 70 ? reduction()
-                    : c < 92 ? layout() : matmul_op();
+      const bool ok = c < 28   ? unary()
+                      : c < 55 ? binary()
+                      : c < 70 ? reduction()
+                      : c < 92 ? layout()
+                               : matmul_op();
       if (ok) rescale_last();
     }
     std::vector<size_t> picked = {pool_.size() - 1};
@@ -195,8 +199,13 @@ class ProgramGenerator {
   }
   DType random_dtype() {
     const uint64_t r = below(20);
-    return r < 7 ? DType::Float32 : r < 9 ? DType::Float64 : r < 11 ? DType::BFloat16
-         : r < 13 ? DType::Float16 : r < 16 ? DType::Int32 : r < 18 ? DType::Int64 : DType::Bool;
+    return r < 7    ? DType::Float32
+           : r < 9  ? DType::Float64
+           : r < 11 ? DType::BFloat16
+           : r < 13 ? DType::Float16
+           : r < 16 ? DType::Int32
+           : r < 18 ? DType::Int64
+                    : DType::Bool;
   }
 
   bool emit(Val v, const char* what) {

@@ -198,8 +198,12 @@ bool ProgramGenerator::binary() {
     case 6: {
       if (!ca.exact || !cb.exact) return false;
       const uint64_t c = below(6);
-      Tensor t = c == 0 ? a.t < b.t : c == 1 ? a.t <= b.t : c == 2 ? a.t > b.t
-               : c == 3 ? a.t >= b.t : c == 4 ? a.t == b.t : a.t != b.t;
+      Tensor t = c == 0   ? a.t < b.t
+                 : c == 1 ? a.t <= b.t
+                 : c == 2 ? a.t > b.t
+                 : c == 3 ? a.t >= b.t
+                 : c == 4 ? a.t == b.t
+                          : a.t != b.t;
       return emit({t, 1, {}, true}, "compare");
     }
     default: {  // where, on an exact condition
@@ -292,8 +296,8 @@ bool ProgramGenerator::reduction() {
   if (bounds_) {
     Tensor rel = max(absf(x.t), {d}, true) * (4 * unit(ft)) +
                  (2 * trans_unit(ft) + 3 * unit(ft) + drift(ft, ext));
-    r.err = plus(xf.err.defined() ? max(xf.err, {d}, true) * 2 : Tensor(),
-                 absf(r.t) * rel + tiny(ft));
+    r.err =
+        plus(xf.err.defined() ? max(xf.err, {d}, true) * 2 : Tensor(), absf(r.t) * rel + tiny(ft));
   }
   return emit(r, "softmax");
 }
@@ -398,8 +402,7 @@ bool ProgramGenerator::layout() {
       return apply([&](const Tensor& t) { return rank == 0 ? flatten(t) : flatten(t, a, b); },
                    "flatten");
     }
-    default:
-      return layout_cat();
+    default: return layout_cat();
   }
 }
 
@@ -485,9 +488,12 @@ bool ProgramGenerator::matmul_op() {
       bs.push_back(between(1, 3));
     }
     const int64_t n = between(allow_empty_ ? 0 : 1, 6);
-    if (kind == 0) bs.push_back(k_len);
-    else if (form == 1) bs.insert(bs.end(), {n, k_len});
-    else bs.insert(bs.end(), {k_len, n});
+    if (kind == 0)
+      bs.push_back(k_len);
+    else if (form == 1)
+      bs.insert(bs.end(), {n, k_len});
+    else
+      bs.insert(bs.end(), {k_len, n});
     rhs = fresh_input(Shape(bs), chance(0.7) ? a.t.dtype() : random_dtype(), false);
     if (form == 1 && kind != 0) rhs = tr(rhs);
   }
@@ -599,11 +605,12 @@ TEST_F(RandomPrograms, AgreeWithTheReferenceInterpreter) {
     }
   }
   auto secs = [](auto a, auto b) { return std::chrono::duration<double>(b - a).count(); };
-  std::printf("[random programs] %llu programs, %lld ops, %lld outputs, seeds %llu..: ref %.2f s, "
-              "%s %.2f s; %d failing\n",
-              static_cast<unsigned long long>(count), static_cast<long long>(ops),
-              static_cast<long long>(outputs), static_cast<unsigned long long>(first),
-              secs(t0, t1), other.c_str(), secs(t1, t2), failures);
+  std::printf(
+      "[random programs] %llu programs, %lld ops, %lld outputs, seeds %llu..: ref %.2f s, "
+      "%s %.2f s; %d failing\n",
+      static_cast<unsigned long long>(count), static_cast<long long>(ops),
+      static_cast<long long>(outputs), static_cast<unsigned long long>(first), secs(t0, t1),
+      other.c_str(), secs(t1, t2), failures);
   EXPECT_EQ(failures, 0);
 }
 

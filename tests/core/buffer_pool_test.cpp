@@ -25,12 +25,18 @@ TEST_F(BufferPool, ANewSizeEvictsTheLeastRecentlyUsedSizes) {
     for (int i = 0; i < 4; ++i) as.push_back(Buffer::allocate_uninitialized(kA));
   }
   EXPECT_EQ(Buffer::pool_free_bytes(), 4 * kA);  // 1 MiB of A: the bound is reached
-  { Buffer c = Buffer::allocate_uninitialized(kC); }  // C fits only by evicting one A
+  {
+    Buffer c = Buffer::allocate_uninitialized(kC);
+  }  // C fits only by evicting one A
   EXPECT_EQ(Buffer::pool_free_bytes(), 3 * kA + kC);
   size_t hits = Buffer::pool_hits();
-  { Buffer c = Buffer::allocate_uninitialized(kC); }  // served by the pool
+  {
+    Buffer c = Buffer::allocate_uninitialized(kC);
+  }  // served by the pool
   EXPECT_EQ(Buffer::pool_hits(), hits + 1);
-  { Buffer b = Buffer::allocate_uninitialized(kB); }  // evicts A blocks (least recent), not C
+  {
+    Buffer b = Buffer::allocate_uninitialized(kB);
+  }  // evicts A blocks (least recent), not C
   EXPECT_EQ(Buffer::pool_free_bytes(), kA + kC + kB);
   hits = Buffer::pool_hits();
   Buffer b = Buffer::allocate_uninitialized(kB), c = Buffer::allocate_uninitialized(kC);
@@ -39,7 +45,9 @@ TEST_F(BufferPool, ANewSizeEvictsTheLeastRecentlyUsedSizes) {
 }
 
 TEST_F(BufferPool, ABlockLargerThanTheBoundIsNotKept) {
-  { Buffer big = Buffer::allocate_uninitialized(2 << 20); }
+  {
+    Buffer big = Buffer::allocate_uninitialized(2 << 20);
+  }
   EXPECT_EQ(Buffer::pool_free_bytes(), 0u);
   Buffer::set_pool_limit(0);
   EXPECT_EQ(Buffer::pool_free_bytes(), 0u);

@@ -6,8 +6,8 @@
 #include <memory>
 #include <string>
 
-#include "ir/sample_graphs.h"
 #include "ir/region_util.h"
+#include "ir/sample_graphs.h"
 #include "loom/core/error.h"
 #include "loom/ir/builder.h"
 #include "loom/passes/pass.h"
@@ -102,9 +102,8 @@ TEST(ControlFlowIr, ScanRejectsBadBodiesAndShapes) {
   expect_error([&] { b.make_region(OpKind::Scan, ops, scan_attrs(1, 1, 5), {}); },
                {"[scan] expected 1 region(s), got 0"});
   // Too few outputs for the carries.
-  Region none = region({kI64, kF32, kF32}, [](Builder&, std::vector<Value>) {
-    return std::vector<Value>{};
-  });
+  Region none =
+      region({kI64, kF32, kF32}, [](Builder&, std::vector<Value>) { return std::vector<Value>{}; });
   expect_error([&] { b.make_region(OpKind::Scan, ops, scan_attrs(1, 1, 5), {none}); },
                {"[scan] body returns 0 value(s) but there are 1 carries"});
 }
@@ -169,9 +168,8 @@ TEST(ControlFlowIr, CallChecksArityAndOutputs) {
   Value y = b.parameter({float64, {4}});
   expect_error([&] { b.make_region(OpKind::Call, std::span<const Value>(&y, 1), {}, {exp_body}); },
                {"[call] body parameter 0 (operand 0) has type f32[4] but is given f64[4]"});
-  Region empty = region({{float32, {4}}}, [](Builder&, std::vector<Value>) {
-    return std::vector<Value>{};
-  });
+  Region empty =
+      region({{float32, {4}}}, [](Builder&, std::vector<Value>) { return std::vector<Value>{}; });
   expect_error([&] { b.make_region(OpKind::Call, std::span<const Value>(&x, 1), {}, {empty}); },
                {"[call] body has no outputs"});
   // The plain entry point refuses region ops, and make_region refuses the others.
@@ -252,9 +250,8 @@ TEST(ControlFlowIr, ParserChecksRegionNodes) {
   std::string wrong_len = kScanText;
   wrong_len.replace(wrong_len.find("length=5"), 8, "length=6");
   parse_error(wrong_len, "[scan] xs 0 must have leading dim length = 6, got f32[5]");
-  parse_error(
-      "graph(%0: f32[4]) {\n  %1 = call(%0) : f32[4]\n  return %1\n}",
-      "[call] expected 1 region(s), got 0");
+  parse_error("graph(%0: f32[4]) {\n  %1 = call(%0) : f32[4]\n  return %1\n}",
+              "[call] expected 1 region(s), got 0");
 }
 
 TEST(ControlFlowIr, PassesKeepRegionNodes) {
@@ -272,7 +269,9 @@ TEST(ControlFlowIr, PassesKeepRegionNodes) {
       "  return %y, %c2\n}");
   const Graph* body = g.node(3).regions[0].get();
   passes::Pipeline keep;  // the default pipeline without inline
-  keep.add(passes::make_pass("simplify")).add(passes::make_pass("cse")).add(passes::make_pass("dce"));
+  keep.add(passes::make_pass("simplify"))
+      .add(passes::make_pass("cse"))
+      .add(passes::make_pass("dce"));
   EXPECT_TRUE(keep.run(g));
   EXPECT_NO_THROW(verify(g));
   EXPECT_EQ(to_text(g),

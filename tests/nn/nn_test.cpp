@@ -55,8 +55,9 @@ TEST_F(NnTest, ModulesNameTheirTensorsAndInitLikePyTorch) {
     names.push_back(n);
     EXPECT_TRUE(t.requires_grad()) << n;
   }
-  EXPECT_EQ(names, (std::vector<std::string>{"0.fc.weight", "0.fc.bias", "0.norm.weight", "0.norm.bias",
-                                             "1.fc.weight", "1.fc.bias", "1.norm.weight", "1.norm.bias"}));
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"0.fc.weight", "0.fc.bias", "0.norm.weight", "0.norm.bias",
+                                      "1.fc.weight", "1.fc.bias", "1.norm.weight", "1.norm.bias"}));
   auto fc = std::dynamic_pointer_cast<Block>(layers[1])->fc;
   EXPECT_EQ(fc->weight.shape(), (loom::Shape{8, 8}));
   for (double w : dv(fc->weight)) EXPECT_LE(std::abs(w), 1 / std::sqrt(8.0));
@@ -133,7 +134,8 @@ TEST_F(NnTest, CausalSelfAttentionMatchesAHostReferenceAndIsCausal) {
         double mx = -1e300;
         for (int64_t u = 0; u <= t; ++u) {
           double s = 0;
-          for (int64_t e = 0; e < hd; ++e) s += qkv[t * 3 * D + h * hd + e] * qkv[u * 3 * D + D + h * hd + e];
+          for (int64_t e = 0; e < hd; ++e)
+            s += qkv[t * 3 * D + h * hd + e] * qkv[u * 3 * D + D + h * hd + e];
           sc[u] = s / std::sqrt(static_cast<double>(hd));
           mx = std::max(mx, sc[u]);
         }
@@ -253,11 +255,13 @@ TEST_F(NnTest, ScanLayersTreeCarryExtraInputsAndErrors) {
   nn::ModuleList mixed;
   mixed.push_back(std::make_shared<nn::Linear>(4, 4));
   mixed.push_back(std::make_shared<nn::Linear>(4, 4, false));
-  expect_error<loom::ShapeError>([&] { loom::scan_layers(mixed, x); }, {"[scan_layers]", "layer 1", "'bias'"});
+  expect_error<loom::ShapeError>([&] { loom::scan_layers(mixed, x); },
+                                 {"[scan_layers]", "layer 1", "'bias'"});
   nn::ModuleList extra;
   extra.push_back(std::make_shared<nn::Linear>(4, 4, false));
   extra.push_back(std::make_shared<nn::Linear>(4, 4));
-  expect_error<loom::ShapeError>([&] { loom::scan_layers(extra, x); }, {"layer 1", "extra", "'bias'"});
+  expect_error<loom::ShapeError>([&] { loom::scan_layers(extra, x); },
+                                 {"layer 1", "extra", "'bias'"});
   nn::ModuleList shaped;
   shaped.push_back(std::make_shared<nn::Linear>(4, 4));
   shaped.push_back(std::make_shared<nn::Linear>(4, 4));
@@ -272,8 +276,11 @@ TEST_F(NnTest, SgdAndAdamWFollowTheirUpdateRules) {
   for (int which = 0; which < 2; ++which) {
     Tensor w = loom::tensor(std::vector<double>{1, 2, 3}, {3}).requires_grad_();
     std::unique_ptr<loom::optim::Optimizer> opt;
-    if (which == 0) opt = std::make_unique<loom::optim::SGD>(std::vector<Tensor>{w}, 0.1, 0.9, 0.01);
-    else opt = std::make_unique<loom::optim::AdamW>(std::vector<Tensor>{w}, 0.1, 0.9, 0.999, 1e-8, 0.01);
+    if (which == 0)
+      opt = std::make_unique<loom::optim::SGD>(std::vector<Tensor>{w}, 0.1, 0.9, 0.01);
+    else
+      opt =
+          std::make_unique<loom::optim::AdamW>(std::vector<Tensor>{w}, 0.1, 0.9, 0.999, 1e-8, 0.01);
     std::vector<double> h = {1, 2, 3}, buf(3, 0), m(3, 0), v(3, 0);
     for (int step = 1; step <= 3; ++step) {
       loom::sum(w * loom::tensor(c, {3})).backward();
@@ -336,17 +343,20 @@ TEST_F(NnTest, SafetensorsRoundTripAndErrors) {
   // The header is the format's JSON, readable by other tools.
   std::ifstream f(path, std::ios::binary);
   std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  EXPECT_NE(bytes.find("\"f32\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":["), std::string::npos);
+  EXPECT_NE(bytes.find("\"f32\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":["),
+            std::string::npos);
   // Module save and load.
   Block a(4), b(4);
   nn::save(a, path);
   nn::load(b, path);
   for (auto& [n, t] : a.parameters_map()) expect_close(dv(b.parameters_map().at(n)), dv(t), 0);
   nn::Linear other(4, 3);
-  expect_error<loom::ShapeError>([&] {
-    nn::save(other, path);
-    nn::load(*b.fc, path);
-  }, {"[nn::load]", "weight", "f32[3,4]", "f32[4,4]"});
+  expect_error<loom::ShapeError>(
+      [&] {
+        nn::save(other, path);
+        nn::load(*b.fc, path);
+      },
+      {"[nn::load]", "weight", "f32[3,4]", "f32[4,4]"});
   std::ofstream(path, std::ios::binary) << std::string("\x10\0\0\0\0\0\0\0{\"a\":", 13);
   expect_error<loom::Error>([&] { nn::load_safetensors(path); }, {"[load_safetensors]", "header"});
   std::remove(path.c_str());

@@ -37,7 +37,8 @@ void each_node(const ir::Graph& g, const std::function<void(const ir::Graph&, ir
 bool holds_while(const ir::Node& n) {
   bool found = false;
   for (const auto& r : n.regions)
-    each_node(*r, [&](const ir::Graph& g, ir::NodeId id) { found |= g.node(id).op == OpKind::While; });
+    each_node(*r,
+              [&](const ir::Graph& g, ir::NodeId id) { found |= g.node(id).op == OpKind::While; });
   return found;
 }
 
@@ -51,8 +52,8 @@ TEST(OpRegistry, EveryOpHasAUniqueNameThatParses) {
     ASSERT_TRUE(ir::parse_op(name, &back)) << name;
     EXPECT_EQ(back, op);
     // Attribute names printed in IR text are never placeholders.
-    for (std::string_view a : {ir::info(op).ints_name, ir::info(op).i_name,
-                               ir::info(op).flag_name, ir::info(op).f_name})
+    for (std::string_view a :
+         {ir::info(op).ints_name, ir::info(op).i_name, ir::info(op).flag_name, ir::info(op).f_name})
       EXPECT_TRUE(a.empty() || a[0] != '_') << name;
   }
 }
@@ -61,13 +62,14 @@ TEST(OpRegistry, TheSampleGraphsUseEveryOp) {
   std::set<OpKind> used;
   for (const ir::Graph& g : ir::testing::sample_graphs())
     each_node(g, [&](const ir::Graph& gr, ir::NodeId id) { used.insert(gr.node(id).op); });
-  for (OpKind op : all_ops()) EXPECT_TRUE(used.count(op)) << ir::op_name(op) << " is in no sample graph";
+  for (OpKind op : all_ops())
+    EXPECT_TRUE(used.count(op)) << ir::op_name(op) << " is in no sample graph";
 }
 
 TEST(OpRegistry, EveryOpHasAReferenceKernel) {
   for (OpKind op : all_ops()) {
     const bool has = ir::has_trait(op, ir::kRegion) ? detail::ref::find_region_kernel(op) != nullptr
-                                                     : detail::ref::find_kernel(op) != nullptr;
+                                                    : detail::ref::find_kernel(op) != nullptr;
     EXPECT_TRUE(has) << ir::op_name(op) << " has no reference kernel";
   }
 }
@@ -129,7 +131,8 @@ TEST(OpRegistry, EveryDifferentiableOpHasAVjpRule) {
   }
   for (OpKind op : all_ops()) {
     if (ir::has_trait(op, ir::kNoGrad) || op == OpKind::While) continue;
-    EXPECT_TRUE(checked.count(op)) << ir::op_name(op) << ": no float sample node was differentiated";
+    EXPECT_TRUE(checked.count(op))
+        << ir::op_name(op) << ": no float sample node was differentiated";
   }
 }
 

@@ -521,7 +521,8 @@ std::vector<Row> elementwise_rows() {
       "erf", {"erf", "convert"}, [](const Tensor& x) { return loom::erf(x); },
       [](double x) { return std::erf(x); }, -2, 2, kAll, true, true, false));
   r.push_back(unary(
-      "clamp", {"lt", "gt", "le", "ge", "mul", "where", "constant"}, [](const Tensor& x) { return loom::clamp(x, -1.0, 2.0); },
+      "clamp", {"lt", "gt", "le", "ge", "mul", "where", "constant"},
+      [](const Tensor& x) { return loom::clamp(x, -1.0, 2.0); },
       [](double x) { return std::isnan(x) ? x : std::min(std::max(x, -1.0), 2.0); }, -3, 3, kFloats,
       true, true));
   r.push_back(unary(
@@ -1076,8 +1077,8 @@ std::vector<Row> nn_rows() {
     return Expected{l.dtype, Shape{}, {loss}, {}};
   };
   const std::vector<std::string> ce_ops = {
-      "reduce_max", "sub", "exp",    "reduce_sum", "log",   "reshape", "neg",
-      "div",        "gather", "constant", "ne",    "where", "convert"};
+      "reduce_max", "sub",    "exp",      "reduce_sum", "log",   "reshape", "neg",
+      "div",        "gather", "constant", "ne",         "where", "convert"};
   for (DType it : {DType::Int32, DType::Int64}) {
     r.push_back(make(
         "cross_entropy", std::string(name(it)) + " targets", ce_ops,

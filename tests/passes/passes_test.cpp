@@ -2,11 +2,10 @@
 // with the negative cases (broadcasting, multi-use, type changes) that must stay as they are.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
 #include <string>
 #include <vector>
-
-#include <cstring>
 
 #include "loom/backend/cpu_backend.h"
 #include "loom/backend/ref_backend.h"
@@ -222,7 +221,9 @@ TEST(PassesTest, FoldingAgreesWithBothBackends) {
       Buffer got = be->compile(f, {})->run({})[0];
       const size_t n = static_cast<size_t>(g.type(g.outputs()[0]).nbytes());
       EXPECT_EQ(std::memcmp(want.data(), got.data(), n), 0)
-          << be->name() << ": folded\n" << folded << "computes other bits than\n" << text;
+          << be->name() << ": folded\n"
+          << folded << "computes other bits than\n"
+          << text;
     }
   }
 }

@@ -1,14 +1,14 @@
 // Diagnostics: recompile explanations, per-name metrics, IR dumps, DOT pictures and the
 // Chrome-trace profile.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <regex>
 #include <set>
-#include <thread>
-#include <unistd.h>
 #include <sstream>
+#include <thread>
 
 #include "loom/core/profile.h"
 #include "loom/loom.h"
@@ -114,7 +114,8 @@ TEST_F(DiagnosticsTest, ChangedBatchOfACompiledStepNamesTheTreePath) {
         {.name = name, .trace_once = trace_once});
     Tensor w = filled(8, trace_once ? 3 : 2);  // graphs the other run has not compiled
     for (int64_t b : {4, 4, 6}) {
-      Tensor loss = step(std::map<std::string, Tensor>{{"x", filled(b, 8)}, {"y", filled(3, 1)}}, w);
+      Tensor loss =
+          step(std::map<std::string, Tensor>{{"x", filled(b, 8)}, {"y", filled(3, 1)}}, w);
       loom::sync();
     }
     auto rs = reasons_for(name);
@@ -131,9 +132,8 @@ TEST_F(DiagnosticsTest, ChangedBatchOfACompiledStepNamesTheTreePath) {
 }
 
 TEST_F(DiagnosticsTest, AssumePureNamesTheTreePathAndRequiresGrad) {
-  auto f = assume_pure([](const Tensor& a, const std::vector<Tensor>& bs) {
-    return a + bs[0] + bs[1];
-  });
+  auto f =
+      assume_pure([](const Tensor& a, const std::vector<Tensor>& bs) { return a + bs[0] + bs[1]; });
   GraphName name("diag_pure_path");
   Tensor a = filled(2, 2);
   {
@@ -242,9 +242,7 @@ TEST_F(DiagnosticsTest, WarnsWhenANameCompilesAgainAndAgain) {
   EXPECT_EQ(metrics().recompiles, 11);
 }
 
-TEST_F(DiagnosticsTest, GraphNameRejectsAnEmptyName) {
-  EXPECT_THROW(GraphName(""), Error);
-}
+TEST_F(DiagnosticsTest, GraphNameRejectsAnEmptyName) { EXPECT_THROW(GraphName(""), Error); }
 
 // DOT: a digraph with one node per IR node and one edge per operand.
 TEST(DotTest, OneNodePerIrNodeAndOneEdgePerOperand) {
@@ -352,8 +350,10 @@ class JsonParser {
     while (p_ < s_.size() && s_[p_] != '"') {
       if (s_[p_] == '\\') {
         ++p_;
-        if (s_[p_] == 'u') p_ += 4, out += '?';
-        else out += s_[p_];
+        if (s_[p_] == 'u')
+          p_ += 4, out += '?';
+        else
+          out += s_[p_];
         ++p_;
       } else {
         out += s_[p_++];
@@ -377,7 +377,10 @@ class JsonParser {
         expect(':');
         v.fields.emplace_back(k, value());
         ws();
-        if (s_[p_] == ',') { ++p_; continue; }
+        if (s_[p_] == ',') {
+          ++p_;
+          continue;
+        }
         expect('}');
         return v;
       }
@@ -390,7 +393,10 @@ class JsonParser {
       for (;;) {
         v.items.push_back(value());
         ws();
-        if (s_[p_] == ',') { ++p_; continue; }
+        if (s_[p_] == ',') {
+          ++p_;
+          continue;
+        }
         expect(']');
         return v;
       }

@@ -89,10 +89,10 @@ TEST_F(LazyTest, InPlaceOpsAreSeenThroughEveryCopy) {
 TEST_F(LazyTest, ValuesWrittenInPlaceAreSeenByLaterOps) {
   Tensor x = loom::ones({2});
   loom::sync();
-  Tensor keep = x * 2;            // x enters the pending graph as data
-  x.add_(loom::ones({2}));        // x is pending again
+  Tensor keep = x * 2;      // x enters the pending graph as data
+  x.add_(loom::ones({2}));  // x is pending again
   EXPECT_EQ(x.to_vector<float>(), (std::vector<float>{2, 2}));  // partial: keep stays pending
-  Tensor y = x * 10;              // must read x's new buffer, not its old data node
+  Tensor y = x * 10;  // must read x's new buffer, not its old data node
   EXPECT_EQ(y.to_vector<float>(), (std::vector<float>{20, 20}));
   EXPECT_EQ(keep.to_vector<float>(), (std::vector<float>{2, 2}));
   x.copy_(loom::full({2}, 5.0));
@@ -189,7 +189,8 @@ TEST_F(LazyTest, PrintsLikeTorch) {
   EXPECT_EQ(str(loom::tensor(std::vector<double>{0.5}, {1})), "tensor([0.5000], dtype=float64)");
   EXPECT_EQ(str(loom::zeros({0, 3})), "tensor([], size=(0, 3))");
   EXPECT_EQ(str(loom::tensor(std::vector<float>{NAN, INFINITY}, {2})), "tensor([nan, inf])");
-  EXPECT_EQ(str(loom::tensor(std::vector<float>{1e-5f, 1}, {2})), "tensor([1.0000e-05, 1.0000e+00])");
+  EXPECT_EQ(str(loom::tensor(std::vector<float>{1e-5f, 1}, {2})),
+            "tensor([1.0000e-05, 1.0000e+00])");
 }
 
 }  // namespace

@@ -49,5 +49,4 @@ ir::Value zeros(ir::Builder& b, TensorType t);
 // parameter (zeros where there is none). Cached per body while the body lives.
 std::shared_ptr<const ir::Graph> vjp_region(const std::shared_ptr<const ir::Graph>& body);
 
-
 }  // namespace loom::autodiff

@@ -70,14 +70,14 @@ std::string file_line(const std::source_location& loc);
 }  // namespace loom
 
 // Throws ErrorType with the streamed parts when cond is false.
-#define LOOM_CHECK_T(ErrorType, cond, ...) \
-  do {                                     \
-    if (!(cond)) [[unlikely]]              \
+#define LOOM_CHECK_T(ErrorType, cond, ...)                   \
+  do {                                                       \
+    if (!(cond)) [[unlikely]]                                \
       throw ErrorType(::loom::detail::str_cat(__VA_ARGS__)); \
   } while (0)
 #define LOOM_CHECK(cond, ...) LOOM_CHECK_T(::loom::Error, cond, __VA_ARGS__)
-#define LOOM_ASSERT(cond)                                              \
-  do {                                                                 \
-    if (!(cond)) [[unlikely]]                                          \
-      ::loom::detail::assert_fail(#cond, __FILE__, __LINE__);          \
+#define LOOM_ASSERT(cond)                                     \
+  do {                                                        \
+    if (!(cond)) [[unlikely]]                                 \
+      ::loom::detail::assert_fail(#cond, __FILE__, __LINE__); \
   } while (0)

@@ -26,7 +26,7 @@ inline uint16_t float_to_f16(float f) {
   std::memcpy(&x, &f, 4);
   uint32_t sign = (x >> 16) & 0x8000u;
   uint32_t ax = x & 0x7fffffffu;
-  if (ax > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);  // NaN
+  if (ax > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);   // NaN
   if (ax >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // overflow -> Inf
   if (ax < 0x38800000u) {  // subnormal or zero in half precision
     if (ax < 0x33000000u) return static_cast<uint16_t>(sign);  // rounds to 0 (<= 2^-25)
@@ -40,7 +40,7 @@ inline uint16_t float_to_f16(float f) {
     return static_cast<uint16_t>(sign | half);
   }
   uint32_t r = ax + 0xfffu + ((ax >> 13) & 1u);  // round mantissa to 10 bits
-  r -= 0x38000000u;                                // rebias exponent 127 -> 15
+  r -= 0x38000000u;                              // rebias exponent 127 -> 15
   return static_cast<uint16_t>(sign | (r >> 13));
 }
 inline float f16_to_float(uint16_t h) {

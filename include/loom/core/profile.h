@@ -49,14 +49,17 @@ int64_t event_count();
 class Scope {
  public:
   Scope(const char* cat, const char* name) {
-    if (enabled()) [[unlikely]] begin(cat, name);
+    if (enabled()) [[unlikely]]
+      begin(cat, name);
   }
   template <class NameFn>
   Scope(const char* cat, NameFn&& name_fn) {
-    if (enabled()) [[unlikely]] begin(cat, name_fn());
+    if (enabled()) [[unlikely]]
+      begin(cat, name_fn());
   }
   ~Scope() {
-    if (cat_) [[unlikely]] end();
+    if (cat_) [[unlikely]]
+      end();
   }
   Scope(const Scope&) = delete;
   Scope& operator=(const Scope&) = delete;

@@ -42,7 +42,7 @@ class Shape {
   int64_t numel() const;
   std::vector<int64_t> vec() const { return {begin(), end()}; }
   operator std::vector<int64_t>() const { return vec(); }  // NOLINT
-  std::string str() const;  // "[4,8]"
+  std::string str() const;                                 // "[4,8]"
 
   friend bool operator==(const Shape& a, const Shape& b) { return a.dims_ == b.dims_; }
   friend bool operator==(const Shape& a, const std::vector<int64_t>& b) {

@@ -41,20 +41,20 @@ class Builder {
   Value make(OpKind op, std::span<const Value> operands, Attrs attrs = {},
              const TensorType* given = nullptr);
 
-  Value parameter(const TensorType& t);       // next parameter index
+  Value parameter(const TensorType& t);  // next parameter index
   Value parameter(const TensorType& t, int64_t index);
-  Value constant(double v, DType dt);         // 0-d
+  Value constant(double v, DType dt);  // 0-d
   Value iota(const TensorType& t, int64_t axis);
   Value unary(OpKind op, Value x);
   Value binary(OpKind op, Value a, Value b);
   Value where(Value cond, Value a, Value b);
-  Value convert(Value x, DType dt);           // no node when the dtype already matches
+  Value convert(Value x, DType dt);  // no node when the dtype already matches
   Value reduce(OpKind op, Value x, std::vector<int64_t> axes, bool keepdim);
   Value argmax(Value x, int64_t axis, bool keepdim);
   Value matmul(Value a, Value b);
   Value reshape(Value x, const Shape& shape);  // no node when the shape already matches
   Value permute(Value x, std::vector<int64_t> perm);
-  Value expand(Value x, const Shape& shape);   // no node when the shape already matches
+  Value expand(Value x, const Shape& shape);  // no node when the shape already matches
   Value slice(Value x, int64_t axis, int64_t start, int64_t end, int64_t step = 1);
   Value concat(std::span<const Value> xs, int64_t axis);
   Value gather(Value x, int64_t axis, Value index);

@@ -59,15 +59,15 @@ struct Node {
 // has members counts, length, reverse and remat. of() asserts the node's op. Placeholder
 // members ('_...') name fields the op does not use.
 #define LOOM_OP(Name, text, arity, traits, ints_, i_, flag_, f_) \
-  struct Name##Attrs {                                             \
-    const SmallVector<int64_t, 6>& ints_;                          \
-    int64_t i_;                                                    \
-    bool flag_;                                                    \
-    double f_;                                                     \
-    static Name##Attrs of(const Node& n) {                         \
-      LOOM_ASSERT(n.op == OpKind::Name);                           \
-      return {n.attrs.ints, n.attrs.i, n.attrs.flag, n.attrs.f};   \
-    }                                                              \
+  struct Name##Attrs {                                           \
+    const SmallVector<int64_t, 6>& ints_;                        \
+    int64_t i_;                                                  \
+    bool flag_;                                                  \
+    double f_;                                                   \
+    static Name##Attrs of(const Node& n) {                       \
+      LOOM_ASSERT(n.op == OpKind::Name);                         \
+      return {n.attrs.ints, n.attrs.i, n.attrs.flag, n.attrs.f}; \
+    }                                                            \
   };
 #include "loom/ir/ops.def"
 #undef LOOM_OP

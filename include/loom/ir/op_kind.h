@@ -20,9 +20,9 @@ enum OpTrait : uint32_t {
   kLayout = 1u << 9,
   kIndex = 1u << 10,
   kRandom = 1u << 11,
-  kRegion = 1u << 12,      // owns regions (control flow)
-  kNoGrad = 1u << 13,      // not differentiable: operands get no adjoint
-  kCostly = 1u << 14,      // expands to many instructions (transcendentals, random draws)
+  kRegion = 1u << 12,  // owns regions (control flow)
+  kNoGrad = 1u << 13,  // not differentiable: operands get no adjoint
+  kCostly = 1u << 14,  // expands to many instructions (transcendentals, random draws)
 };
 
 enum class OpKind : uint8_t {
@@ -42,9 +42,14 @@ struct OpInfo {
 constexpr std::string_view attr_column_name(std::string_view s) { return s[0] == '_' ? "" : s; }
 
 inline constexpr OpInfo kOpInfo[] = {
-#define LOOM_OP(Name, text, arity, traits, ints, i, flag, f)                              \
-  {text, arity, static_cast<uint32_t>(traits), attr_column_name(#ints), attr_column_name(#i), \
-   attr_column_name(#flag), attr_column_name(#f)},
+#define LOOM_OP(Name, text, arity, traits, ints, i, flag, f) \
+  {text,                                                     \
+   arity,                                                    \
+   static_cast<uint32_t>(traits),                            \
+   attr_column_name(#ints),                                  \
+   attr_column_name(#i),                                     \
+   attr_column_name(#flag),                                  \
+   attr_column_name(#f)},
 #include "loom/ir/ops.def"
 #undef LOOM_OP
 };

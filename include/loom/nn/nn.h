@@ -156,8 +156,7 @@ Tensor functional_call(Module& module, const ParamMap& params, const ParamMap& b
                        const Tensor& x);
 
 // Losses (as loom::cross_entropy and loom::mse_loss: means).
-inline Tensor cross_entropy(const Tensor& logits, const Tensor& target,
-                            int64_t ignore_index = -100,
+inline Tensor cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_index = -100,
                             std::source_location loc = std::source_location::current()) {
   return loom::cross_entropy(logits, target, ignore_index, loc);
 }

@@ -30,9 +30,9 @@ struct ScanLayersOptions {
 
 namespace detail {
 struct StackedLayers {
-  std::vector<Tensor> targets;      // layer 0's parameters and buffers
-  std::vector<std::string> names;   // their dotted names
-  std::vector<Tensor> stacked;      // [num_layers, ...] each
+  std::vector<Tensor> targets;     // layer 0's parameters and buffers
+  std::vector<std::string> names;  // their dotted names
+  std::vector<Tensor> stacked;     // [num_layers, ...] each
 };
 StackedLayers stack_layers(const nn::ModuleList& layers);
 }  // namespace detail

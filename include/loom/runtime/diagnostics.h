@@ -8,12 +8,12 @@
 // GraphName on the thread, else the call site of sync()/item()/to_vector() ("train.cpp:42").
 // When a name compiles again (a compile-cache miss for a name that compiled before), loom
 // finds the closest earlier graph of that name and says what differs: an input whose shape
-// or dtype changed (by tree path, "args[0]['x']", for a compile() step or assume_pure), a static argument of an assume_pure function whose value changed, or the
-// first differing op as IR text. LOOM_EXPLAIN_RECOMPILES=1 prints each explanation to stderr.
-// metrics_report() summarizes them and warns about a name that compiles more than once per
-// two syncs after ten syncs. Also here: the persistent compile cache and IR dump settings.
-// Thread-safety: GraphName is per thread; the rest may be called
-// from any thread.
+// or dtype changed (by tree path, "args[0]['x']", for a compile() step or assume_pure), a static
+// argument of an assume_pure function whose value changed, or the first differing op as IR text.
+// LOOM_EXPLAIN_RECOMPILES=1 prints each explanation to stderr. metrics_report() summarizes them and
+// warns about a name that compiles more than once per two syncs after ten syncs. Also here: the
+// persistent compile cache and IR dump settings. Thread-safety: GraphName is per thread; the rest
+// may be called from any thread.
 #pragma once
 
 #include <cstdint>
@@ -43,14 +43,14 @@ struct RecompileReason {
     Evicted,         // the same graph compiled before and left the compile cache (LRU
                      // eviction, clear_compile_cache, or another backend)
   };
-  std::string graph;     // the graph name
-  int64_t compile = 0;   // this compile's number for the name (2: the first recompile)
+  std::string graph;    // the graph name
+  int64_t compile = 0;  // this compile's number for the name (2: the first recompile)
   Kind kind = Kind::Graph;
-  std::string message;   // one line: "input 0 changed shape: f32[8,512] -> f32[16,512]"
+  std::string message;  // one line: "input 0 changed shape: f32[8,512] -> f32[16,512]"
   int64_t input =
       -1;  // InputType: the first graph input that changed (Graph: the first differing one)
-  std::string path;      // InputType of a compiled step or assume_pure function: the tree path
-                         // of the first argument leaf that changed ("args[0]['x']")
+  std::string path;  // InputType of a compiled step or assume_pure function: the tree path
+                     // of the first argument leaf that changed ("args[0]['x']")
   std::string before, after;
 };
 const char* to_string(RecompileReason::Kind kind);
@@ -66,7 +66,7 @@ struct GraphMetrics {
   int64_t disk_hits = 0;   // compile-cache misses whose code all came from the disk cache
   double compile_seconds = 0, execute_seconds = 0;
   int64_t bytes_in = 0, bytes_out = 0;  // input and output bytes of every run
-  bool recompiling = false;  // more than one compile per two syncs after ten syncs
+  bool recompiling = false;             // more than one compile per two syncs after ten syncs
 };
 // One entry per graph name seen since the last reset_metrics(), sorted by name.
 std::vector<GraphMetrics> graph_metrics();

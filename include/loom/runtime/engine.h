@@ -26,9 +26,9 @@ inline constexpr int kFormatVersion = 1;
 
 struct CacheKey {
   Hash128 fingerprint;
-  uint64_t signature = 0;      // hash of the parameter types
-  std::string backend;         // backend name
-  uint64_t options = 0;        // CompileOptions::hash()
+  uint64_t signature = 0;  // hash of the parameter types
+  std::string backend;     // backend name
+  uint64_t options = 0;    // CompileOptions::hash()
   int format = kFormatVersion;
   friend bool operator==(const CacheKey&, const CacheKey&) = default;
 };

@@ -70,7 +70,8 @@ class Compiled {
     };
     const std::tuple<const Args&...> refs(args...);
     std::vector<Tensor> out = detail::run_step(*cache_, detail::call_key(refs), trace, &like);
-    if constexpr (!std::is_void_v<Ret>) return tree::unflatten(*static_cast<const Ret*>(like.get()), out);
+    if constexpr (!std::is_void_v<Ret>)
+      return tree::unflatten(*static_cast<const Ret*>(like.get()), out);
   }
 
  private:
@@ -81,7 +82,8 @@ class Compiled {
 template <class Fn>
 Compiled<std::decay_t<Fn>> compile(Fn&& fn, CompileOptions opts = {},
                                    std::source_location loc = std::source_location::current()) {
-  return Compiled<std::decay_t<Fn>>(std::forward<Fn>(fn), detail::make_step_cache(std::move(opts), loc));
+  return Compiled<std::decay_t<Fn>>(std::forward<Fn>(fn),
+                                    detail::make_step_cache(std::move(opts), loc));
 }
 
 }  // namespace loom

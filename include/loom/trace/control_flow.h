@@ -7,7 +7,8 @@
 //                                  [](const Tensor& i, const Tensor& x) {
 //                                    return std::tuple{i - 1, x + 1};
 //                                  },
-//                                  std::tuple{loom::tensor(int64_t{10}), loom::tensor(int64_t{3})});
+//                                  std::tuple{loom::tensor(int64_t{10}),
+//                                  loom::tensor(int64_t{3})});
 //   auto f = loom::assume_pure([](const Tensor& a, const Tensor& b, double c) {
 //     return loom::matmul(a, b) + c;
 //   });
@@ -99,7 +100,7 @@ struct StaticArg {
   std::shared_ptr<const void> value;
   bool (*equal)(const void*, const void*) = nullptr;
   std::string (*print)(const void*) = nullptr;  // the value as text, when printable
-  size_t arg = 0;  // its position among the call's arguments
+  size_t arg = 0;                               // its position among the call's arguments
 };
 // A call's arguments split for a cache: the argument types and tree structures, the static
 // values, and the tensor leaves (call_key below builds it). The leaves' tree paths
@@ -158,8 +159,9 @@ struct is_tree<std::tuple<Ts...>> : std::bool_constant<(is_tree<Ts>::value && ..
 
 // Static arguments are stored by value; string literals as std::string.
 template <class T>
-using stored_arg_t = std::conditional_t<!is_tree<T>::value && std::is_convertible_v<const T&, std::string_view>,
-                                        std::string, T>;
+using stored_arg_t =
+    std::conditional_t<!is_tree<T>::value && std::is_convertible_v<const T&, std::string_view>,
+                       std::string, T>;
 
 template <class T>
 concept Hashable = requires(const T& a, const T& b) {
@@ -200,8 +202,10 @@ void pure_arg(const T& a, size_t arg, CallKey* key) {
     tree::flatten(a, &key->leaves);
   } else {
     key->signature += "s";
-    if constexpr (!std::is_same_v<stored_arg_t<T>, T>) key->statics.push_back(make_static(stored_arg_t<T>(a)));
-    else key->statics.push_back(make_static(a));
+    if constexpr (!std::is_same_v<stored_arg_t<T>, T>)
+      key->statics.push_back(make_static(stored_arg_t<T>(a)));
+    else
+      key->statics.push_back(make_static(a));
     key->statics.back().arg = arg;
   }
   key->signature += ';';
@@ -248,8 +252,10 @@ std::vector<Tensor> flatten_result(const Ret& r, std::shared_ptr<const void>* li
 // Rebuilds one argument for the traced call: trees get the body's parameters.
 template <class T>
 stored_arg_t<T> pure_rebuild(const T& a, const std::vector<Tensor>& params, size_t* pos) {
-  if constexpr (is_tree<T>::value) return tree::unflatten(a, params, pos);
-  else return stored_arg_t<T>(a);
+  if constexpr (is_tree<T>::value)
+    return tree::unflatten(a, params, pos);
+  else
+    return stored_arg_t<T>(a);
 }
 
 // True when R converts to the one type of Ts (a body that returns a lone carried value).
@@ -296,9 +302,9 @@ auto scan(Fn&& fn, const Carry& init, const Xs& xs, ScanOptions opts = {},
   using Y = std::decay_t<std::tuple_element_t<1, Ret>>;
   static_assert(std::is_convertible_v<NewCarry, Carry>,
                 "loom::scan: the body must return a carry of the init's type");
-  static_assert(detail::is_tree<Carry>::value && detail::is_tree<Xs>::value &&
-                    detail::is_tree<Y>::value,
-                "loom::scan: init, xs and the body's y must be trees of tensors");
+  static_assert(
+      detail::is_tree<Carry>::value && detail::is_tree<Xs>::value && detail::is_tree<Y>::value,
+      "loom::scan: init, xs and the body's y must be trees of tensors");
   const detail::Site site{"scan", "body", loc};
   std::vector<Tensor> init_leaves, xs_leaves;
   std::vector<std::string> init_paths = detail::leaf_paths(init, "carry", &init_leaves);
@@ -384,8 +390,7 @@ Tensor fori_index(const Tensor& index, const LoopBound& lower);
 // tensor. lower >= upper runs no trip. Integer bounds make it a scan (differentiable);
 // tensor bounds a while loop.
 template <class BodyFn, class... Ts>
-std::tuple<Ts...> fori_loop(LoopBound lower, LoopBound upper, BodyFn&& body,
-                            const Ts&... carried) {
+std::tuple<Ts...> fori_loop(LoopBound lower, LoopBound upper, BodyFn&& body, const Ts&... carried) {
   static_assert(sizeof...(Ts) >= 1, "loom::fori_loop: carry at least one value");
   std::tuple<Ts...> init{carried...};
   auto step = [&](const Tensor& i, const std::tuple<Ts...>& c) {
@@ -413,12 +418,12 @@ std::tuple<Ts...> fori_loop(LoopBound lower, LoopBound upper, BodyFn&& body,
   }
   Tensor lo = lower.tensor.defined() ? lower.tensor : loom::tensor(lower.value);
   Tensor hi = upper.tensor.defined() ? upper.tensor : loom::tensor(upper.value);
-  auto r = while_loop(
-      [&](const Tensor& i, const std::tuple<Ts...>&) { return i < hi; },
-      [&](const Tensor& i, const std::tuple<Ts...>& c) {
-        return std::tuple<Tensor, std::tuple<Ts...>>{i + int64_t{1}, step(i, c)};
-      },
-      std::tuple<Tensor, std::tuple<Ts...>>{loom::to(lo, DType::Int64), init}, lower.loc);
+  auto r = while_loop([&](const Tensor& i, const std::tuple<Ts...>&) { return i < hi; },
+                      [&](const Tensor& i, const std::tuple<Ts...>& c) {
+                        return std::tuple<Tensor, std::tuple<Ts...>>{i + int64_t{1}, step(i, c)};
+                      },
+                      std::tuple<Tensor, std::tuple<Ts...>>{loom::to(lo, DType::Int64), init},
+                      lower.loc);
   return std::get<1>(r);
 }
 
@@ -438,7 +443,8 @@ class Pure {
     detail::FlatFn trace = [&](const std::vector<Tensor>& params) {
       size_t pos = 0;
       // Braced initialization evaluates left to right: parameters are taken in order.
-      std::tuple<detail::stored_arg_t<Args>...> rebuilt{detail::pure_rebuild(args, params, &pos)...};
+      std::tuple<detail::stored_arg_t<Args>...> rebuilt{
+          detail::pure_rebuild(args, params, &pos)...};
       return detail::flatten_result(std::apply(fn_, rebuilt), &like);
     };
     const std::tuple<const Args&...> refs(args...);
@@ -459,8 +465,8 @@ Pure<std::decay_t<Fn>> assume_pure(Fn&& fn, PureOptions opts = {},
   // `assume_pure([](...) {...})(x)` written inside a loop still traces once.
   if constexpr (std::is_empty_v<F> && std::is_default_constructible_v<F>) {
     static const std::shared_ptr<detail::PureCache> shared = detail::make_pure_cache(opts, loc);
-    return Pure<F>(std::forward<Fn>(fn), opts.check_purity ? detail::make_pure_cache(opts, loc)
-                                                           : shared);
+    return Pure<F>(std::forward<Fn>(fn),
+                   opts.check_purity ? detail::make_pure_cache(opts, loc) : shared);
   } else {
     return Pure<F>(std::forward<Fn>(fn), detail::make_pure_cache(opts, loc));
   }

@@ -118,8 +118,8 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index,
               std::source_location loc = std::source_location::current());
 
 // neural-network functions
-Tensor layer_norm(const Tensor& x, std::vector<int64_t> normalized_shape,
-                  const Tensor& weight = {}, const Tensor& bias = {}, double eps = 1e-5);
+Tensor layer_norm(const Tensor& x, std::vector<int64_t> normalized_shape, const Tensor& weight = {},
+                  const Tensor& bias = {}, double eps = 1e-5);
 Tensor embedding(const Tensor& indices, const Tensor& weight,
                  std::source_location loc = std::source_location::current());
 Tensor dropout(const Tensor& x, double p, bool training = true);

@@ -111,8 +111,8 @@ struct Traits<std::vector<T>> : detail::SeqTraits<std::vector<T>> {
 
 template <class T, size_t N>
 struct Traits<std::array<T, N>> : detail::SeqTraits<std::array<T, N>> {
-  static std::array<T, N> unflatten(const std::array<T, N>& like,
-                                    const std::vector<Tensor>& leaves, size_t* pos) {
+  static std::array<T, N> unflatten(const std::array<T, N>& like, const std::vector<Tensor>& leaves,
+                                    size_t* pos) {
     std::array<T, N> r;
     for (size_t i = 0; i < N; ++i) r[i] = tree::unflatten(like[i], leaves, pos);
     return r;
@@ -148,9 +148,11 @@ struct Traits<std::tuple<Ts...>> {
   static void flatten(const Tup& t, std::vector<Tensor>* leaves, std::vector<std::string>* paths,
                       const std::string& path) {
     size_t i = 0;
-    std::apply([&](const auto&... x) {
-      (tree::flatten(x, leaves, paths, path + "[" + std::to_string(i++) + "]"), ...);
-    }, t);
+    std::apply(
+        [&](const auto&... x) {
+          (tree::flatten(x, leaves, paths, path + "[" + std::to_string(i++) + "]"), ...);
+        },
+        t);
   }
   static std::string structure(const Tup& t) {
     std::string r = "(";
@@ -187,9 +189,12 @@ template <>
 struct Traits<Tree> {
   static void flatten(const Tree& t, std::vector<Tensor>* leaves, std::vector<std::string>* paths,
                       const std::string& path) {
-    if (t.is_leaf()) tree::flatten(t.leaf(), leaves, paths, path);
-    else if (t.is_list()) tree::flatten(t.list(), leaves, paths, path);
-    else tree::flatten(t.dict(), leaves, paths, path);
+    if (t.is_leaf())
+      tree::flatten(t.leaf(), leaves, paths, path);
+    else if (t.is_list())
+      tree::flatten(t.list(), leaves, paths, path);
+    else
+      tree::flatten(t.dict(), leaves, paths, path);
   }
   static std::string structure(const Tree& t) {
     if (t.is_leaf()) return "T";

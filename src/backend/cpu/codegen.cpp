@@ -120,8 +120,10 @@ class Emitter {
     row_scalars_.clear();
     for (size_t si = 0; si < k_->stages.size(); ++si) {
       const Stage& s = k_->stages[si];
-      if (s.reduce) reduce_stage(s, oc);
-      else elementwise_stage(s, oc);
+      if (s.reduce)
+        reduce_stage(s, oc);
+      else
+        elementwise_stage(s, oc);
     }
   }
 
@@ -142,15 +144,18 @@ class Emitter {
       hi = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, b_.getInt64(k_->chunk),
                                     b_.CreateSub(b_.getInt64(n), base));
     }
-    loop(lo, hi, [&](Value* i) {
-      vars_.assign(oc.begin(), oc.begin() + static_cast<long>(r - 1));
-      vars_.push_back(k_->chunk > 0 ? b_.CreateAdd(base, i) : i);
-      memo_.clear();
-      Coords c(r);
-      for (size_t d = 0; d < r; ++d) c[d] = var(d, r);
-      Value* v = computes ? compute(s.node, c) : eval(s.node, c);
-      store(s.out_buf, s.out_offset, s.out_strides, c, v, g_.node(s.node).type.dtype);
-    }, /*parallel=*/true);
+    loop(
+        lo, hi,
+        [&](Value* i) {
+          vars_.assign(oc.begin(), oc.begin() + static_cast<long>(r - 1));
+          vars_.push_back(k_->chunk > 0 ? b_.CreateAdd(base, i) : i);
+          memo_.clear();
+          Coords c(r);
+          for (size_t d = 0; d < r; ++d) c[d] = var(d, r);
+          Value* v = computes ? compute(s.node, c) : eval(s.node, c);
+          store(s.out_buf, s.out_offset, s.out_strides, c, v, g_.node(s.node).type.dtype);
+        },
+        /*parallel=*/true);
   }
 
   // ---- reductions --------------------------------------------------------------------
@@ -191,11 +196,14 @@ class Emitter {
         return;
       }
       int64_t ext = s.shape[s.reduced[level]];
-      loop(b_.getInt64(0), b_.getInt64(ext), [&](Value* iv) {
-        rv[level] = iv;
-        Value* f = flat_in ? b_.CreateAdd(b_.CreateMul(flat_in, b_.getInt64(ext)), iv) : iv;
-        nest(level + 1, f);
-      }, /*parallel=*/level + 1 == s.reduced.size());
+      loop(
+          b_.getInt64(0), b_.getInt64(ext),
+          [&](Value* iv) {
+            rv[level] = iv;
+            Value* f = flat_in ? b_.CreateAdd(b_.CreateMul(flat_in, b_.getInt64(ext)), iv) : iv;
+            nest(level + 1, f);
+          },
+          /*parallel=*/level + 1 == s.reduced.size());
     };
     nest(0, flat);
     Value* result = argmax ? b_.CreateLoad(b_.getInt64Ty(), idx) : b_.CreateLoad(ct, acc);
@@ -209,8 +217,10 @@ class Emitter {
       for (size_t d = 0; d < r; ++d) {
         bool is_red = std::find(s.reduced.begin(), s.reduced.end(), static_cast<int64_t>(d)) !=
                       s.reduced.end();
-        if (!is_red) c.push_back(var(j++, r));
-        else if (red.attrs.flag) c.push_back(Affine{});
+        if (!is_red)
+          c.push_back(var(j++, r));
+        else if (red.attrs.flag)
+          c.push_back(Affine{});
       }
       store(s.out_buf, 0, s.out_strides, c, result, red.type.dtype);
     }
@@ -219,15 +229,18 @@ class Emitter {
   Value* reduce_init(OpKind op, DType dt, llvm::Type* ct) {
     bool fl = is_floating(dt);
     switch (op) {
-      case OpKind::ReduceSum: return fl ? llvm::ConstantFP::get(ct, 0.0) : llvm::ConstantInt::get(ct, 0);
+      case OpKind::ReduceSum:
+        return fl ? llvm::ConstantFP::get(ct, 0.0) : llvm::ConstantInt::get(ct, 0);
       case OpKind::ReduceMin:
         if (dt == DType::Bool) return b_.getTrue();
         return fl ? llvm::ConstantFP::getInfinity(ct, false)
-                  : llvm::ConstantInt::get(ct, llvm::APInt::getSignedMaxValue(ct->getIntegerBitWidth()));
+                  : llvm::ConstantInt::get(
+                        ct, llvm::APInt::getSignedMaxValue(ct->getIntegerBitWidth()));
       default:  // max, argmax
         if (dt == DType::Bool) return b_.getFalse();
         return fl ? llvm::ConstantFP::getInfinity(ct, true)
-                  : llvm::ConstantInt::get(ct, llvm::APInt::getSignedMinValue(ct->getIntegerBitWidth()));
+                  : llvm::ConstantInt::get(
+                        ct, llvm::APInt::getSignedMinValue(ct->getIntegerBitWidth()));
     }
   }
 
@@ -279,8 +292,8 @@ class Emitter {
     return v;
   }
 
-  Value* address(int plan_buf, int64_t offset, const std::vector<int64_t>& strides,
-                 const Coords& c, DType dt) {
+  Value* address(int plan_buf, int64_t offset, const std::vector<int64_t>& strides, const Coords& c,
+                 DType dt) {
     return b_.CreateInBoundsGEP(storage_type(dt), ptrs_[local_.at(plan_buf)],
                                 affine(linear(strides, c, offset)));
   }
@@ -311,7 +324,8 @@ class Emitter {
     auto rs = row_scalars_.find(n);
     if (rs != row_scalars_.end()) return rs->second;
     if (p_.buf_of[n] >= 0)
-      return load(p_.buf_of[n], contiguous_strides(g_.node(n).type.shape), c, g_.node(n).type.dtype);
+      return load(p_.buf_of[n], contiguous_strides(g_.node(n).type.shape), c,
+                  g_.node(n).type.dtype);
     return compute(n, c);
   }
 
@@ -338,11 +352,9 @@ class Emitter {
         return eval(node.operands[0].node, operand_coords(g_, n, 0, c));
       case OpKind::Permute:
       case OpKind::Expand:
-      case OpKind::Slice:
-        return eval(node.operands[0].node, operand_coords(g_, n, 0, c));
+      case OpKind::Slice: return eval(node.operands[0].node, operand_coords(g_, n, 0, c));
       case OpKind::RandUniform:
-      case OpKind::RandNormal:
-        return random(node, c);
+      case OpKind::RandNormal: return random(node, c);
       default: break;
     }
     std::vector<Value*> xs;
@@ -372,7 +384,8 @@ class Emitter {
 
   Value* lane(const std::array<Value*, 4>& r, Value* which) {  // r[which], which in 0..3
     Value* v = r[0];
-    for (int k = 1; k < 4; ++k) v = b_.CreateSelect(b_.CreateICmpEQ(which, b_.getInt64(k)), r[k], v);
+    for (int k = 1; k < 4; ++k)
+      v = b_.CreateSelect(b_.CreateICmpEQ(which, b_.getInt64(k)), r[k], v);
     return v;
   }
 
@@ -401,11 +414,14 @@ class Emitter {
       Value* u1 = to_unit(lane(r, first), 1);
       Value* u2 = to_unit(lane(r, b_.CreateAdd(first, b_.getInt64(1))), 0);
       auto call = [&](const char* fname, Value* arg) {  // libm, as the reference calls it
-        llvm::FunctionCallee f = m_.getOrInsertFunction(fname, llvm::FunctionType::get(f64, {f64}, false));
+        llvm::FunctionCallee f =
+            m_.getOrInsertFunction(fname, llvm::FunctionType::get(f64, {f64}, false));
         return b_.CreateCall(f, {arg});
       };
-      Value* radius = call("sqrt", b_.CreateFMul(llvm::ConstantFP::get(f64, -2.0), call("log", u1)));
-      x = b_.CreateFMul(radius, call("cos", b_.CreateFMul(llvm::ConstantFP::get(f64, 6.283185307179586), u2)));
+      Value* radius =
+          call("sqrt", b_.CreateFMul(llvm::ConstantFP::get(f64, -2.0), call("log", u1)));
+      x = b_.CreateFMul(
+          radius, call("cos", b_.CreateFMul(llvm::ConstantFP::get(f64, 6.283185307179586), u2)));
     }
     return convert(x, DType::Float64, node.type.dtype);
   }
@@ -413,7 +429,8 @@ class Emitter {
   Value* constant(const ir::Node& node, DType dt) {
     double f = node.attrs.f;
     if (dt == DType::Bool) return b_.getInt1(f != 0);
-    if (is_integral(dt)) return llvm::ConstantInt::get(compute_type(dt), static_cast<uint64_t>(std::llround(f)), true);
+    if (is_integral(dt))
+      return llvm::ConstantInt::get(compute_type(dt), static_cast<uint64_t>(std::llround(f)), true);
     return round_to(llvm::ConstantFP::get(compute_type(dt), f), dt);
   }
 
@@ -448,16 +465,29 @@ class Emitter {
         bool mx = op == OpKind::Maximum;
         if (in == DType::Bool) return mx ? b_.CreateOr(x[0], x[1]) : b_.CreateAnd(x[0], x[1]);
         if (fl) return float_extremum(mx, x[0], x[1]);
-        return b_.CreateBinaryIntrinsic(mx ? llvm::Intrinsic::smax : llvm::Intrinsic::smin, x[0], x[1]);
+        return b_.CreateBinaryIntrinsic(mx ? llvm::Intrinsic::smax : llvm::Intrinsic::smin, x[0],
+                                        x[1]);
       }
       case OpKind::And: return b_.CreateAnd(x[0], x[1]);
       case OpKind::Or: return b_.CreateOr(x[0], x[1]);
       case OpKind::Eq: return fl ? b_.CreateFCmpOEQ(x[0], x[1]) : b_.CreateICmpEQ(x[0], x[1]);
       case OpKind::Ne: return fl ? b_.CreateFCmpUNE(x[0], x[1]) : b_.CreateICmpNE(x[0], x[1]);
-      case OpKind::Lt: return fl ? b_.CreateFCmpOLT(x[0], x[1]) : in == DType::Bool ? b_.CreateICmpULT(x[0], x[1]) : b_.CreateICmpSLT(x[0], x[1]);
-      case OpKind::Le: return fl ? b_.CreateFCmpOLE(x[0], x[1]) : in == DType::Bool ? b_.CreateICmpULE(x[0], x[1]) : b_.CreateICmpSLE(x[0], x[1]);
-      case OpKind::Gt: return fl ? b_.CreateFCmpOGT(x[0], x[1]) : in == DType::Bool ? b_.CreateICmpUGT(x[0], x[1]) : b_.CreateICmpSGT(x[0], x[1]);
-      case OpKind::Ge: return fl ? b_.CreateFCmpOGE(x[0], x[1]) : in == DType::Bool ? b_.CreateICmpUGE(x[0], x[1]) : b_.CreateICmpSGE(x[0], x[1]);
+      case OpKind::Lt:
+        return fl                  ? b_.CreateFCmpOLT(x[0], x[1])
+               : in == DType::Bool ? b_.CreateICmpULT(x[0], x[1])
+                                   : b_.CreateICmpSLT(x[0], x[1]);
+      case OpKind::Le:
+        return fl                  ? b_.CreateFCmpOLE(x[0], x[1])
+               : in == DType::Bool ? b_.CreateICmpULE(x[0], x[1])
+                                   : b_.CreateICmpSLE(x[0], x[1]);
+      case OpKind::Gt:
+        return fl                  ? b_.CreateFCmpOGT(x[0], x[1])
+               : in == DType::Bool ? b_.CreateICmpUGT(x[0], x[1])
+                                   : b_.CreateICmpSGT(x[0], x[1]);
+      case OpKind::Ge:
+        return fl                  ? b_.CreateFCmpOGE(x[0], x[1])
+               : in == DType::Bool ? b_.CreateICmpUGE(x[0], x[1])
+                                   : b_.CreateICmpSGE(x[0], x[1]);
       case OpKind::Where: return b_.CreateSelect(x[0], x[1], x[2]);
       default: break;
     }
@@ -559,7 +589,8 @@ class Emitter {
     switch (dt) {
       case DType::Bool: return b_.CreateICmpNE(v, b_.getInt8(0));
       case DType::BFloat16:
-        return b_.CreateBitCast(b_.CreateShl(b_.CreateZExt(v, b_.getInt32Ty()), 16), b_.getFloatTy());
+        return b_.CreateBitCast(b_.CreateShl(b_.CreateZExt(v, b_.getInt32Ty()), 16),
+                                b_.getFloatTy());
       case DType::Float16: return b_.CreateFPExt(v, b_.getFloatTy());
       default: return v;
     }
@@ -624,7 +655,8 @@ std::vector<CompiledKernel> compile_kernels(const ir::Graph& g, const Plan& plan
         for (size_t j = 0; j < out[i].bufs.size(); ++j)
           if (out[i].bufs[j] == b) out[i].out_arg = static_cast<int>(j);
         LOOM_ASSERT(out[i].out_arg >= 0);
-        out[i].out_shift_bytes = k.out_shift * static_cast<int64_t>(itemsize(plan.bufs[b].type.dtype));
+        out[i].out_shift_bytes =
+            k.out_shift * static_cast<int64_t>(itemsize(plan.bufs[b].type.dtype));
       }
       out[i].name = plan.kernels[i].name;
       auto it = cache().fns.find(descs[i].text);

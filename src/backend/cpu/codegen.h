@@ -10,9 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "loom/backend/backend.h"
-
 #include "backend/cpu/plan.h"
+#include "loom/backend/backend.h"
 
 namespace loom::cpu {
 
@@ -25,7 +24,7 @@ struct CompiledKernel {
   int64_t work = 0;       // elements touched per outer point (to decide on threading)
   int out_arg = -1;       // the argument that KernelSpec::out_shift moves, and by how much
   int64_t out_shift_bytes = 0;
-  std::string name;       // the plan's kernel name (profiles)
+  std::string name;  // the plan's kernel name (profiles)
 };
 
 // While set (by the executable being compiled, on its thread), compile_kernels counts its

@@ -54,16 +54,15 @@ class CpuExecutable final : public Executable {
         case Step::Loop:
           for (int b : st.outs) touch(si, b);
           break;
-        case Step::MatMul:
-          touch(si, plan.buf_of[st.node]);
-          break;
+        case Step::MatMul: touch(si, plan.buf_of[st.node]); break;
       }
     }
     for (size_t b = 0; b < plan.bufs.size(); ++b)  // outputs nobody writes (0-size): allocate
       if (!seen[b] && plan.bufs[b].kind == cpu::BufferInfo::Output) unwritten_.push_back(b);
     views_of_.assign(plan.bufs.size(), {});
     for (size_t b = 0; b < plan.bufs.size(); ++b)
-      if (plan.bufs[b].kind == cpu::BufferInfo::View) views_of_[plan.bufs[b].base].push_back(static_cast<int>(b));
+      if (plan.bufs[b].kind == cpu::BufferInfo::View)
+        views_of_[plan.bufs[b].base].push_back(static_cast<int>(b));
   }
 
   // Counts the modules compile_program generates or loads into *info.

@@ -9,9 +9,8 @@
 #include <utility>
 #include <vector>
 
-#include "loom/core/hash.h"
-
 #include "backend/cpu/codegen_impl.h"
+#include "loom/core/hash.h"
 
 namespace loom::cpu::detail {
 
@@ -112,8 +111,10 @@ class Describer {
 
   void op_text(NodeId n) {
     const ir::Node& node = g_.node(n);
-    if (hash_) hash_->add(static_cast<uint64_t>(node.op) ^ 0x6f70000000000000ULL);
-    else put(ir::op_name(node.op));
+    if (hash_)
+      hash_->add(static_cast<uint64_t>(node.op) ^ 0x6f70000000000000ULL);
+    else
+      put(ir::op_name(node.op));
     put(":");
     put_type(node.type);
     put("[");

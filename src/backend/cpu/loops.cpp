@@ -117,8 +117,9 @@ void run_while(const LoopProgram& l, void* const* ptr, char* scratch) {
   uint8_t go = 0;  // bool[]: one byte
   cf[cond.plan.output_bufs[0]] = &go;
   auto state = [&](int set, int64_t k) -> void* {
-    return set < 0 ? ptr[l.operands[k]]
-                   : set == 0 ? ptr[l.results[k]] : scratch + l.carry_offset[k];
+    return set < 0    ? ptr[l.operands[k]]
+           : set == 0 ? ptr[l.results[k]]
+                      : scratch + l.carry_offset[k];
   };
   int cur = -1;  // -1: the operands, 0: the result buffers, 1: the scratch set
   for (;;) {

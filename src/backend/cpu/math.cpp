@@ -29,7 +29,8 @@ Value* Math::exp_f32(Value* x) {
   auto* i32 = b_.getInt32Ty();
   // Clamped so that n stays in [-150, 128]; the two-factor scale below covers it exactly.
   Value* xc = b_.CreateMinNum(b_.CreateMaxNum(x, c(-104.0)), c(88.8));
-  Value* n = b_.CreateUnaryIntrinsic(llvm::Intrinsic::rint, b_.CreateFMul(xc, c(1.44269504088896341)));
+  Value* n =
+      b_.CreateUnaryIntrinsic(llvm::Intrinsic::rint, b_.CreateFMul(xc, c(1.44269504088896341)));
   Value* r = b_.CreateFSub(xc, b_.CreateFMul(n, c(0.693359375)));
   r = b_.CreateFSub(r, b_.CreateFMul(n, c(-2.12194440e-4)));
   Value* p = poly(r, {1.9875691500E-4, 1.3981999507E-3, 8.3334519073E-3, 4.1665795894E-2,
@@ -59,15 +60,15 @@ Value* Math::log(Value* x) {
   Value* bits = b_.CreateBitCast(xs, i32);
   Value* e = b_.CreateSub(b_.CreateLShr(bits, 23), b_.getInt32(126));  // m in [0.5, 1)
   e = b_.CreateSub(e, b_.CreateSelect(tiny, b_.getInt32(23), b_.getInt32(0)));
-  Value* m = b_.CreateBitCast(b_.CreateOr(b_.CreateAnd(bits, b_.getInt32(0x007fffff)),
-                                          b_.getInt32(0x3f000000)), f32);
+  Value* m = b_.CreateBitCast(
+      b_.CreateOr(b_.CreateAnd(bits, b_.getInt32(0x007fffff)), b_.getInt32(0x3f000000)), f32);
   Value* small = b_.CreateFCmpOLT(m, c(0.707106781186547524));
   Value* ef = b_.CreateSIToFP(b_.CreateSub(e, b_.CreateZExt(small, i32)), f32);
   m = b_.CreateFSub(b_.CreateSelect(small, b_.CreateFAdd(m, m), m), c(1.0));
   Value* z = b_.CreateFMul(m, m);
-  Value* y = poly(m, {7.0376836292E-2, -1.1514610310E-1, 1.1676998740E-1, -1.2420140846E-1,
-                      1.4249322787E-1, -1.6668057665E-1, 2.0000714765E-1, -2.4999993993E-1,
-                      3.3333331174E-1});
+  Value* y = poly(
+      m, {7.0376836292E-2, -1.1514610310E-1, 1.1676998740E-1, -1.2420140846E-1, 1.4249322787E-1,
+          -1.6668057665E-1, 2.0000714765E-1, -2.4999993993E-1, 3.3333331174E-1});
   y = b_.CreateFMul(b_.CreateFMul(y, m), z);
   y = b_.CreateFAdd(y, b_.CreateFMul(ef, c(-2.12194440e-4)));
   y = b_.CreateFSub(y, b_.CreateFMul(z, c(0.5)));

@@ -103,32 +103,62 @@ Coords operand_coords(const ir::Graph& g, NodeId n, size_t k, const Coords& c) {
       }
       return r;
     }
-    default:
-      return broadcast(out, in, c);  // elementwise and expand
+    default: return broadcast(out, in, c);  // elementwise and expand
   }
 }
 
 Lowering lowering(OpKind op, DType dt) {
   switch (op) {
-    case OpKind::Parameter: case OpKind::Constant: case OpKind::Iota: case OpKind::Neg:
-    case OpKind::Abs: case OpKind::Exp: case OpKind::Log: case OpKind::Sqrt: case OpKind::Tanh:
-    case OpKind::Sin: case OpKind::Cos: case OpKind::Erf: case OpKind::Not: case OpKind::Convert:
-    case OpKind::Add: case OpKind::Sub: case OpKind::Mul: case OpKind::Div:
-    case OpKind::Maximum: case OpKind::Minimum: case OpKind::And: case OpKind::Or:
-    case OpKind::Eq: case OpKind::Ne: case OpKind::Lt: case OpKind::Le: case OpKind::Gt:
-    case OpKind::Ge: case OpKind::Where: case OpKind::ReduceSum: case OpKind::ReduceMax:
-    case OpKind::ReduceMin: case OpKind::ArgMax: case OpKind::Reshape: case OpKind::Permute:
-    case OpKind::Expand: case OpKind::Slice: case OpKind::Concat: case OpKind::RandUniform:
-    case OpKind::RandNormal:
-      return Lowering::Fused;
+    case OpKind::Parameter:
+    case OpKind::Constant:
+    case OpKind::Iota:
+    case OpKind::Neg:
+    case OpKind::Abs:
+    case OpKind::Exp:
+    case OpKind::Log:
+    case OpKind::Sqrt:
+    case OpKind::Tanh:
+    case OpKind::Sin:
+    case OpKind::Cos:
+    case OpKind::Erf:
+    case OpKind::Not:
+    case OpKind::Convert:
+    case OpKind::Add:
+    case OpKind::Sub:
+    case OpKind::Mul:
+    case OpKind::Div:
+    case OpKind::Maximum:
+    case OpKind::Minimum:
+    case OpKind::And:
+    case OpKind::Or:
+    case OpKind::Eq:
+    case OpKind::Ne:
+    case OpKind::Lt:
+    case OpKind::Le:
+    case OpKind::Gt:
+    case OpKind::Ge:
+    case OpKind::Where:
+    case OpKind::ReduceSum:
+    case OpKind::ReduceMax:
+    case OpKind::ReduceMin:
+    case OpKind::ArgMax:
+    case OpKind::Reshape:
+    case OpKind::Permute:
+    case OpKind::Expand:
+    case OpKind::Slice:
+    case OpKind::Concat:
+    case OpKind::RandUniform:
+    case OpKind::RandNormal: return Lowering::Fused;
     case OpKind::Pow:  // integer powers loop over the exponent's bits: the reference's
       return is_floating(dt) ? Lowering::Fused : Lowering::Fallback;
     case OpKind::MatMul:  // OpenBLAS has no integer or half-precision products
       return dt == DType::Float32 || dt == DType::Float64 ? Lowering::Blas : Lowering::Fallback;
-    case OpKind::Gather: case OpKind::IndexSelect:  // data-dependent addresses, bounds checks
+    case OpKind::Gather:
+    case OpKind::IndexSelect:  // data-dependent addresses, bounds checks
       return Lowering::Fallback;
-    case OpKind::Call: case OpKind::Scan: case OpKind::While:
-      return Lowering::Loop;
+    case OpKind::Call:
+    case OpKind::Scan:
+    case OpKind::While: return Lowering::Loop;
   }
   LOOM_ASSERT(false);
   return Lowering::Fallback;
@@ -434,8 +464,8 @@ class Planner {
     if (can_merge) {
       KernelSpec& k = plan_.kernels[plan_.steps.back().kernel];
       // A few stages per kernel: a row stays in cache, and functions stay small to compile.
-      can_merge = k.chunk == 0 && mergeable_kernel_[plan_.steps.back().kernel] && k.outer == outer &&
-                  k.stages.size() < kMaxStages && row_local(k, s);
+      can_merge = k.chunk == 0 && mergeable_kernel_[plan_.steps.back().kernel] &&
+                  k.outer == outer && k.stages.size() < kMaxStages && row_local(k, s);
     }
     if (can_merge) {
       plan_.kernels[plan_.steps.back().kernel].stages.push_back(std::move(s));
@@ -520,8 +550,10 @@ class Planner {
     if (ir::has_trait(node.op, ir::kReduce)) {
       const Shape& in = g_.type(node.operands[0]).shape;
       std::vector<int64_t> red;
-      if (node.op == OpKind::ArgMax) red = {node.attrs.i};
-      else red.assign(node.attrs.ints.begin(), node.attrs.ints.end());
+      if (node.op == OpKind::ArgMax)
+        red = {node.attrs.i};
+      else
+        red.assign(node.attrs.ints.begin(), node.attrs.ints.end());
       size_t od = 0;
       for (int64_t d = 0; d < in.rank(); ++d) {
         bool r = std::find(red.begin(), red.end(), d) != red.end();
@@ -574,7 +606,8 @@ class Planner {
         if (b < 0) continue;
         last[b] = static_cast<int>(si);
         if (plan_.bufs[b].kind == BufferInfo::View)
-          view_last_[plan_.bufs[b].base] = std::max(view_last_[plan_.bufs[b].base], static_cast<int>(si));
+          view_last_[plan_.bufs[b].base] =
+              std::max(view_last_[plan_.bufs[b].base], static_cast<int>(si));
       }
     }
     for (size_t b = 0; b < plan_.bufs.size(); ++b)
@@ -628,10 +661,11 @@ class Planner {
         if (in.kind != BufferInfo::Input || in.type.nbytes() != plan_.bufs[ob].type.nbytes())
           continue;
         // A view of the input read at step s reads it where in_place does not look.
-        bool ok = view_last_[ib] < s && (last_use_[ib] < s ||
-                  (last_use_[ib] == s && plan_.steps[s].kind == Step::Kernel &&
-                   in_place(plan_.kernels[plan_.steps[s].kernel], static_cast<int>(ob),
-                            static_cast<int>(ib))));
+        bool ok =
+            view_last_[ib] < s &&
+            (last_use_[ib] < s || (last_use_[ib] == s && plan_.steps[s].kind == Step::Kernel &&
+                                   in_place(plan_.kernels[plan_.steps[s].kernel],
+                                            static_cast<int>(ob), static_cast<int>(ib))));
         if (ok) plan_.donors[ob].push_back(in.index);
       }
     }
@@ -675,13 +709,13 @@ class Planner {
   const ir::Graph& g_;
   size_t n_;
   const std::vector<std::vector<NodeId>>& results_;  // see split_results
-  std::vector<bool> stand_in_;  // result k >= 1 of a multi-result node: no step of its own
-  std::vector<int> last_use_;  // per buffer: the last step that touches it
+  std::vector<bool> stand_in_;        // result k >= 1 of a multi-result node: no step of its own
+  std::vector<int> last_use_;         // per buffer: the last step that touches it
   std::vector<uint32_t> visit_mark_;  // collect_leaf_bufs: nodes seen in the current walk
   uint32_t visit_stamp_ = 0;
   std::vector<int> view_last_;  // per buffer: the last step that reads a view of it
   bool allow_views_ = false;
-  std::vector<uint8_t> view_;   // per node: a View buffer
+  std::vector<uint8_t> view_;  // per node: a View buffer
   std::vector<bool> has_buf_;
   std::vector<bool> mergeable_kernel_;
   std::vector<std::pair<NodeId, int>> output_copies_;

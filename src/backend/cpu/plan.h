@@ -49,24 +49,24 @@ struct BufferInfo {
   enum Kind { Input, Temp, Output, View };
   Kind kind;
   TensorType type;
-  int index = -1;  // parameter position (Input) or output position (Output)
-  int base = -1;         // View: the buffer it lies in (never itself a view)
-  int64_t offset = 0;    // View: elements from the start of `base`
+  int index = -1;      // parameter position (Input) or output position (Output)
+  int base = -1;       // View: the buffer it lies in (never itself a view)
+  int64_t offset = 0;  // View: elements from the start of `base`
 };
 
 struct Stage {
   bool reduce = false;
-  NodeId node = 0;         // value stored (elementwise) or the reduction node (reduce)
-  int out_buf = -1;        // -1: a reduction kept only in a register (a row scalar)
-  int64_t out_offset = 0;  // elements (concat pieces)
+  NodeId node = 0;                   // value stored (elementwise) or the reduction node (reduce)
+  int out_buf = -1;                  // -1: a reduction kept only in a register (a row scalar)
+  int64_t out_offset = 0;            // elements (concat pieces)
   std::vector<int64_t> out_strides;  // of the destination buffer, over the stage's coords
-  Shape shape;             // iteration shape: the value (elementwise) or the reduction input
-  std::vector<int64_t> reduced;      // reduce: axes of `shape` reduced (trailing when merged)
+  Shape shape;                   // iteration shape: the value (elementwise) or the reduction input
+  std::vector<int64_t> reduced;  // reduce: axes of `shape` reduced (trailing when merged)
 };
 
 struct KernelSpec {
-  Shape outer;             // the space split across threads
-  int64_t chunk = 0;       // > 0: elementwise over a long last axis split in chunks
+  Shape outer;        // the space split across threads
+  int64_t chunk = 0;  // > 0: elementwise over a long last axis split in chunks
   std::vector<Stage> stages;
   std::string name;
   // Elements the output pointer moves at run time (a concat piece writes at its offset), so
@@ -76,10 +76,10 @@ struct KernelSpec {
 
 // A matmul operand as a strided view of a buffer BLAS can read without a copy.
 struct BlasView {
-  NodeId base = 0;                 // node holding the buffer
+  NodeId base = 0;  // node holding the buffer
   int64_t offset = 0;
-  std::vector<int64_t> strides;    // per dim of the operand
-  bool trans = false;              // how BLAS reads the matrix (the last two dims)
+  std::vector<int64_t> strides;  // per dim of the operand
+  bool trans = false;            // how BLAS reads the matrix (the last two dims)
   int64_t ld = 1;
 };
 
@@ -89,10 +89,10 @@ struct BlasView {
 struct Step {
   enum Kind { Kernel, MatMul, Ref, Loop };
   Kind kind;
-  int kernel = -1;      // Kernel
-  NodeId node = 0;      // MatMul, Ref, Loop
-  std::vector<int> release;  // temp buffers whose last use is this step
-  std::vector<int> outs;     // Ref, Loop: the buffers of the node's results, in order
+  int kernel = -1;              // Kernel
+  NodeId node = 0;              // MatMul, Ref, Loop
+  std::vector<int> release;     // temp buffers whose last use is this step
+  std::vector<int> outs;        // Ref, Loop: the buffers of the node's results, in order
   std::vector<BlasView> views;  // MatMul: how BLAS reads each operand (no walks at run time)
 };
 

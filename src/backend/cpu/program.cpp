@@ -89,8 +89,10 @@ void run_profiled(const char* cat, const std::string& name, int64_t tasks, const
     profile::record(cat, name, t0, profile::now_us(),
                     "\"task\": " + std::to_string(t) + ", \"tasks\": " + std::to_string(tasks));
   };
-  if (tasks == 1) one(0);
-  else ThreadPool::instance().run(static_cast<int>(tasks), one);
+  if (tasks == 1)
+    one(0);
+  else
+    ThreadPool::instance().run(static_cast<int>(tasks), one);
 }
 
 }  // namespace
@@ -134,8 +136,8 @@ struct GemmOperand {
   int64_t ld = 1;
 };
 
-GemmOperand gemm_operand(const Program& p, void* const* ptr, ir::NodeId operand,
-                         const BlasView& v, size_t out_batch_rank, int64_t elem) {
+GemmOperand gemm_operand(const Program& p, void* const* ptr, ir::NodeId operand, const BlasView& v,
+                         size_t out_batch_rank, int64_t elem) {
   const Shape& s = p.graph.node(operand).type.shape;
   size_t r = s.size();
   GemmOperand o;
@@ -166,13 +168,13 @@ struct GemmJob {
     const char* pb = b.base + (b.trans ? c0 * b.ld : c0) * elem;  // column c0 of B
     auto ta = a.trans ? CblasTrans : CblasNoTrans, tb = b.trans ? CblasTrans : CblasNoTrans;
     if (f64) {
-      cblas_dgemm(CblasRowMajor, ta, tb, m, c1 - c0, k, 1.0, reinterpret_cast<const double*>(a.base),
-                  a.ld, reinterpret_cast<const double*>(pb), b.ld, 0.0,
-                  reinterpret_cast<double*>(c) + c0, nn);
+      cblas_dgemm(
+          CblasRowMajor, ta, tb, m, c1 - c0, k, 1.0, reinterpret_cast<const double*>(a.base), a.ld,
+          reinterpret_cast<const double*>(pb), b.ld, 0.0, reinterpret_cast<double*>(c) + c0, nn);
     } else {
-      cblas_sgemm(CblasRowMajor, ta, tb, m, c1 - c0, k, 1.0f, reinterpret_cast<const float*>(a.base),
-                  a.ld, reinterpret_cast<const float*>(pb), b.ld, 0.0f,
-                  reinterpret_cast<float*>(c) + c0, nn);
+      cblas_sgemm(CblasRowMajor, ta, tb, m, c1 - c0, k, 1.0f,
+                  reinterpret_cast<const float*>(a.base), a.ld, reinterpret_cast<const float*>(pb),
+                  b.ld, 0.0f, reinterpret_cast<float*>(c) + c0, nn);
     }
   }
 
@@ -228,8 +230,8 @@ void run_matmul(const Program& p, const Step& st, void* const* ptr) {
   for (size_t d = 0; d < br; ++d) nb *= os[d];
   // A batch of products that share B, with A's rows evenly spaced across batches, is one
   // tall product: B is packed once and the row split has more rows to share.
-  bool b_shared = std::all_of(b.batch_strides.begin(), b.batch_strides.end(),
-                              [](int64_t s) { return s == 0; });
+  bool b_shared =
+      std::all_of(b.batch_strides.begin(), b.batch_strides.end(), [](int64_t s) { return s == 0; });
   bool a_even = !a.trans;
   for (size_t d = br, span = 1; a_even && d-- > 0;) {
     a_even = os[d] == 1 || a.batch_strides[d] == static_cast<int64_t>(span) * m * a.ld;
@@ -246,9 +248,9 @@ void run_matmul(const Program& p, const Step& st, void* const* ptr) {
   // core slowed by a neighbour (a fixed half each waits for the slower one).
   // Small products (an MLP's) get one part per thread: every part packs its own operands.
   const int64_t per_thread = m * nn * k < (int64_t{1} << 26) ? 1 : 2;
-  int64_t row_parts = nb >= 2 * pool.size()
-                          ? 1
-                          : std::min<int64_t>(per_thread * pool.size(), std::max<int64_t>(1, m / 64));
+  int64_t row_parts = nb >= 2 * pool.size() ? 1
+                                            : std::min<int64_t>(per_thread * pool.size(),
+                                                                std::max<int64_t>(1, m / 64));
   int64_t tasks = nb * row_parts;
   GemmJob job{a, b, c, os.data(), br, m, nn, k, elem, row_parts, f64};
   // Few rows (a small batch against a weight): split the columns instead, when the product is
@@ -258,13 +260,16 @@ void run_matmul(const Program& p, const Step& st, void* const* ptr) {
     tasks = job.col_parts;
   }
   if (profile::enabled()) [[unlikely]] {
-    run_profiled("matmul", detail::str_cat(f64 ? "dgemm " : "sgemm ", nb, "x[", m, ",", k, "]x[",
-                                           k, ",", nn, "]"),
-                 tasks, job);
+    run_profiled(
+        "matmul",
+        detail::str_cat(f64 ? "dgemm " : "sgemm ", nb, "x[", m, ",", k, "]x[", k, ",", nn, "]"),
+        tasks, job);
     return;
   }
-  if (tasks == 1) job(0);
-  else pool.run(static_cast<int>(tasks), [j = &job](int t) { (*j)(t); });
+  if (tasks == 1)
+    job(0);
+  else
+    pool.run(static_cast<int>(tasks), [j = &job](int t) { (*j)(t); });
 }
 
 }  // namespace loom::cpu

@@ -45,8 +45,8 @@ struct LoopProgram {
   ir::OpKind op = ir::OpKind::Call;
   std::vector<int> operands, results;  // buffers of the enclosing plan
   std::vector<int64_t> result_bytes;
-  std::vector<Program> regions;        // call, scan: body; while: cond, body
-  int64_t carries = 0, length = 0;     // scan: carries; while: carried state
+  std::vector<Program> regions;     // call, scan: body; while: cond, body
+  int64_t carries = 0, length = 0;  // scan: carries; while: carried state
   bool reverse = false;
   std::vector<int64_t> slice_bytes;    // scan: per xs, the bytes of one slice
   std::vector<int64_t> y_bytes;        // scan: per ys, the bytes of one step's y

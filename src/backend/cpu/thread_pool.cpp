@@ -2,11 +2,11 @@
 // from a shared counter under the lock (jobs are a few coarse chunks, so contention is nil).
 #include "backend/cpu/thread_pool.h"
 
+#include <immintrin.h>
+
 #include <chrono>
 #include <cstdlib>
 #include <string>
-
-#include <immintrin.h>
 
 #include "loom/core/profile.h"
 

@@ -103,13 +103,13 @@ const KernelTable& kernel_table();
 Kernel find_kernel(ir::OpKind op);
 RegionKernel find_region_kernel(ir::OpKind op);
 
-void register_source_kernels(KernelTable& t);       // source.cpp: parameter constant iota
-void register_elementwise_kernels(KernelTable& t);  // elementwise.cpp
-void register_reduce_kernels(KernelTable& t);       // reduce.cpp
-void register_layout_kernels(KernelTable& t);       // layout.cpp
-void register_index_kernels(KernelTable& t);        // index.cpp
-void register_linalg_kernels(KernelTable& t);       // linalg.cpp
-void register_random_kernels(KernelTable& t);       // random.cpp
-void register_control_flow_kernels(KernelTable& t); // control_flow.cpp: call scan while
+void register_source_kernels(KernelTable& t);        // source.cpp: parameter constant iota
+void register_elementwise_kernels(KernelTable& t);   // elementwise.cpp
+void register_reduce_kernels(KernelTable& t);        // reduce.cpp
+void register_layout_kernels(KernelTable& t);        // layout.cpp
+void register_index_kernels(KernelTable& t);         // index.cpp
+void register_linalg_kernels(KernelTable& t);        // linalg.cpp
+void register_random_kernels(KernelTable& t);        // random.cpp
+void register_control_flow_kernels(KernelTable& t);  // control_flow.cpp: call scan while
 
 }  // namespace loom::detail::ref

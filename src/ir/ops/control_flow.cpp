@@ -19,8 +19,8 @@ std::vector<TensorType> param_types(const Graph& r) {
 std::vector<TensorType> output_types(const char* op, const char* region, const Graph& r) {
   std::vector<TensorType> ts;
   for (Value v : r.outputs()) {
-    LOOM_CHECK(v.node < r.size() && v.index < r.node(v.node).num_results(), "[", op, "] ",
-               region, " output %", v.node, "#", v.index, " does not exist");
+    LOOM_CHECK(v.node < r.size() && v.index < r.node(v.node).num_results(), "[", op, "] ", region,
+               " output %", v.node, "#", v.index, " does not exist");
     ts.push_back(r.type(v));
   }
   return ts;
@@ -45,8 +45,7 @@ void check_params(const char* op, const char* name, const Graph& r,
                   const std::vector<TensorType>& want, What&& what) {
   std::vector<TensorType> got = param_types(r);
   LOOM_CHECK(got.size() == want.size(), "[", op, "] ", name, " takes ", got.size(),
-             " parameter(s) ", type_list(got), " but is given ", want.size(), " ",
-             type_list(want));
+             " parameter(s) ", type_list(got), " but is given ", want.size(), " ", type_list(want));
   for (size_t k = 0; k < want.size(); ++k) {
     LOOM_CHECK(got[k] == want[k], "[", op, "] ", name, " parameter ", k, " (", what(k),
                ") has type ", got[k], " but is given ", want[k]);
@@ -75,8 +74,8 @@ std::vector<TensorType> infer_scan(const Graph& g, std::span<const Value> xs, co
              " entries");
   const int64_t c = a.ints[0], x = a.ints[1], length = a.i;
   const int64_t num = static_cast<int64_t>(xs.size());
-  LOOM_CHECK(c >= 0 && x >= 0 && c <= num && x <= num - c, "[scan] counts [", c,
-             ",", x, "] do not fit ", xs.size(), " operands");
+  LOOM_CHECK(c >= 0 && x >= 0 && c <= num && x <= num - c, "[scan] counts [", c, ",", x,
+             "] do not fit ", xs.size(), " operands");
   LOOM_CHECK_T(ShapeError, length >= 0, "[scan] length must be >= 0, got ", length);
   std::vector<TensorType> ops = operand_type_list(g, xs);
   std::vector<TensorType> want{TensorType{DType::Int64, Shape{}}};
@@ -130,8 +129,8 @@ std::vector<TensorType> infer_while(const Graph& g, std::span<const Value> xs, c
   check_params("while", "body", body, ops, what);
   std::vector<TensorType> c = output_types("while", "cond", cond);
   const TensorType scalar_bool{DType::Bool, Shape{}};
-  LOOM_CHECK(c.size() == 1 && c[0] == scalar_bool,
-             "[while] cond must return one bool[], got ", type_list(c));
+  LOOM_CHECK(c.size() == 1 && c[0] == scalar_bool, "[while] cond must return one bool[], got ",
+             type_list(c));
   std::vector<TensorType> outs = output_types("while", "body", body);
   LOOM_CHECK(static_cast<int64_t>(outs.size()) == n, "[while] body returns ", outs.size(),
              " value(s) but ", n, " are carried");

@@ -29,8 +29,8 @@ TensorType infer_elementwise(const Graph& g, OpKind op, std::span<const Value> x
   }
   size_t first = op == OpKind::Where ? 1 : 0;
   if (op == OpKind::Where) {
-    LOOM_CHECK_T(DTypeError, g.type(xs[0]).dtype == DType::Bool, "[where] condition must be bool: got ",
-                 operand_types(g, xs));
+    LOOM_CHECK_T(DTypeError, g.type(xs[0]).dtype == DType::Bool,
+                 "[where] condition must be bool: got ", operand_types(g, xs));
   }
   DType dt = g.type(xs[first]).dtype;
   for (size_t i = first + 1; i < xs.size(); ++i) {
@@ -58,10 +58,10 @@ TensorType infer_elementwise(const Graph& g, OpKind op, std::span<const Value> x
       const size_t at = what.find(" (dim "), end = what.find(')', at);
       const std::string_view dim =
           at == std::string_view::npos ? std::string_view() : what.substr(at, end + 1 - at);
-      throw ShapeError(loom::detail::str_cat("[", name, "] shapes do not broadcast: ",
-                                             operand_types(g, xs), dim,
-                                             "; expected equal extents or 1 in each dim "
-                                             "(aligned on the right)"));
+      throw ShapeError(
+          loom::detail::str_cat("[", name, "] shapes do not broadcast: ", operand_types(g, xs), dim,
+                                "; expected equal extents or 1 in each dim "
+                                "(aligned on the right)"));
     }
   }
   return {(t & kCompare) ? DType::Bool : dt, std::move(s)};

@@ -10,14 +10,17 @@ TensorType infer_reduce(const Graph& g, OpKind op, std::span<const Value> xs, co
   if (op == OpKind::ArgMax) {
     LOOM_CHECK_T(ShapeError, a.i >= 0 && a.i < std::max<int64_t>(r, 1), "[argmax] axis ", a.i,
                  " out of range for ", x, "; expected 0 <= axis < ", std::max<int64_t>(r, 1));
-    LOOM_CHECK_T(DTypeError, x.dtype != DType::Bool, "[argmax] expected a numeric operand, got ", x);
+    LOOM_CHECK_T(DTypeError, x.dtype != DType::Bool, "[argmax] expected a numeric operand, got ",
+                 x);
     if (r > 0)
       LOOM_CHECK_T(ShapeError, x.shape[a.i] > 0, "[argmax] cannot reduce the empty axis ", a.i,
                    " of ", x);
     Shape s;
     for (int64_t d = 0; d < r; ++d) {
-      if (d != a.i) s.push_back(x.shape[d]);
-      else if (a.flag) s.push_back(1);
+      if (d != a.i)
+        s.push_back(x.shape[d]);
+      else if (a.flag)
+        s.push_back(1);
     }
     return {DType::Int64, s};
   }
@@ -26,15 +29,18 @@ TensorType infer_reduce(const Graph& g, OpKind op, std::span<const Value> xs, co
   std::vector<bool> reduced(r, false);
   int64_t prev = -1;
   for (int64_t ax : a.ints) {
-    LOOM_CHECK_T(ShapeError, ax > prev && ax < r, "[", name, "] axes ", Shape(a.ints.begin(), a.ints.end()),
-                 " invalid for ", x, "; expected sorted unique axes in [0, ", r, ")");
+    LOOM_CHECK_T(ShapeError, ax > prev && ax < r, "[", name, "] axes ",
+                 Shape(a.ints.begin(), a.ints.end()), " invalid for ", x,
+                 "; expected sorted unique axes in [0, ", r, ")");
     reduced[ax] = true;
     prev = ax;
   }
   Shape s;
   for (int64_t d = 0; d < r; ++d) {
-    if (!reduced[d]) s.push_back(x.shape[d]);
-    else if (a.flag) s.push_back(1);
+    if (!reduced[d])
+      s.push_back(x.shape[d]);
+    else if (a.flag)
+      s.push_back(1);
   }
   return {x.dtype, s};
 }
