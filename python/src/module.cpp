@@ -1,0 +1,14 @@
+// The extension module loom._loom: each binding file registers its area.
+#include "common.h"
+
+NB_MODULE(_loom, m) {
+  m.doc() = "loom's C++ core; import the `loom` package instead";
+  // Tensors that Python still holds at exit (module globals) are freed by the interpreter's
+  // teardown order, not leaked; nanobind's report would be noise.
+  nanobind::set_leak_warnings(false);
+  loom::py::register_errors(m);
+  loom::py::register_tensor(m);
+  loom::py::register_ops(m);
+  loom::py::register_interop(m);
+  loom::py::register_transforms(m);
+}
