@@ -165,7 +165,9 @@ def _install():
     for name, fn in _METHODS.items():
         setattr(Tensor, name, fn)
     for name in _DIRECT:
-        setattr(Tensor, name, getattr(_loom, name))
+        fn = getattr(_loom, name)
+        # a bound C++ function is no descriptor: wrap it so that t.exp() passes t
+        setattr(Tensor, name, (lambda f: lambda self, *a, **k: f(self, *a, **k))(fn))
     Tensor.shape = property(lambda self: Size(self._shape()),
                             doc="The shape as a tuple subclass (loom.Size).")
     Tensor.T = property(lambda self: _loom._permute(self, list(range(self.ndim))[::-1]))

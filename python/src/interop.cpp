@@ -156,8 +156,8 @@ void register_interop(nb::module_& m) {
   tc.def(
       "__dlpack__",
       [](const Tensor& t, nb::handle stream) {
-        nb::object a = nb::cast(export_array<nb::no_framework>(t), nb::rv_policy::reference);
-        return a.attr("__dlpack__")();
+        // a DLPack capsule (nanobind's no_framework form)
+        return nb::cast(export_array<nb::no_framework>(t), nb::rv_policy::reference);
       },
       nb::arg("stream") = nb::none());
   tc.def("__dlpack_device__", [](const Tensor&) { return nb::make_tuple(1, 0); });

@@ -18,11 +18,11 @@ Tensor binary_fn(nb::handle a, nb::handle b, const char* op) {
   Operand x, y;
   if (!to_operand(a, &x))
     throw nb::type_error(detail::str_cat("[", op, "] argument 'input' must be a Tensor or a "
-                                         "number, got ", nb::type_name(a).c_str())
+                                         "number, got ", Py_TYPE(a.ptr())->tp_name)
                              .c_str());
   if (!to_operand(b, &y))
     throw nb::type_error(detail::str_cat("[", op, "] argument 'other' must be a Tensor or a "
-                                         "number, got ", nb::type_name(b).c_str())
+                                         "number, got ", Py_TYPE(b.ptr())->tp_name)
                              .c_str());
   if (!x.tensor.defined() && !y.tensor.defined())
     throw nb::type_error(detail::str_cat("[", op, "] needs at least one Tensor argument").c_str());
@@ -105,24 +105,25 @@ void register_ops(nb::module_& m) {
         return where(cond, ta, tb);
       },
       arg("condition"), arg("input"), arg("other"));
-  m.def("clamp", &clamp, arg("input"), arg("min") = nb::none(), arg("max") = nb::none());
+  m.def("clamp", &clamp, arg("input"), arg("min").none() = nb::none(),
+        arg("max").none() = nb::none());
   m.def("to", &to, arg("input"), arg("dtype"));
 
   m.def("_sum", [](const Tensor& x, nb::handle d, bool k) {
     return d.is_none() ? (k ? sum(x, {}, true) : sum(x)) : sum(x, dims_of(d), k);
-  });
+  }, arg("input"), arg("dim").none(), arg("keepdim"));
   m.def("_mean", [](const Tensor& x, nb::handle d, bool k) {
     return d.is_none() ? (k ? mean(x, {}, true) : mean(x)) : mean(x, dims_of(d), k);
-  });
+  }, arg("input"), arg("dim").none(), arg("keepdim"));
   m.def("_amax", [](const Tensor& x, nb::handle d, bool k) {
     return d.is_none() ? (k ? max(x, {}, true) : max(x)) : max(x, dims_of(d), k);
-  });
+  }, arg("input"), arg("dim").none(), arg("keepdim"));
   m.def("_amin", [](const Tensor& x, nb::handle d, bool k) {
     return d.is_none() ? (k ? min(x, {}, true) : min(x)) : min(x, dims_of(d), k);
-  });
+  }, arg("input"), arg("dim").none(), arg("keepdim"));
   m.def("_argmax", [](const Tensor& x, std::optional<int64_t> d, bool k) {
     return d ? argmax(x, *d, k) : argmax(x);
-  });
+  }, arg("input"), arg("dim").none(), arg("keepdim"));
   m.def("softmax", &softmax, arg("input"), arg("dim"));
   m.def("log_softmax", &log_softmax, arg("input"), arg("dim"));
   m.def("matmul", &matmul, arg("input"), arg("other"));
@@ -135,7 +136,7 @@ void register_ops(nb::module_& m) {
   m.def("unsqueeze", &unsqueeze, arg("input"), arg("dim"));
   m.def("_squeeze", [](const Tensor& x, std::optional<int64_t> d) {
     return d ? squeeze(x, *d) : squeeze(x);
-  });
+  }, arg("input"), arg("dim").none());
   m.def("flatten", &flatten, arg("input"), arg("start_dim") = 0, arg("end_dim") = -1);
   m.def("cat", &cat, arg("tensors"), arg("dim") = 0);
   m.def("stack", &stack, arg("tensors"), arg("dim") = 0);
@@ -150,8 +151,8 @@ void register_ops(nb::module_& m) {
          std::optional<Tensor> b, double eps) {
         return layer_norm(x, std::move(shape), w ? *w : Tensor(), b ? *b : Tensor(), eps);
       },
-      arg("input"), arg("normalized_shape"), arg("weight") = nb::none(),
-      arg("bias") = nb::none(), arg("eps") = 1e-5);
+      arg("input"), arg("normalized_shape"), arg("weight").none() = nb::none(),
+      arg("bias").none() = nb::none(), arg("eps") = 1e-5);
   m.def("embedding", &embedding, arg("input"), arg("weight"));
   m.def("dropout", &dropout, arg("input"), arg("p") = 0.5, arg("training") = true);
   m.def("cross_entropy", &cross_entropy, arg("input"), arg("target"));

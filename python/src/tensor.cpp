@@ -130,7 +130,7 @@ Tensor getitem(const Tensor& x, nb::handle key) {
       throw nb::type_error(
           detail::str_cat("[index] only integers, slices (`:`), ellipsis (`...`), None and "
                           "int64 tensors are valid indices, got ",
-                          nb::type_name(h).c_str())
+                          Py_TYPE(h.ptr())->tp_name)
               .c_str());
     }
   }
@@ -238,7 +238,7 @@ void register_tensor(nb::module_& m) {
             if (gradient) t.backward(*gradient);
             else t.backward();
           },
-          nb::arg("gradient") = nb::none())
+          nb::arg("gradient").none() = nb::none())
       .def("detach", &Tensor::detach)
       .def("item", &item)
       .def("__repr__", &repr)

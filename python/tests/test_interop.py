@@ -46,7 +46,8 @@ def test_non_contiguous_numpy_is_copied_correctly():
     np.testing.assert_array_equal(loom.tensor(a).numpy(), a)
 
 
-@pytest.mark.parametrize("tdt", [torch.bool, torch.int32, torch.int64, torch.float16,
+# torch 1.13 cannot put bool tensors into DLPack ("Bool type is not supported by dlpack").
+@pytest.mark.parametrize("tdt", [torch.int32, torch.int64, torch.float16,
                                  torch.bfloat16, torch.float32, torch.float64])
 def test_dlpack_both_ways(tdt):
     x = (torch.arange(12).reshape(3, 4) % 3).to(tdt)
@@ -56,8 +57,8 @@ def test_dlpack_both_ways(tdt):
     y = torch.from_dlpack(t)
     assert y.dtype == tdt and y.data_ptr() == x.data_ptr()
     assert torch.equal(y, x)
-    z = torch.from_dlpack(t + t if tdt != torch.bool else loom.logical_or(t, t))
-    assert torch.equal(z, x + x if tdt != torch.bool else x)
+    z = torch.from_dlpack(t + t)
+    assert torch.equal(z, x + x)
 
 
 def test_dlpack_of_loom_result_shares():
