@@ -38,9 +38,10 @@ def tensor(data, dtype=None, requires_grad=False):
     _check_dtype(dtype)
     if isinstance(data, Tensor):
         t = data.detach().clone()
-    elif isinstance(data, np.ndarray) or hasattr(data, "__dlpack__"):
-        t = _loom._tensor_copy(np.ascontiguousarray(data) if isinstance(data, np.ndarray)
-                               else data)
+    elif isinstance(data, (np.ndarray, np.generic)):
+        t = _loom._tensor_copy(np.asarray(data))  # keeps its dtype; strided arrays copy too
+    elif hasattr(data, "__dlpack__"):
+        t = _loom._tensor_copy(data)
     else:
         try:
             arr = np.asarray(data)
@@ -56,7 +57,7 @@ def tensor(data, dtype=None, requires_grad=False):
         elif arr.dtype == object or arr.dtype.kind not in "biuf":
             raise TypeError(f"tensor(): could not infer a dtype for data of type "
                             f"{type(data).__name__} (numpy made {arr.dtype})")
-        t = _loom._tensor_copy(np.ascontiguousarray(arr))
+        t = _loom._tensor_copy(arr)
     if dtype is not None and t.dtype != dtype:
         t = _loom.to(t, dtype)
     return _finish(t, requires_grad)

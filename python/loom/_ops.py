@@ -4,7 +4,7 @@ import numbers
 
 import numpy as np
 
-from . import _loom
+from . import _loom, _repr
 from ._loom import Tensor, dtype
 
 _max_result = collections.namedtuple("max", ["values", "indices"])
@@ -172,6 +172,8 @@ def _install():
                             doc="The shape as a tuple subclass (loom.Size).")
     Tensor.T = property(lambda self: _loom._permute(self, list(range(self.ndim))[::-1]))
     Tensor.mT = property(lambda self: _loom.transpose(self, -2, -1))
+    Tensor.__repr__ = _repr.tensor_repr
+    Tensor.__str__ = _repr.tensor_repr
     Tensor.__array_priority__ = 1000  # numpy scalars on the left defer to Tensor's operators
 
 

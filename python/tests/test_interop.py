@@ -66,3 +66,15 @@ def test_dlpack_of_loom_result_shares():
     y = torch.from_dlpack(t)
     assert y.data_ptr() == t.data_ptr()
     assert torch.equal(y, torch.arange(6).reshape(2, 3) * 2)
+
+
+def test_shared_numpy_memory_is_never_donated():
+    # The tensor over a's memory dies before the graph runs: loom must not write results into
+    # memory numpy still owns (Buffer::wrap counts the foreign owner as a user).
+    a = np.full(1 << 16, 2.0, dtype=np.float32)
+    t = loom.from_numpy(a)
+    r = loom.exp(t) * 3
+    del t
+    loom.sync()
+    np.testing.assert_array_equal(a, np.full(1 << 16, 2.0, dtype=np.float32))
+    np.testing.assert_allclose(r.numpy(), np.exp(np.float32(2.0)) * 3, rtol=1e-6)

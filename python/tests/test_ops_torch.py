@@ -17,13 +17,13 @@ FLOATS = [torch.float16, torch.bfloat16, torch.float32, torch.float64]
 
 def rand_torch(rng, shape, dt, nonzero=False, special=False):
     if dt == torch.bool:
-        return torch.from_numpy(rng.random(shape) < 0.5)
+        return torch.from_numpy(np.asarray(rng.random(shape) < 0.5))
     if dt in (torch.int32, torch.int64):
-        a = rng.integers(-9, 10, size=shape)
+        a = np.asarray(rng.integers(-9, 10, size=shape))
         if nonzero:
             a[a == 0] = 3
         return torch.from_numpy(a).to(dt)
-    a = rng.standard_normal(shape) * 3
+    a = np.asarray(rng.standard_normal(shape) * 3)
     if nonzero:
         a[np.abs(a) < 0.25] = 0.5
     if special and a.size >= 3:
@@ -47,6 +47,9 @@ BINARY = {
     "ne": (lambda a, b: a != b, lambda a, b: a != b),
 }
 NUMERIC_ONLY = {"sub"}  # torch refuses bool - bool
+# loom's C++ ops refuse bool + bool today (another branch makes them torch's logical or/and);
+# remove once it is merged.
+BOOL_PENDING = {"add", "mul"}
 
 
 @pytest.mark.parametrize("op", sorted(BINARY))
@@ -54,6 +57,8 @@ NUMERIC_ONLY = {"sub"}  # torch refuses bool - bool
 def test_binary_dtype_pairs(op, da, db, rng):
     if op in NUMERIC_ONLY and torch.bool in (da, db):
         pytest.skip("torch raises for bool subtraction")
+    if op in BOOL_PENDING and da == db == torch.bool:
+        pytest.xfail("bool + bool / bool * bool is bool in torch: the C++ ops' fix is pending")
     lf, tf = BINARY[op]
     a, b = rand_torch(rng, (3, 4), da), rand_torch(rng, (4,), db, nonzero=True)
     assert_same(lf(from_torch(a), from_torch(b)), tf(a, b))
@@ -68,6 +73,8 @@ def test_binary_python_scalars(op, dt, scalar, rng):
     lf, tf = BINARY[op]
     if op in ("maximum", "minimum"):
         pytest.skip("torch.maximum takes tensors only")
+    if op in BOOL_PENDING and dt == torch.bool and scalar is True:
+        pytest.xfail("bool + bool / bool * bool is bool in torch: the C++ ops' fix is pending")
     a = rand_torch(rng, (5,), dt, nonzero=True)
     assert_same(lf(from_torch(a), scalar), tf(a, scalar))
     assert_same(lf(scalar, from_torch(a)), tf(scalar, a))
@@ -106,7 +113,8 @@ def test_unary_special_values(name, dt, rng):
     a = rand_torch(rng, (4, 5), dt, special=True)
     if name in ("log", "sqrt", "rsqrt"):
         a = a.abs()
-    want = getattr(torch, name)(a)
+    # torch 1.13's CPU kernels lack float16 for these: its float32 result rounded is the oracle
+    want = getattr(torch, name)(a.float()).to(dt) if dt == torch.float16 else getattr(torch, name)(a)
     assert_same(getattr(loom, name)(from_torch(a)), want)
     assert_same(getattr(from_torch(a), name)(), want)
 

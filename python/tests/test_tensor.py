@@ -55,9 +55,16 @@ def test_properties():
 
 
 @pytest.mark.parametrize("data", [[[1.0, 2.0], [3.0, 4.0]], [1, 2, 3], [True, False], 2.5,
-                                  [0.125, -3.0]])
-def test_repr_like_torch(data):
-    assert repr(loom.tensor(data)) == repr(torch.tensor(data))
+                                  [0.125, -3.0], [[[1, 2], [3, 4]], [[5, 6], [7, 80]]],
+                                  [1e-6, 1.0, 1e5], [float("nan"), 1.5, -float("inf")], [],
+                                  [[1.0, 2.0]] * 3])
+@pytest.mark.parametrize("dt", [None, "float64", "int32"])
+def test_repr_like_torch(data, dt):
+    want = torch.tensor(data) if dt is None else torch.tensor(data).to(getattr(torch, dt))
+    got = from_torch(want)
+    assert repr(got) == repr(want).replace("torch.", "loom.")
+    assert repr(got.requires_grad_() if got.dtype.is_floating_point else got) == \
+        repr(want.requires_grad_() if want.is_floating_point() else want).replace("torch.", "loom.")
 
 
 KEYS = [0, -1, (1, 2), slice(1, 3), slice(None, None, 2), (slice(None), 0), (Ellipsis, None),
