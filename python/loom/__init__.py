@@ -10,6 +10,7 @@ from ._loom import (Tensor, dtype, Error, ShapeError, DTypeError, TraceError, Au
                     where, clamp, to, softmax, log_softmax, matmul, transpose, unsqueeze,
                     flatten, cat, stack, slice, select, index_select, gather, layer_norm,
                     embedding, dropout, cross_entropy, mse_loss)
+from ._autograd import grad, value_and_grad, tree_flatten
 from ._creation import (tensor, as_tensor, zeros, ones, full, zeros_like, ones_like, full_like,
                         arange, randn, rand, randn_like, rand_like)
 from ._ops import (Size, sum, mean, amax, amin, argmax, argmin, max, min, reshape, view,

@@ -1,6 +1,7 @@
 // sync, no_grad, metrics: the runtime's switches. sync releases the GIL while it compiles
 // and runs.
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
 
 #include <memory>
 
@@ -54,6 +55,9 @@ void register_transforms(nb::module_& m) {
   LOOM_FIELD(recompiles);
   LOOM_FIELD(disk_cache_hits);
 #undef LOOM_FIELD
+  // grad / value_and_grad (python/loom/_autograd.py flattens the pytrees)
+  m.def("_fresh_leaf", &detail::fresh_leaf);
+  m.def("_functional_gradients", &detail::functional_gradients);
   m.def("metrics", &metrics);
   m.def("reset_metrics", &reset_metrics);
   m.def("metrics_report", &metrics_report);
