@@ -3,9 +3,8 @@
 // remainder, logical and/or), and each file's register_* entry point.
 #pragma once
 
-#include <nanobind/nanobind.h>
-
 #include <loom/loom.h>
+#include <nanobind/nanobind.h>
 
 namespace loom::py {
 

@@ -11,8 +11,8 @@ Classes classes;
 
 PyObject* make(nb::module_& m, const char* name, PyObject* base, PyObject* also = nullptr) {
   std::string full = std::string("loom.") + name;
-  nb::object bases = also ? nb::object(nb::make_tuple(nb::handle(base), nb::handle(also)))
-                          : nb::borrow(base);
+  nb::object bases =
+      also ? nb::object(nb::make_tuple(nb::handle(base), nb::handle(also))) : nb::borrow(base);
   PyObject* cls = PyErr_NewException(full.c_str(), bases.ptr(), nullptr);
   if (!cls) throw nb::python_error();
   m.attr(name) = nb::handle(cls);

@@ -2,11 +2,10 @@
 // array keeps a Buffer copy alive, and loom never reuses memory another holder sees). In:
 // from_numpy/from_dlpack wrap the producer's memory (Buffer::wrap, the producer kept alive)
 // when it is C-contiguous and aligned; tensor() copies.
+#include <loom/trace/interop.h>
 #include <nanobind/ndarray.h>
 
 #include <cstring>
-
-#include <loom/trace/interop.h>
 
 #include "common.h"
 
@@ -41,8 +40,8 @@ DType loom_dtype(nb::dlpack::dtype t, const char* op) {
     if (t.code == uint8_t(dtype_code::Float) && t.bits == 64) return float64;
   }
   throw DTypeError(detail::str_cat("[", op, "] loom has no dtype for DLPack type code ",
-                                   int(t.code), " with ", int(t.bits), " bits and ",
-                                   int(t.lanes), " lanes; expected bool, int32, int64, "
+                                   int(t.code), " with ", int(t.bits), " bits and ", int(t.lanes),
+                                   " lanes; expected bool, int32, int64, "
                                    "bfloat16, float16, float32 or float64"));
 }
 
@@ -126,8 +125,7 @@ nb::ndarray<F> export_array(const Tensor& t) {
 void register_interop(nb::module_& m) {
   m.def("_tensor_copy", [](const Array& a) { return copy_array(a, "tensor"); }, nb::arg("data"));
   m.def(
-      "from_numpy", [](const Array& a) { return share_array(a, "from_numpy"); },
-      nb::arg("ndarray"),
+      "from_numpy", [](const Array& a) { return share_array(a, "from_numpy"); }, nb::arg("ndarray"),
       "A tensor sharing the array's memory (C-contiguous arrays; others are copied).");
   m.def(
       "from_dlpack", [](const Array& a) { return share_array(a, "from_dlpack"); },

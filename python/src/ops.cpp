@@ -17,12 +17,16 @@ template <TT tt>
 Tensor binary_fn(nb::handle a, nb::handle b, const char* op) {
   Operand x, y;
   if (!to_operand(a, &x))
-    throw nb::type_error(detail::str_cat("[", op, "] argument 'input' must be a Tensor or a "
-                                         "number, got ", Py_TYPE(a.ptr())->tp_name)
+    throw nb::type_error(detail::str_cat("[", op,
+                                         "] argument 'input' must be a Tensor or a "
+                                         "number, got ",
+                                         Py_TYPE(a.ptr())->tp_name)
                              .c_str());
   if (!to_operand(b, &y))
-    throw nb::type_error(detail::str_cat("[", op, "] argument 'other' must be a Tensor or a "
-                                         "number, got ", Py_TYPE(b.ptr())->tp_name)
+    throw nb::type_error(detail::str_cat("[", op,
+                                         "] argument 'other' must be a Tensor or a "
+                                         "number, got ",
+                                         Py_TYPE(b.ptr())->tp_name)
                              .c_str());
   if (!x.tensor.defined() && !y.tensor.defined())
     throw nb::type_error(detail::str_cat("[", op, "] needs at least one Tensor argument").c_str());
@@ -67,9 +71,10 @@ void register_ops(nb::module_& m) {
 #undef LOOM_UNARY
   m.def("_gelu", [](const Tensor& x) { return gelu(x); }, arg("input"));
 
-#define LOOM_BINARY(py, fn)                                                            \
-  m.def(py, [](nb::handle a, nb::handle b) { return binary_fn<fn>(a, b, py); }, arg("input"), \
-        arg("other"))
+#define LOOM_BINARY(py, fn)                                                                 \
+  m.def(                                                                                    \
+      py, [](nb::handle a, nb::handle b) { return binary_fn<fn>(a, b, py); }, arg("input"), \
+      arg("other"))
   LOOM_BINARY("add", t_add);
   LOOM_BINARY("sub", t_sub);
   LOOM_BINARY("mul", t_mul);
@@ -94,8 +99,10 @@ void register_ops(nb::module_& m) {
       "where",
       [](const Tensor& cond, nb::handle a, nb::handle b) {
         Operand x, y;
-        if (!to_operand(a, &x)) throw nb::type_error("[where] argument 'input' must be a Tensor or a number");
-        if (!to_operand(b, &y)) throw nb::type_error("[where] argument 'other' must be a Tensor or a number");
+        if (!to_operand(a, &x))
+          throw nb::type_error("[where] argument 'input' must be a Tensor or a number");
+        if (!to_operand(b, &y))
+          throw nb::type_error("[where] argument 'other' must be a Tensor or a number");
         if (!x.tensor.defined() && !y.tensor.defined()) {
           DType dt = scalar_dtype(y.scalar, scalar_dtype(x.scalar, bool_));
           return where(cond, scalar_tensor(x.scalar, dt), scalar_tensor(y.scalar, dt));
@@ -109,21 +116,36 @@ void register_ops(nb::module_& m) {
         arg("max").none() = nb::none());
   m.def("to", &to, arg("input"), arg("dtype"));
 
-  m.def("_sum", [](const Tensor& x, nb::handle d, bool k) {
-    return d.is_none() ? (k ? sum(x, {}, true) : sum(x)) : sum(x, dims_of(d), k);
-  }, arg("input"), arg("dim").none(), arg("keepdim"));
-  m.def("_mean", [](const Tensor& x, nb::handle d, bool k) {
-    return d.is_none() ? (k ? mean(x, {}, true) : mean(x)) : mean(x, dims_of(d), k);
-  }, arg("input"), arg("dim").none(), arg("keepdim"));
-  m.def("_amax", [](const Tensor& x, nb::handle d, bool k) {
-    return d.is_none() ? (k ? max(x, {}, true) : max(x)) : max(x, dims_of(d), k);
-  }, arg("input"), arg("dim").none(), arg("keepdim"));
-  m.def("_amin", [](const Tensor& x, nb::handle d, bool k) {
-    return d.is_none() ? (k ? min(x, {}, true) : min(x)) : min(x, dims_of(d), k);
-  }, arg("input"), arg("dim").none(), arg("keepdim"));
-  m.def("_argmax", [](const Tensor& x, std::optional<int64_t> d, bool k) {
-    return d ? argmax(x, *d, k) : argmax(x);
-  }, arg("input"), arg("dim").none(), arg("keepdim"));
+  m.def(
+      "_sum",
+      [](const Tensor& x, nb::handle d, bool k) {
+        return d.is_none() ? (k ? sum(x, {}, true) : sum(x)) : sum(x, dims_of(d), k);
+      },
+      arg("input"), arg("dim").none(), arg("keepdim"));
+  m.def(
+      "_mean",
+      [](const Tensor& x, nb::handle d, bool k) {
+        return d.is_none() ? (k ? mean(x, {}, true) : mean(x)) : mean(x, dims_of(d), k);
+      },
+      arg("input"), arg("dim").none(), arg("keepdim"));
+  m.def(
+      "_amax",
+      [](const Tensor& x, nb::handle d, bool k) {
+        return d.is_none() ? (k ? max(x, {}, true) : max(x)) : max(x, dims_of(d), k);
+      },
+      arg("input"), arg("dim").none(), arg("keepdim"));
+  m.def(
+      "_amin",
+      [](const Tensor& x, nb::handle d, bool k) {
+        return d.is_none() ? (k ? min(x, {}, true) : min(x)) : min(x, dims_of(d), k);
+      },
+      arg("input"), arg("dim").none(), arg("keepdim"));
+  m.def(
+      "_argmax",
+      [](const Tensor& x, std::optional<int64_t> d, bool k) {
+        return d ? argmax(x, *d, k) : argmax(x);
+      },
+      arg("input"), arg("dim").none(), arg("keepdim"));
   m.def("softmax", &softmax, arg("input"), arg("dim"));
   m.def("log_softmax", &log_softmax, arg("input"), arg("dim"));
   m.def("matmul", &matmul, arg("input"), arg("other"));
@@ -134,9 +156,10 @@ void register_ops(nb::module_& m) {
   m.def("_expand", &expand);
   m.def("transpose", &transpose, arg("input"), arg("dim0"), arg("dim1"));
   m.def("unsqueeze", &unsqueeze, arg("input"), arg("dim"));
-  m.def("_squeeze", [](const Tensor& x, std::optional<int64_t> d) {
-    return d ? squeeze(x, *d) : squeeze(x);
-  }, arg("input"), arg("dim").none());
+  m.def(
+      "_squeeze",
+      [](const Tensor& x, std::optional<int64_t> d) { return d ? squeeze(x, *d) : squeeze(x); },
+      arg("input"), arg("dim").none());
   m.def("flatten", &flatten, arg("input"), arg("start_dim") = 0, arg("end_dim") = -1);
   m.def("cat", &cat, arg("tensors"), arg("dim") = 0);
   m.def("stack", &stack, arg("tensors"), arg("dim") = 0);

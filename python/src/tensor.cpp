@@ -67,9 +67,9 @@ nb::object inplace(nb::handle self, nb::handle other, const char* op) {
 
 int64_t norm_index(int64_t i, int64_t n, int64_t dim) {
   if (i < -n || i >= n)
-    throw nb::index_error(detail::str_cat("index ", i, " is out of bounds for dimension ", dim,
-                                          " with size ", n)
-                              .c_str());
+    throw nb::index_error(
+        detail::str_cat("index ", i, " is out of bounds for dimension ", dim, " with size ", n)
+            .c_str());
   return i < 0 ? i + n : i;
 }
 
@@ -93,8 +93,8 @@ Tensor getitem(const Tensor& x, nb::handle key) {
   }
   if (ellipses > 1) throw nb::index_error("an index can only have a single ellipsis ('...')");
   if (consumed > x.dim())
-    throw nb::index_error(detail::str_cat("too many indices for tensor of dimension ", x.dim())
-                              .c_str());
+    throw nb::index_error(
+        detail::str_cat("too many indices for tensor of dimension ", x.dim()).c_str());
   Tensor r = x;
   int64_t d = 0;  // the dim of r the next item applies to
   for (nb::handle h : items) {
@@ -200,7 +200,8 @@ void register_tensor(nb::module_& m) {
       .def_prop_ro("is_floating_point", [](DType d) { return is_floating(d); });
   m.def("promote_types", &promote_types, nb::arg("type1"), nb::arg("type2"));
 
-  nb::class_<Tensor> cls(m, "Tensor", "A lazy tensor: ops record a graph, reading a value runs it.");
+  nb::class_<Tensor> cls(m, "Tensor",
+                         "A lazy tensor: ops record a graph, reading a value runs it.");
   cls.def_prop_ro("dtype", &Tensor::dtype)
       .def("_shape", &shape_tuple)
       .def("dim", &Tensor::dim)
@@ -235,8 +236,10 @@ void register_tensor(nb::module_& m) {
       .def(
           "backward",
           [](const Tensor& t, std::optional<Tensor> gradient) {
-            if (gradient) t.backward(*gradient);
-            else t.backward();
+            if (gradient)
+              t.backward(*gradient);
+            else
+              t.backward();
           },
           nb::arg("gradient").none() = nb::none())
       .def("detach", &Tensor::detach)
@@ -283,13 +286,11 @@ void register_tensor(nb::module_& m) {
            })
       .def("__hash__", [](const Tensor& t) { return reinterpret_cast<intptr_t>(t.impl()); });
 
-#define LOOM_ARITH(py, fn, tt, ts, st)                                                  \
-  cls.def("__" py "__", [](const Tensor& a, nb::handle b) {                             \
-    return arith<tt, ts, st>(a, b, false);                                              \
-  });                                                                                   \
-  cls.def("__r" py "__", [](const Tensor& a, nb::handle b) {                            \
-    return arith<tt, ts, st>(a, b, true);                                               \
-  });                                                                                   \
+#define LOOM_ARITH(py, fn, tt, ts, st)                                                   \
+  cls.def("__" py "__",                                                                  \
+          [](const Tensor& a, nb::handle b) { return arith<tt, ts, st>(a, b, false); }); \
+  cls.def("__r" py "__",                                                                 \
+          [](const Tensor& a, nb::handle b) { return arith<tt, ts, st>(a, b, true); });  \
   cls.def("__i" py "__", [](nb::handle a, nb::handle b) { return inplace<tt>(a, b, fn); })
   LOOM_ARITH("add", "add_", op_add, operator+, operator+);
   LOOM_ARITH("sub", "sub_", op_sub, operator-, operator-);
@@ -297,7 +298,7 @@ void register_tensor(nb::module_& m) {
   LOOM_ARITH("truediv", "div_", op_div, operator/, operator/);
 #undef LOOM_ARITH
 
-#define LOOM_BINARY(py, fn, tt)                                                                  \
+#define LOOM_BINARY(py, fn, tt)                                                                 \
   cls.def("__" py "__", [](const Tensor& a, nb::handle b) { return binary<tt>(a, b, false); }); \
   cls.def("__r" py "__", [](const Tensor& a, nb::handle b) { return binary<tt>(a, b, true); }); \
   cls.def("__i" py "__", [](nb::handle a, nb::handle b) { return inplace<tt>(a, b, fn); })
@@ -310,12 +311,12 @@ void register_tensor(nb::module_& m) {
 #undef LOOM_BINARY
 
   // Comparisons: a reflected comparison swaps its sense (3 < t is t > 3).
-#define LOOM_CMP(py, tt, rtt, op, rop)                                           \
-  cls.def("__" py "__", [](const Tensor& a, nb::handle b) {                      \
-    Operand o;                                                                   \
-    if (!to_operand(b, &o)) return nb::borrow(Py_NotImplemented);                \
-    if (o.tensor.defined()) return nb::cast(tt(a, o.tensor));                    \
-    return nb::cast(a op o.scalar);                                              \
+#define LOOM_CMP(py, tt, rtt, op, rop)                            \
+  cls.def("__" py "__", [](const Tensor& a, nb::handle b) {       \
+    Operand o;                                                    \
+    if (!to_operand(b, &o)) return nb::borrow(Py_NotImplemented); \
+    if (o.tensor.defined()) return nb::cast(tt(a, o.tensor));     \
+    return nb::cast(a op o.scalar);                               \
   })
   LOOM_CMP("lt", op_lt, op_gt, <, >);
   LOOM_CMP("le", op_le, op_ge, <=, >=);

@@ -57,7 +57,12 @@ void register_transforms(nb::module_& m) {
 #undef LOOM_FIELD
   // grad / value_and_grad (python/loom/_autograd.py flattens the pytrees)
   m.def("_fresh_leaf", &detail::fresh_leaf);
-  m.def("_functional_gradients", &detail::functional_gradients);
+  m.def("_functional_gradients", [](const Tensor& out, const std::vector<Tensor>& wrt) {
+    nb::list r;  // None where out does not depend on a leaf
+    for (const Tensor& g : detail::functional_gradients(out, wrt))
+      r.append(g.defined() ? nb::cast(g) : nb::none());
+    return r;
+  });
   m.def("metrics", &metrics);
   m.def("reset_metrics", &reset_metrics);
   m.def("metrics_report", &metrics_report);

@@ -54,3 +54,9 @@ def test_value_and_grad_over_a_pytree():
     xr = x.clone().requires_grad_()
     (torch.sigmoid(xr @ w.detach() + b.detach()).pow(2).mean() * 2).backward()
     assert_same(gx, xr.grad, tol=1e-5)
+
+
+def test_grad_of_an_unused_leaf_is_zeros():
+    g = loom.grad(lambda p: (p[0] * 3).sum())([loom.ones(2), loom.ones(3, dtype=loom.float64)])
+    assert_same(g[0], torch.full((2,), 3.0))
+    assert_same(g[1], torch.zeros(3, dtype=torch.float64))

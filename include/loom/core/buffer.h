@@ -51,9 +51,7 @@ class Buffer {
   // Identity of the underlying storage (stable while any copy is alive).
   const void* id() const { return storage_.get(); }
   // Memory owned elsewhere counts one more user: loom never donates (writes results into) it.
-  long use_count() const {
-    return storage_ ? storage_.use_count() + (storage_->owner ? 1 : 0) : 0;
-  }
+  long use_count() const { return storage_ ? storage_.use_count() + (storage_->owner ? 1 : 0) : 0; }
 
   // Foreign memory (a numpy array, a DLPack tensor) shared without copying: `owner` keeps it
   // alive and is released when the last copy of the Buffer goes. `data` must be aligned to
@@ -64,7 +62,7 @@ class Buffer {
   struct Storage {
     void* ptr = nullptr;
     size_t nbytes = 0;
-    size_t capacity = 0;  // bytes of the block (a pool size class)
+    size_t capacity = 0;          // bytes of the block (a pool size class)
     std::shared_ptr<void> owner;  // set for wrapped foreign memory (then capacity is 0)
     ~Storage();
   };
