@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # Configures and builds loom into BUILD_DIR (default: build). Extra arguments go to cmake.
+# With the venv .venv (scripts/install-deps.sh) it also builds the Python package into
+# BUILD_DIR/python:  PYTHONPATH=build/python .venv/bin/python -c 'import loom'
 #   LOOM_SANITIZE=1 builds with -fsanitize=address,undefined (Debug, into build-asan).
 #   LOOM_SANITIZE=thread builds loom_tests with -fsanitize=thread (RelWithDebInfo, into
 #   build-tsan; no bench or examples: TSan is for the threads suite, see scripts/test.sh).

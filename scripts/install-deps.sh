@@ -16,10 +16,27 @@ for p in "${packages[@]}"; do
 done
 if ((${#missing[@]} == 0)); then
   echo "install-deps: all ${#packages[@]} packages present"
-  exit 0
+else
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+
+# The Python venv .venv: Debian's python3 with its site packages visible (python3-numpy,
+# python3-torch 1.13, the tests' oracle) plus the pinned PyPI build and test tools. Quick when
+# the pins are already installed.
+cd "$(dirname "$0")/.."
+PY_PINS=(nanobind==2.9.2 scikit-build-core==0.11.6 pytest==8.3.5)
+if [ ! -x .venv/bin/python ]; then
+  /usr/bin/python3 -m venv --system-site-packages .venv
+fi
+if ! .venv/bin/python - "${PY_PINS[@]}" <<'PY' 2>/dev/null; then
+import sys
+from importlib.metadata import version
+sys.exit(any(version(p.split("==")[0]) != p.split("==")[1] for p in sys.argv[1:]))
+PY
+  .venv/bin/python -m pip install -q --disable-pip-version-check "${PY_PINS[@]}"
+fi
+echo "install-deps: .venv has ${PY_PINS[*]}"

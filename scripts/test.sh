@@ -18,3 +18,10 @@ export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/scripts/tsan.supp}
 ctest --test-dir "$BUILD_DIR" --output-on-failure -j "${JOBS:-$(nproc)}" ${LOOM_TESTS:+-R "$LOOM_TESTS"}
+# The Python package (built into $BUILD_DIR/python; not under LOOM_SANITIZE, where the module
+# is not built: an ASan extension needs the ASan runtime LD_PRELOADed into Python).
+if [ "${LOOM_SANITIZE:-0}" = 0 ] && [ -d "$BUILD_DIR/python/loom" ]; then
+  PYTHONPATH="$BUILD_DIR/python" .venv/bin/python -m pytest -q python/tests
+else
+  echo "test.sh: no Python module in $BUILD_DIR (LOOM_SANITIZE or no .venv); pytest skipped"
+fi

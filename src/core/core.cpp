@@ -199,6 +199,7 @@ void count_live(int64_t delta) {
 }  // namespace
 
 Buffer::Storage::~Storage() {
+  if (owner) return;  // foreign memory: releasing `owner` frees it
   count_live(-static_cast<int64_t>(capacity));
   if (capacity >= Pool::kMinPooled && Pool::get().give(ptr, capacity)) return;
   std::free(ptr);
@@ -215,6 +216,16 @@ Buffer Buffer::allocate_uninitialized(size_t nbytes) {
   b.storage_->nbytes = nbytes;
   b.storage_->capacity = cap;
   count_live(static_cast<int64_t>(cap));
+  return b;
+}
+
+Buffer Buffer::wrap(void* data, size_t nbytes, std::shared_ptr<void> owner) {
+  LOOM_CHECK(owner != nullptr, "[buffer] wrap needs an owner that keeps the memory alive");
+  Buffer b;
+  b.storage_ = std::make_shared<Storage>();
+  b.storage_->ptr = data;
+  b.storage_->nbytes = nbytes;
+  b.storage_->owner = std::move(owner);
   return b;
 }
 

@@ -50,13 +50,20 @@ class Buffer {
   bool defined() const { return storage_ != nullptr; }
   // Identity of the underlying storage (stable while any copy is alive).
   const void* id() const { return storage_.get(); }
-  long use_count() const { return storage_.use_count(); }
+  // Memory owned elsewhere counts one more user: loom never donates (writes results into) it.
+  long use_count() const { return storage_ ? storage_.use_count() + (storage_->owner ? 1 : 0) : 0; }
+
+  // Foreign memory (a numpy array, a DLPack tensor) shared without copying: `owner` keeps it
+  // alive and is released when the last copy of the Buffer goes. `data` must be aligned to
+  // the element size of the tensors that view it.
+  static Buffer wrap(void* data, size_t nbytes, std::shared_ptr<void> owner);
 
  private:
   struct Storage {
     void* ptr = nullptr;
     size_t nbytes = 0;
-    size_t capacity = 0;  // bytes of the block (a pool size class)
+    size_t capacity = 0;          // bytes of the block (a pool size class)
+    std::shared_ptr<void> owner;  // set for wrapped foreign memory (then capacity is 0)
     ~Storage();
   };
   std::shared_ptr<Storage> storage_;

@@ -1,0 +1,27 @@
+"""loom: a lazy-tensor tracing compiler, with PyTorch's names (see PYTHON_API.md)."""
+from . import _loom
+from ._loom import (Tensor, dtype, Error, ShapeError, DTypeError, TraceError, AutodiffError,
+                    CompileError, ExecError, ParseError, Metrics, no_grad, sync, metrics,
+                    reset_metrics, metrics_report, manual_seed, promote_types,
+                    pending_graph_size, is_grad_enabled, from_numpy, from_dlpack,
+                    neg, abs, exp, log, sqrt, rsqrt, tanh, sigmoid, relu, sin, cos, erf,
+                    logical_not, floor, add, sub, mul, div, true_divide, pow, maximum, minimum,
+                    floor_divide, remainder, logical_and, logical_or, eq, ne, lt, le, gt, ge,
+                    where, clamp, to, softmax, log_softmax, matmul, transpose, unsqueeze,
+                    flatten, cat, stack, slice, select, index_select, gather, layer_norm,
+                    embedding, dropout, cross_entropy, mse_loss)
+from ._autograd import grad, value_and_grad, tree_flatten
+from ._creation import (tensor, as_tensor, zeros, ones, full, zeros_like, ones_like, full_like,
+                        arange, randn, rand, randn_like, rand_like)
+from ._ops import (Size, sum, mean, amax, amin, argmax, argmin, max, min, reshape, view,
+                   permute, expand, squeeze, gelu, clone)
+
+bool_ = dtype.bool_
+int32 = dtype.int32
+int64 = dtype.int64
+bfloat16 = dtype.bfloat16
+float16 = dtype.float16
+float32 = dtype.float32
+float64 = dtype.float64
+float = float32  # torch.float
+long = int64

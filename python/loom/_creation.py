@@ -1,0 +1,147 @@
+"""Tensor creation with PyTorch's signatures and dtype inference."""
+import numbers
+
+import numpy as np
+
+from . import _loom
+from ._loom import Tensor, dtype
+
+_NP_OF = {
+    dtype.bool_: np.bool_, dtype.int32: np.int32, dtype.int64: np.int64,
+    dtype.float16: np.float16, dtype.float32: np.float32, dtype.float64: np.float64,
+}
+
+
+def _shape(size):
+    """zeros(2, 3) and zeros((2, 3)) alike."""
+    if len(size) == 1 and not isinstance(size[0], numbers.Integral):
+        size = tuple(size[0])
+    for s in size:
+        if not isinstance(s, numbers.Integral):
+            raise TypeError(f"size must be a tuple of ints, got an element of type "
+                            f"{type(s).__name__}")
+    return [int(s) for s in size]
+
+
+def _check_dtype(d, arg="dtype"):
+    if d is not None and not isinstance(d, dtype):
+        raise TypeError(f"argument '{arg}' must be a loom.dtype, got {type(d).__name__}")
+
+
+def _finish(t, requires_grad):
+    return t.requires_grad_() if requires_grad else t
+
+
+def tensor(data, dtype=None, requires_grad=False):
+    """A new tensor holding a copy of `data` (nested lists, numbers, numpy arrays, tensors).
+    Python floats give float32, ints int64, bools bool_; a numpy array keeps its dtype."""
+    _check_dtype(dtype)
+    if isinstance(data, Tensor):
+        t = data.detach().clone()
+    elif isinstance(data, (np.ndarray, np.generic)):
+        t = _loom._tensor_copy(np.asarray(data))  # keeps its dtype; strided arrays copy too
+    elif hasattr(data, "__dlpack__"):
+        t = _loom._tensor_copy(data)
+    else:
+        try:
+            arr = np.asarray(data)
+        except (ValueError, TypeError) as e:
+            raise TypeError(f"tensor(): could not convert data of type {type(data).__name__} "
+                            f"to a tensor: {e}") from None
+        if arr.dtype == np.float64 or arr.dtype.kind == "f":
+            arr = arr.astype(np.float32)
+        elif arr.dtype.kind in "iu":
+            arr = arr.astype(np.int64)
+        elif arr.dtype.kind == "b":
+            pass
+        elif arr.dtype == object or arr.dtype.kind not in "biuf":
+            raise TypeError(f"tensor(): could not infer a dtype for data of type "
+                            f"{type(data).__name__} (numpy made {arr.dtype})")
+        t = _loom._tensor_copy(arr)
+    if dtype is not None and t.dtype != dtype:
+        t = _loom.to(t, dtype)
+    return _finish(t, requires_grad)
+
+
+def as_tensor(data, dtype=None):
+    if isinstance(data, Tensor) and (dtype is None or data.dtype == dtype):
+        return data
+    return tensor(data, dtype=dtype)
+
+
+def zeros(*size, dtype=None, requires_grad=False):
+    _check_dtype(dtype)
+    return _finish(_loom._zeros(_shape(size), dtype or _loom.dtype.float32), requires_grad)
+
+
+def ones(*size, dtype=None, requires_grad=False):
+    _check_dtype(dtype)
+    return _finish(_loom._ones(_shape(size), dtype or _loom.dtype.float32), requires_grad)
+
+
+def _value_dtype(v):
+    if isinstance(v, bool):
+        return _loom.dtype.bool_
+    if isinstance(v, numbers.Integral):
+        return _loom.dtype.int64
+    return _loom.dtype.float32
+
+
+def full(size, fill_value, dtype=None, requires_grad=False):
+    _check_dtype(dtype)
+    if isinstance(size, numbers.Integral):
+        size = (size,)
+    d = dtype or _value_dtype(fill_value)
+    return _finish(_loom._full(_shape((size,)), float(fill_value), d), requires_grad)
+
+
+def zeros_like(t, dtype=None):
+    return zeros(t.shape, dtype=dtype or t.dtype)
+
+
+def ones_like(t, dtype=None):
+    return ones(t.shape, dtype=dtype or t.dtype)
+
+
+def full_like(t, fill_value, dtype=None):
+    return full(t.shape, fill_value, dtype=dtype or t.dtype)
+
+
+def arange(start, end=None, step=1, dtype=None, requires_grad=False):
+    """torch.arange: ints give int64, any float gives float32."""
+    _check_dtype(dtype)
+    if end is None:
+        start, end = 0, start
+    for name, v in (("start", start), ("end", end), ("step", step)):
+        if not isinstance(v, numbers.Real):
+            raise TypeError(f"arange(): argument '{name}' must be a number, "
+                            f"got {type(v).__name__}")
+    if step == 0:
+        raise ValueError("arange(): step must be nonzero")
+    ints = all(isinstance(v, numbers.Integral) for v in (start, end, step))
+    d = dtype or (_loom.dtype.int64 if ints else _loom.dtype.float32)
+    n = max(0, -(-(end - start) // step)) if ints else max(0, int(np.ceil((end - start) / step)))
+    if start == 0 and step == 1:
+        t = _loom._arange(0.0, float(n), d)
+    else:
+        base = _loom._arange(0.0, float(n), _loom.dtype.int64 if ints else _loom.dtype.float64)
+        t = _loom.to(base * step + start, d)
+    return _finish(t, requires_grad)
+
+
+def randn(*size, dtype=None, requires_grad=False):
+    _check_dtype(dtype)
+    return _finish(_loom._randn(_shape(size), dtype or _loom.dtype.float32), requires_grad)
+
+
+def rand(*size, dtype=None, requires_grad=False):
+    _check_dtype(dtype)
+    return _finish(_loom._rand(_shape(size), dtype or _loom.dtype.float32), requires_grad)
+
+
+def randn_like(t):
+    return randn(t.shape, dtype=t.dtype)
+
+
+def rand_like(t):
+    return rand(t.shape, dtype=t.dtype)

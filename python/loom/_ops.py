@@ -1,0 +1,180 @@
+"""The ops of API.md with PyTorch's argument conventions, as functions and Tensor methods."""
+import collections
+import numbers
+
+import numpy as np
+
+from . import _loom, _repr
+from ._loom import Tensor, dtype
+
+_max_result = collections.namedtuple("max", ["values", "indices"])
+_min_result = collections.namedtuple("min", ["values", "indices"])
+
+
+class Size(tuple):
+    """A tensor's shape: a tuple (t.shape == (2, 3)) printed as loom.Size([2, 3])."""
+
+    def numel(self):
+        n = 1
+        for s in self:
+            n *= s
+        return n
+
+    def __repr__(self):
+        return f"loom.Size({list(self)})"
+
+
+def _dims_arg(shape):
+    """reshape(2, 3) and reshape((2, 3)) alike."""
+    if len(shape) == 1 and not isinstance(shape[0], numbers.Integral):
+        shape = tuple(shape[0])
+    return [int(s) for s in shape]
+
+
+def sum(input, dim=None, keepdim=False):
+    return _loom._sum(input, dim, keepdim)
+
+
+def mean(input, dim=None, keepdim=False):
+    return _loom._mean(input, dim, keepdim)
+
+
+def amax(input, dim=None, keepdim=False):
+    return _loom._amax(input, dim, keepdim)
+
+
+def amin(input, dim=None, keepdim=False):
+    return _loom._amin(input, dim, keepdim)
+
+
+def argmax(input, dim=None, keepdim=False):
+    return _loom._argmax(input, dim, keepdim)
+
+
+def argmin(input, dim=None, keepdim=False):
+    return _loom._argmax(-input if input.dtype != dtype.bool_ else ~input, dim, keepdim)
+
+
+def max(input, dim=None, keepdim=False, *, other=None):
+    """max(t), max(t, dim) -> (values, indices), max(a, b) -> maximum."""
+    if isinstance(dim, Tensor):
+        return _loom.maximum(input, dim)
+    if other is not None:
+        return _loom.maximum(input, other)
+    if dim is None:
+        return _loom._amax(input, None, False)
+    return _max_result(_loom._amax(input, dim, keepdim), _loom._argmax(input, dim, keepdim))
+
+
+def min(input, dim=None, keepdim=False, *, other=None):
+    if isinstance(dim, Tensor):
+        return _loom.minimum(input, dim)
+    if other is not None:
+        return _loom.minimum(input, other)
+    if dim is None:
+        return _loom._amin(input, None, False)
+    return _min_result(_loom._amin(input, dim, keepdim), argmin(input, dim, keepdim))
+
+
+def reshape(input, *shape):
+    return _loom._reshape(input, _dims_arg(shape))
+
+
+def view(input, *shape):
+    return _loom._view(input, _dims_arg(shape))
+
+
+def permute(input, *dims):
+    return _loom._permute(input, _dims_arg(dims))
+
+
+def expand(input, *sizes):
+    return _loom._expand(input, _dims_arg(sizes))
+
+
+def squeeze(input, dim=None):
+    return _loom._squeeze(input, dim)
+
+
+def gelu(input, approximate="none"):
+    if approximate != "none":
+        raise ValueError(f"gelu: approximate must be 'none' (the exact erf form), "
+                         f"got {approximate!r}")
+    return _loom._gelu(input)
+
+
+def clone(input):
+    return input + 0 if input.dtype != dtype.bool_ else _loom.logical_or(input, input)
+
+
+def _to(self, *args, dtype=None, **kwargs):
+    d = dtype if dtype is not None else (args[0] if args else None)
+    if not isinstance(d, _loom.dtype):
+        raise TypeError(f"to(): argument 'dtype' must be a loom.dtype, got {type(d).__name__}")
+    return self if self.dtype == d else _loom.to(self, d)
+
+
+def _tolist(self):
+    if self.dtype == dtype.bfloat16:
+        self = _loom.to(self, dtype.float32)
+    return self.numpy().tolist()
+
+
+def _size(self, dim=None):
+    s = Size(self._shape())
+    return s if dim is None else s[dim]
+
+
+def _inplace(op):
+    def method(self, other):
+        r = op(self, other)
+        self.copy_(r)
+        return self
+    return method
+
+
+def _add_(self, other, alpha=1):
+    out = self.__iadd__(other if alpha == 1 else other * alpha)
+    return self if out is NotImplemented else out
+
+
+_METHODS = {
+    "sum": sum, "mean": mean, "amax": amax, "amin": amin, "max": max, "min": min,
+    "argmax": argmax, "argmin": argmin, "reshape": reshape, "view": view, "permute": permute,
+    "expand": expand, "squeeze": squeeze, "clone": clone, "to": _to, "tolist": _tolist,
+    "size": _size, "add_": _add_,
+    "sub_": lambda s, o: s.__isub__(o), "mul_": lambda s, o: s.__imul__(o),
+    "div_": lambda s, o: s.__itruediv__(o),
+    "float": lambda s: _to(s, dtype.float32), "double": lambda s: _to(s, dtype.float64),
+    "half": lambda s: _to(s, dtype.float16), "bfloat16": lambda s: _to(s, dtype.bfloat16),
+    "long": lambda s: _to(s, dtype.int64), "int": lambda s: _to(s, dtype.int32),
+    "bool": lambda s: _to(s, dtype.bool_),
+    "is_floating_point": lambda s: s.dtype.is_floating_point,
+    "contiguous": lambda s: s,
+    "type_as": lambda s, o: _to(s, o.dtype),
+    "gelu": gelu,
+}
+_DIRECT = ["neg", "abs", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "sin", "cos",
+           "erf", "logical_not", "floor", "add", "sub", "mul", "div", "true_divide", "pow",
+           "maximum", "minimum", "floor_divide", "remainder", "logical_and", "logical_or", "eq",
+           "ne", "lt", "le", "gt", "ge", "clamp", "softmax", "log_softmax", "matmul",
+           "transpose", "unsqueeze", "flatten", "index_select", "gather", "select"]
+
+
+def _install():
+    for name, fn in _METHODS.items():
+        setattr(Tensor, name, fn)
+    for name in _DIRECT:
+        fn = getattr(_loom, name)
+        # a bound C++ function is no descriptor: wrap it so that t.exp() passes t
+        setattr(Tensor, name, (lambda f: lambda self, *a, **k: f(self, *a, **k))(fn))
+    Tensor.shape = property(lambda self: Size(self._shape()),
+                            doc="The shape as a tuple subclass (loom.Size).")
+    Tensor.T = property(lambda self: _loom._permute(self, list(range(self.ndim))[::-1]))
+    Tensor.mT = property(lambda self: _loom.transpose(self, -2, -1))
+    Tensor.__repr__ = _repr.tensor_repr
+    Tensor.__str__ = _repr.tensor_repr
+    Tensor.__array_priority__ = 1000  # numpy scalars on the left defer to Tensor's operators
+
+
+_install()

@@ -1,0 +1,46 @@
+// Shared helpers of the binding files: Python numbers as loom operands, dtype rules for
+// Python scalars, the composites that PyTorch has and the C++ core lacks (floor division,
+// remainder, logical and/or), and each file's register_* entry point.
+#pragma once
+
+#include <loom/loom.h>
+#include <nanobind/nanobind.h>
+
+namespace loom::py {
+
+namespace nb = nanobind;
+
+// A binary operator's right-hand side: a tensor or a Python number (bool, int, float).
+struct Operand {
+  Tensor tensor;  // defined when the operand is a tensor
+  Scalar scalar{0.0};
+};
+// False when `h` is neither a loom Tensor nor a Python/numpy number (the caller returns
+// NotImplemented, as Python's protocol wants).
+bool to_operand(nb::handle h, Operand* out);
+
+// The dtype PyTorch gives a Python number next to a tensor of dtype `like`: `like` unless the
+// number is of a higher category (bool < int < float), then int64 or float32.
+DType scalar_dtype(const Scalar& s, DType like);
+// The number as a 0-d tensor of scalar_dtype(s, like).
+Tensor scalar_tensor(const Scalar& s, DType like);
+// The operand as a tensor next to `other`.
+Tensor as_tensor(const Operand& o, const Tensor& other);
+
+// PyTorch's floor_divide and remainder (Python's signs), composed from loom's ops.
+Tensor floor(const Tensor& x);
+Tensor floor_divide(const Tensor& a, const Tensor& b);
+Tensor remainder(const Tensor& a, const Tensor& b);
+Tensor logical_and(const Tensor& a, const Tensor& b);
+Tensor logical_or(const Tensor& a, const Tensor& b);
+
+// Python's dims argument: None (every dim), an int, or a sequence of ints.
+std::vector<int64_t> dims_of(nb::handle dims);
+
+void register_errors(nb::module_& m);
+void register_tensor(nb::module_& m);
+void register_ops(nb::module_& m);
+void register_interop(nb::module_& m);
+void register_transforms(nb::module_& m);
+
+}  // namespace loom::py

@@ -1,0 +1,20 @@
+// The extension module loom._loom: each binding file registers its area.
+#include <dlfcn.h>
+
+#include "common.h"
+
+NB_MODULE(_loom, m) {
+  m.doc() = "loom's C++ core; import the `loom` package instead";
+  // Tensors that Python still holds at exit (module globals) are freed by the interpreter's
+  // teardown order, not leaked; nanobind's report would be noise.
+  nanobind::set_leak_warnings(false);
+  // Generated code resolves helpers (libgcc's __truncdfhf2 and kin for float16) in the
+  // process's global namespace; an executable has libgcc_s there, an extension module loaded
+  // by Python (RTLD_LOCAL) does not, so promote it.
+  dlopen("libgcc_s.so.1", RTLD_NOW | RTLD_GLOBAL);
+  loom::py::register_errors(m);
+  loom::py::register_tensor(m);
+  loom::py::register_ops(m);
+  loom::py::register_interop(m);
+  loom::py::register_transforms(m);
+}

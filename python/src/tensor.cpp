@@ -1,0 +1,330 @@
+// loom.Tensor: properties, operators (reflected forms with Python numbers, in-place forms,
+// comparisons) and basic indexing. Argument conventions (dim=, keepdim=) and methods that
+// only rearrange arguments live in python/loom/_tensor.py.
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <sstream>
+
+#include "common.h"
+
+namespace loom::py {
+namespace {
+
+using TT = Tensor (*)(const Tensor&, const Tensor&);
+using TS = Tensor (*)(const Tensor&, Scalar);
+using ST = Tensor (*)(Scalar, const Tensor&);
+
+Tensor op_add(const Tensor& a, const Tensor& b) { return a + b; }
+Tensor op_sub(const Tensor& a, const Tensor& b) { return a - b; }
+Tensor op_mul(const Tensor& a, const Tensor& b) { return a * b; }
+Tensor op_div(const Tensor& a, const Tensor& b) { return a / b; }
+Tensor op_lt(const Tensor& a, const Tensor& b) { return a < b; }
+Tensor op_le(const Tensor& a, const Tensor& b) { return a <= b; }
+Tensor op_gt(const Tensor& a, const Tensor& b) { return a > b; }
+Tensor op_ge(const Tensor& a, const Tensor& b) { return a >= b; }
+Tensor op_eq(const Tensor& a, const Tensor& b) { return a == b; }
+Tensor op_ne(const Tensor& a, const Tensor& b) { return a != b; }
+Tensor op_pow(const Tensor& a, const Tensor& b) { return pow(a, b); }
+Tensor op_mm(const Tensor& a, const Tensor& b) { return matmul(a, b); }
+
+// a <op> other, or other <op> a when `reflected`; NotImplemented for foreign types.
+template <TT tt>
+nb::object binary(const Tensor& a, nb::handle other, bool reflected) {
+  Operand o;
+  if (!to_operand(other, &o)) return nb::borrow(Py_NotImplemented);
+  Tensor b = as_tensor(o, a);
+  return nb::cast(reflected ? tt(b, a) : tt(a, b));
+}
+
+// The fast path of + - * / and comparisons: a Python number stays a host scalar input.
+template <TT tt, TS ts, ST st>
+nb::object arith(const Tensor& a, nb::handle other, bool reflected) {
+  Operand o;
+  if (!to_operand(other, &o)) return nb::borrow(Py_NotImplemented);
+  if (o.tensor.defined()) return nb::cast(reflected ? tt(o.tensor, a) : tt(a, o.tensor));
+  return nb::cast(reflected ? st(o.scalar, a) : ts(a, o.scalar));
+}
+
+// In place: PyTorch refuses a result of a higher category than the destination.
+void assign(Tensor& dst, const Tensor& result, const char* op) {
+  auto cat = [](DType d) { return d == bool_ ? 0 : is_integral(d) ? 1 : 2; };
+  LOOM_CHECK_T(DTypeError, cat(result.dtype()) <= cat(dst.dtype()), "[", op, "] result type ",
+               name(result.dtype()), " can't be cast to the destination's dtype ",
+               name(dst.dtype()));
+  dst.copy_(result);
+}
+
+template <TT tt>
+nb::object inplace(nb::handle self, nb::handle other, const char* op) {
+  Tensor& a = nb::cast<Tensor&>(self);
+  Operand o;
+  if (!to_operand(other, &o)) return nb::borrow(Py_NotImplemented);
+  assign(a, tt(a, as_tensor(o, a)), op);
+  return nb::borrow(self);
+}
+
+int64_t norm_index(int64_t i, int64_t n, int64_t dim) {
+  if (i < -n || i >= n)
+    throw nb::index_error(
+        detail::str_cat("index ", i, " is out of bounds for dimension ", dim, " with size ", n)
+            .c_str());
+  return i < 0 ? i + n : i;
+}
+
+// Basic indexing: ints (negative too), slices with steps, None, ..., int64 index tensors.
+Tensor getitem(const Tensor& x, nb::handle key) {
+  std::vector<nb::handle> items;
+  nb::object keep = nb::borrow(key);
+  if (PyTuple_Check(key.ptr())) {
+    for (nb::handle h : key) items.push_back(h);
+  } else {
+    items.push_back(key);
+  }
+  int64_t consumed = 0, ellipses = 0;
+  for (nb::handle h : items) {
+    if (h.is_none()) continue;
+    if (h.ptr() == Py_Ellipsis) {
+      ++ellipses;
+      continue;
+    }
+    ++consumed;
+  }
+  if (ellipses > 1) throw nb::index_error("an index can only have a single ellipsis ('...')");
+  if (consumed > x.dim())
+    throw nb::index_error(
+        detail::str_cat("too many indices for tensor of dimension ", x.dim()).c_str());
+  Tensor r = x;
+  int64_t d = 0;  // the dim of r the next item applies to
+  for (nb::handle h : items) {
+    if (h.is_none()) {
+      r = unsqueeze(r, d++);
+    } else if (h.ptr() == Py_Ellipsis) {
+      d += x.dim() - consumed;
+    } else if (PyLong_Check(h.ptr()) && !PyBool_Check(h.ptr())) {
+      int64_t i = nb::cast<int64_t>(h);
+      r = select(r, d, norm_index(i, r.size(d), d));
+    } else if (PySlice_Check(h.ptr())) {
+      Py_ssize_t start, stop, step;
+      if (PySlice_Unpack(h.ptr(), &start, &stop, &step) < 0) throw nb::python_error();
+      if (step <= 0) throw nb::value_error("step must be greater than zero");
+      int64_t n = r.size(d);
+      Py_ssize_t len = PySlice_AdjustIndices(n, &start, &stop, step);
+      r = len == 0 ? slice(r, d, 0, 0) : slice(r, d, start, stop, step);
+      ++d;
+    } else if (nb::isinstance<Tensor>(h)) {
+      Tensor idx = nb::cast<Tensor>(h);
+      LOOM_CHECK_T(DTypeError, is_integral(idx.dtype()),
+                   "[index] tensors used as indices must be int64 or int32, got ",
+                   name(idx.dtype()), " (boolean masks are not supported)");
+      Shape rs = r.shape();
+      Tensor flat = index_select(r, d, reshape(idx, {-1}));
+      std::vector<int64_t> shape;
+      for (int64_t k = 0; k < d; ++k) shape.push_back(rs[k]);
+      for (int64_t k = 0; k < idx.dim(); ++k) shape.push_back(idx.size(k));
+      for (int64_t k = d + 1; k < r.dim(); ++k) shape.push_back(rs[k]);
+      r = reshape(flat, shape);
+      d += idx.dim();
+    } else {
+      throw nb::type_error(
+          detail::str_cat("[index] only integers, slices (`:`), ellipsis (`...`), None and "
+                          "int64 tensors are valid indices, got ",
+                          Py_TYPE(h.ptr())->tp_name)
+              .c_str());
+    }
+  }
+  return r;
+}
+
+std::string repr(const Tensor& t) {
+  std::ostringstream os;
+  {
+    nb::gil_scoped_release g;
+    os << t;
+  }
+  return os.str();
+}
+
+nb::tuple shape_tuple(const Tensor& t) {
+  const Shape& s = t.shape();
+  PyObject* tup = PyTuple_New(s.rank());
+  for (int64_t k = 0; k < s.rank(); ++k) PyTuple_SET_ITEM(tup, k, PyLong_FromLongLong(s[k]));
+  return nb::steal<nb::tuple>(tup);
+}
+
+nb::object item(const Tensor& t) {
+  LOOM_CHECK_T(ShapeError, t.numel() == 1, "[item] a Tensor with ", t.numel(),
+               " elements cannot be converted to a Python number");
+  DType dt = t.dtype();
+  if (dt == bool_) {
+    bool v;
+    {
+      nb::gil_scoped_release g;
+      v = t.item<bool>();
+    }
+    return nb::bool_(v);
+  }
+  if (is_integral(dt)) {
+    int64_t v;
+    {
+      nb::gil_scoped_release g;
+      v = t.item<int64_t>();
+    }
+    return nb::int_(v);
+  }
+  double v;
+  {
+    nb::gil_scoped_release g;
+    v = t.item<double>();
+  }
+  return nb::float_(v);
+}
+
+}  // namespace
+
+void register_tensor(nb::module_& m) {
+  nb::enum_<DType>(m, "dtype", "A tensor element type: loom.float32, loom.int64, ...")
+      .value("bool_", DType::Bool)
+      .value("int32", DType::Int32)
+      .value("int64", DType::Int64)
+      .value("bfloat16", DType::BFloat16)
+      .value("float16", DType::Float16)
+      .value("float32", DType::Float32)
+      .value("float64", DType::Float64)
+      .def("__repr__",
+           [](DType d) {
+             return std::string("loom.") + (d == bool_ ? "bool" : std::string(name(d)));
+           })
+      .def_prop_ro("itemsize", [](DType d) { return itemsize(d); })
+      .def_prop_ro("is_floating_point", [](DType d) { return is_floating(d); });
+  m.def("promote_types", &promote_types, nb::arg("type1"), nb::arg("type2"));
+
+  nb::class_<Tensor> cls(m, "Tensor",
+                         "A lazy tensor: ops record a graph, reading a value runs it.");
+  cls.def_prop_ro("dtype", &Tensor::dtype)
+      .def("_shape", &shape_tuple)
+      .def("dim", &Tensor::dim)
+      .def_prop_ro("ndim", &Tensor::dim)
+      .def("numel", &Tensor::numel)
+      .def("__len__",
+           [](const Tensor& t) {
+             if (t.dim() == 0) throw nb::type_error("len() of a 0-d tensor");
+             return t.size(0);
+           })
+      .def_prop_ro("is_pending", &Tensor::is_pending)
+      .def_prop_ro("requires_grad", &Tensor::requires_grad)
+      .def(
+          "requires_grad_",
+          [](nb::handle self, bool on) {
+            nb::cast<Tensor&>(self).requires_grad_(on);
+            return nb::borrow(self);
+          },
+          nb::arg("requires_grad") = true)
+      .def_prop_rw(
+          "grad",
+          [](const Tensor& t) -> std::optional<Tensor> {
+            Tensor g = t.grad();
+            if (!g.defined()) return std::nullopt;
+            return g;
+          },
+          [](Tensor& t, nb::handle g) {
+            if (!g.is_none()) throw nb::type_error("grad: only None can be assigned (zero_grad)");
+            t.reset_grad();
+          },
+          nb::arg("value").none())
+      .def(
+          "backward",
+          [](const Tensor& t, std::optional<Tensor> gradient) {
+            if (gradient)
+              t.backward(*gradient);
+            else
+              t.backward();
+          },
+          nb::arg("gradient").none() = nb::none())
+      .def("detach", &Tensor::detach)
+      .def("item", &item)
+      .def("__repr__", &repr)
+      .def("__bool__",
+           [](const Tensor& t) {
+             LOOM_CHECK_T(ShapeError, t.numel() == 1, "[bool] the truth value of a Tensor with ",
+                          t.numel(), " elements is ambiguous");
+             nb::gil_scoped_release g;
+             return t.item<double>() != 0;
+           })
+      .def("__float__", [](const Tensor& t) { return nb::float_(item(t)); })
+      .def("__int__", [](const Tensor& t) { return nb::int_(item(t)); })
+      .def("__index__",
+           [](const Tensor& t) {
+             LOOM_CHECK_T(DTypeError, is_integral(t.dtype()) && t.numel() == 1,
+                          "[index] only integer tensors of a single element can be converted "
+                          "to an index, got ",
+                          name(t.dtype()), " with ", t.numel(), " elements");
+             return nb::int_(item(t));
+           })
+      .def("__getitem__", &getitem)
+      .def(
+          "copy_",
+          [](nb::handle self, const Tensor& src) {
+            nb::cast<Tensor&>(self).copy_(src);
+            return nb::borrow(self);
+          },
+          nb::arg("src"))
+      .def("zero_",
+           [](nb::handle self) {
+             nb::cast<Tensor&>(self).zero_();
+             return nb::borrow(self);
+           })
+      .def("__neg__", [](const Tensor& t) { return -t; })
+      .def("__pos__", [](const Tensor& t) { return t; })
+      .def("__abs__", [](const Tensor& t) { return abs(t); })
+      .def("__invert__",
+           [](const Tensor& t) {
+             LOOM_CHECK_T(DTypeError, t.dtype() == bool_,
+                          "[invert] operator ~ needs a bool tensor, got ", name(t.dtype()));
+             return logical_not(t);
+           })
+      .def("__hash__", [](const Tensor& t) { return reinterpret_cast<intptr_t>(t.impl()); });
+
+#define LOOM_ARITH(py, fn, tt, ts, st)                                                   \
+  cls.def("__" py "__",                                                                  \
+          [](const Tensor& a, nb::handle b) { return arith<tt, ts, st>(a, b, false); }); \
+  cls.def("__r" py "__",                                                                 \
+          [](const Tensor& a, nb::handle b) { return arith<tt, ts, st>(a, b, true); });  \
+  cls.def("__i" py "__", [](nb::handle a, nb::handle b) { return inplace<tt>(a, b, fn); })
+  LOOM_ARITH("add", "add_", op_add, operator+, operator+);
+  LOOM_ARITH("sub", "sub_", op_sub, operator-, operator-);
+  LOOM_ARITH("mul", "mul_", op_mul, operator*, operator*);
+  LOOM_ARITH("truediv", "div_", op_div, operator/, operator/);
+#undef LOOM_ARITH
+
+#define LOOM_BINARY(py, fn, tt)                                                                 \
+  cls.def("__" py "__", [](const Tensor& a, nb::handle b) { return binary<tt>(a, b, false); }); \
+  cls.def("__r" py "__", [](const Tensor& a, nb::handle b) { return binary<tt>(a, b, true); }); \
+  cls.def("__i" py "__", [](nb::handle a, nb::handle b) { return inplace<tt>(a, b, fn); })
+  LOOM_BINARY("floordiv", "floor_divide_", floor_divide);
+  LOOM_BINARY("mod", "remainder_", remainder);
+  LOOM_BINARY("pow", "pow_", op_pow);
+  LOOM_BINARY("matmul", "matmul_", op_mm);
+  LOOM_BINARY("and", "logical_and_", logical_and);
+  LOOM_BINARY("or", "logical_or_", logical_or);
+#undef LOOM_BINARY
+
+  // Comparisons: a reflected comparison swaps its sense (3 < t is t > 3).
+#define LOOM_CMP(py, tt, rtt, op, rop)                            \
+  cls.def("__" py "__", [](const Tensor& a, nb::handle b) {       \
+    Operand o;                                                    \
+    if (!to_operand(b, &o)) return nb::borrow(Py_NotImplemented); \
+    if (o.tensor.defined()) return nb::cast(tt(a, o.tensor));     \
+    return nb::cast(a op o.scalar);                               \
+  })
+  LOOM_CMP("lt", op_lt, op_gt, <, >);
+  LOOM_CMP("le", op_le, op_ge, <=, >=);
+  LOOM_CMP("gt", op_gt, op_lt, >, <);
+  LOOM_CMP("ge", op_ge, op_le, >=, <=);
+  LOOM_CMP("eq", op_eq, op_eq, ==, ==);
+  LOOM_CMP("ne", op_ne, op_ne, !=, !=);
+#undef LOOM_CMP
+}
+
+}  // namespace loom::py

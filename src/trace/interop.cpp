@@ -1,0 +1,26 @@
+// Foreign memory in and out of tensors (loom/trace/interop.h).
+#include "loom/trace/interop.h"
+
+#include "context.h"
+#include "ops_impl.h"
+
+namespace loom {
+
+Tensor tensor_from_buffer(Buffer buffer, Shape shape, DType dtype) {
+  size_t need = static_cast<size_t>(shape.numel() * itemsize(dtype));
+  LOOM_CHECK_T(ShapeError, buffer.nbytes() >= need, "[tensor_from_buffer] a ", name(dtype),
+               " tensor of shape ", shape, " needs ", need, " bytes, the buffer holds ",
+               buffer.nbytes());
+  return detail::from_buffer(std::move(buffer), TensorType{dtype, std::move(shape)});
+}
+
+Buffer tensor_buffer(const Tensor& t) {
+  LOOM_CHECK(t.defined(), "[tensor_buffer] called on an undefined (default-constructed) Tensor");
+  detail::TensorImpl& impl = *t.impl();
+  auto& ctx = detail::TraceContext::get();
+  ctx.check_readable("tensor_buffer");
+  if (impl.pending() && !impl.buffer.defined()) ctx.materialize({&impl});
+  return impl.buffer;
+}
+
+}  // namespace loom
