@@ -165,8 +165,14 @@ void register_ops(nb::module_& m) {
   m.def("stack", &stack, arg("tensors"), arg("dim") = 0);
   m.def("slice", &slice, arg("input"), arg("dim"), arg("start"), arg("end"), arg("step") = 1);
   m.def("select", &select, arg("input"), arg("dim"), arg("index"));
-  m.def("index_select", &index_select, arg("input"), arg("dim"), arg("index"));
-  m.def("gather", &gather, arg("input"), arg("dim"), arg("index"));
+  m.def(
+      "index_select",
+      [](const Tensor& x, int64_t dim, const Tensor& index) { return index_select(x, dim, index); },
+      arg("input"), arg("dim"), arg("index"));
+  m.def(
+      "gather",
+      [](const Tensor& x, int64_t dim, const Tensor& index) { return gather(x, dim, index); },
+      arg("input"), arg("dim"), arg("index"));
 
   m.def(
       "layer_norm",
@@ -176,9 +182,17 @@ void register_ops(nb::module_& m) {
       },
       arg("input"), arg("normalized_shape"), arg("weight").none() = nb::none(),
       arg("bias").none() = nb::none(), arg("eps") = 1e-5);
-  m.def("embedding", &embedding, arg("input"), arg("weight"));
+  m.def(
+      "embedding",
+      [](const Tensor& input, const Tensor& weight) { return embedding(input, weight); },
+      arg("input"), arg("weight"));
   m.def("dropout", &dropout, arg("input"), arg("p") = 0.5, arg("training") = true);
-  m.def("cross_entropy", &cross_entropy, arg("input"), arg("target"));
+  m.def(
+      "cross_entropy",
+      [](const Tensor& input, const Tensor& target, int64_t ignore_index) {
+        return cross_entropy(input, target, ignore_index);
+      },
+      arg("input"), arg("target"), arg("ignore_index") = -100);
   m.def("mse_loss", &mse_loss, arg("input"), arg("target"));
 
   // factories (python/loom/_creation.py gives them torch's signatures)
