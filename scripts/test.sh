@@ -14,7 +14,7 @@ case "${LOOM_SANITIZE:-0}" in
   thread) BUILD_DIR=${BUILD_DIR:-build-tsan}; LOOM_TESTS=${LOOM_TESTS:-^Threads} ;;
   *) BUILD_DIR=${BUILD_DIR:-build} ;;
 esac
-export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:allocator_may_return_null=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/scripts/tsan.supp}
 ctest --test-dir "$BUILD_DIR" --output-on-failure -j "${JOBS:-$(nproc)}" ${LOOM_TESTS:+-R "$LOOM_TESTS"}

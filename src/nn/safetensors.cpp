@@ -97,22 +97,22 @@ Tensor tensor_of(DType d, const Shape& s, const char* p) {
   switch (d) {
     case DType::Float32: {
       std::vector<float> v(n);
-      std::memcpy(v.data(), p, n * 4);
+      if (n > 0) std::memcpy(v.data(), p, n * 4);  // p may be null for no data
       return loom::tensor(v, s);
     }
     case DType::Float64: {
       std::vector<double> v(n);
-      std::memcpy(v.data(), p, n * 8);
+      if (n > 0) std::memcpy(v.data(), p, n * 8);  // p may be null for no data
       return loom::tensor(v, s);
     }
     case DType::Int32: {
       std::vector<int32_t> v(n);
-      std::memcpy(v.data(), p, n * 4);
+      if (n > 0) std::memcpy(v.data(), p, n * 4);  // p may be null for no data
       return loom::tensor(v, s);
     }
     case DType::Int64: {
       std::vector<int64_t> v(n);
-      std::memcpy(v.data(), p, n * 8);
+      if (n > 0) std::memcpy(v.data(), p, n * 8);  // p may be null for no data
       return loom::tensor(v, s);
     }
     case DType::Bool: {
