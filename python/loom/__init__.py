@@ -1,8 +1,13 @@
 """loom: a lazy-tensor tracing compiler, with PyTorch's names (see PYTHON_API.md)."""
 from . import _loom
+import os as _os
+_loom._set_package_dir(_os.path.dirname(_os.path.abspath(__file__)) + _os.sep)
 from ._loom import (Tensor, dtype, Error, ShapeError, DTypeError, TraceError, AutodiffError,
                     CompileError, ExecError, ParseError, Metrics, no_grad, sync, metrics,
                     reset_metrics, metrics_report, manual_seed, promote_types,
+                    recompile_reasons, graph_metrics, graph_name, set_explain_recompiles,
+                    set_dump_ir_dir, set_cache_dir, cache_dir, RecompileReason, GraphMetrics,
+                    PureFunction, CompiledFunction,
                     pending_graph_size, is_grad_enabled, from_numpy, from_dlpack,
                     neg, abs, exp, log, sqrt, rsqrt, tanh, sigmoid, relu, sin, cos, erf,
                     logical_not, floor, add, sub, mul, div, true_divide, pow, maximum, minimum,
@@ -11,6 +16,7 @@ from ._loom import (Tensor, dtype, Error, ShapeError, DTypeError, TraceError, Au
                     flatten, cat, stack, slice, select, index_select, gather, layer_norm,
                     embedding, dropout, cross_entropy, mse_loss)
 from ._autograd import grad, value_and_grad, tree_flatten
+from ._tracing import assume_pure, compile, scan, while_loop, fori_loop, profile
 from ._creation import (tensor, as_tensor, zeros, ones, full, zeros_like, ones_like, full_like,
                         arange, randn, rand, randn_like, rand_like)
 from ._ops import (Size, sum, mean, amax, amin, argmax, argmin, max, min, reshape, view,

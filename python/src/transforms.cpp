@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "common.h"
+#include "tree.h"
 
 namespace loom::py {
 namespace {
@@ -15,12 +16,22 @@ struct NoGrad {
   std::unique_ptr<NoGradGuard> guard;
 };
 
+struct Named {
+  explicit Named(std::string n) : name(std::move(n)) {}
+  std::string name;
+  std::unique_ptr<GraphName> guard;
+};
+
 }  // namespace
 
 void register_transforms(nb::module_& m) {
   m.def(
-      "sync", [] { loom::sync(std::source_location::current()); },
-      nb::call_guard<nb::gil_scoped_release>(),
+      "sync",
+      [] {
+        const CallSite site = python_site();  // names the graph by the Python caller
+        nb::gil_scoped_release release;
+        loom::sync(site);
+      },
       "Compiles (cached) and runs all pending work of this thread.");
   m.def("pending_graph_size", &pending_graph_size);
   m.def("is_grad_enabled", &grad_enabled);
@@ -63,6 +74,54 @@ void register_transforms(nb::module_& m) {
       r.append(g.defined() ? nb::cast(g) : nb::none());
     return r;
   });
+  nb::class_<RecompileReason>(m, "RecompileReason",
+                              "Why a graph name compiled again (loom.recompile_reasons()).")
+      .def_ro("graph", &RecompileReason::graph)
+      .def_ro("compile", &RecompileReason::compile)
+      .def_prop_ro("kind", [](const RecompileReason& r) { return to_string(r.kind); })
+      .def_ro("message", &RecompileReason::message)
+      .def_ro("input", &RecompileReason::input)
+      .def_ro("path", &RecompileReason::path)
+      .def_ro("before", &RecompileReason::before)
+      .def_ro("after", &RecompileReason::after)
+      .def("__repr__", [](const RecompileReason& r) {
+        return detail::str_cat("RecompileReason(graph='", r.graph, "', compile=", r.compile,
+                               ", kind='", to_string(r.kind), "', message='", r.message, "')");
+      });
+  m.def("recompile_reasons", &recompile_reasons,
+        "Every recompile explanation since reset_metrics() (at most the latest 1000).");
+  nb::class_<GraphMetrics>(m, "GraphMetrics", "Counters of one graph name (loom.graph_metrics()).")
+      .def_ro("name", &GraphMetrics::name)
+      .def_ro("syncs", &GraphMetrics::syncs)
+      .def_ro("compiles", &GraphMetrics::compiles)
+      .def_ro("cache_hits", &GraphMetrics::cache_hits)
+      .def_ro("disk_hits", &GraphMetrics::disk_hits)
+      .def_ro("compile_seconds", &GraphMetrics::compile_seconds)
+      .def_ro("execute_seconds", &GraphMetrics::execute_seconds)
+      .def_ro("bytes_in", &GraphMetrics::bytes_in)
+      .def_ro("bytes_out", &GraphMetrics::bytes_out)
+      .def_ro("recompiling", &GraphMetrics::recompiling);
+  m.def("graph_metrics", &graph_metrics, "One entry per graph name since reset_metrics().");
+  m.def("set_explain_recompiles", &set_explain_recompiles, nb::arg("on"),
+        "Prints each recompile explanation to stderr (default: LOOM_EXPLAIN_RECOMPILES).");
+  m.def("set_dump_ir_dir", &runtime::set_dump_ir_dir, nb::arg("dir"),
+        "Writes each compiled graph's IR (before, after every pass, .dot) into dir; '' stops.");
+  m.def("set_cache_dir", &runtime::set_cache_dir, nb::arg("dir"),
+        "The persistent compile cache directory ('' turns it off; default LOOM_CACHE_DIR).");
+  m.def("cache_dir", &runtime::cache_dir);
+  m.def("_profile_start", &profile::start, nb::arg("path"));
+  m.def("_profile_flush", &profile::flush);
+  m.def("_profile_stop", &profile::stop);
+  m.def("_profile_path", &profile::path);
+
+  // `with loom.graph_name("train_step"):` names the graphs synced inside.
+  nb::class_<Named>(m, "graph_name", "Context manager: names the graphs synced inside it.")
+      .def(nb::init<std::string>(), nb::arg("name"))
+      .def("__enter__",
+           [](Named& g) {
+             if (!g.guard) g.guard = std::make_unique<GraphName>(g.name);
+           })
+      .def("__exit__", [](Named& g, nb::args) { g.guard.reset(); });
   m.def("metrics", &metrics);
   m.def("reset_metrics", &reset_metrics);
   m.def("metrics_report", &metrics_report);

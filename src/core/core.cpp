@@ -281,10 +281,10 @@ const Config& config() {
 }
 
 namespace detail {
-std::string file_line(const std::source_location& loc) {
-  std::string_view file = loc.file_name();
+std::string file_line(const CallSite& site) {
+  std::string_view file = site.file;
   file = file.substr(file.find_last_of('/') + 1);  // npos + 1 == 0: no slash, the whole name
-  return std::string(file) + ":" + std::to_string(loc.line());
+  return std::string(file) + ":" + std::to_string(site.line);
 }
 
 void assert_fail(const char* cond, const char* file, int line) {

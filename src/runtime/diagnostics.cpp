@@ -91,9 +91,9 @@ NameStats* label_name(std::string_view label) {
   return n;
 }
 
-NameStats* site_name(const std::source_location& loc) {
+NameStats* site_name(const CallSite& loc) {
   ThreadNames& t = thread_names();
-  SiteKey key{loc.file_name(), loc.line()};
+  SiteKey key{loc.file, loc.line};
   auto it = t.sites.find(key);
   if (it != t.sites.end()) return it->second;
   NameStats* n = intern(loom::detail::file_line(loc));
@@ -357,7 +357,7 @@ void set_explain_recompiles(bool on) { runtime::detail::registry().explain = on;
 namespace runtime {
 
 // The outermost site names the graph: a read inside printing (operator<<) keeps "print".
-SyncSite::SyncSite(const std::source_location& loc) : SyncSite(static_cast<void*>(nullptr)) {
+SyncSite::SyncSite(const CallSite& loc) : SyncSite(static_cast<void*>(nullptr)) {
   auto& t = detail::thread_names();
   if (t.site_depth == 1) t.site = detail::site_name(loc);
 }

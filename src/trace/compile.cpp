@@ -63,7 +63,7 @@ class StepCache {
   std::vector<CallSignature> seen;  // without trace_once: the signatures traced so far
 };
 
-std::shared_ptr<StepCache> make_step_cache(CompileOptions opts, std::source_location loc) {
+std::shared_ptr<StepCache> make_step_cache(CompileOptions opts, CallSite loc) {
   auto c = std::make_shared<StepCache>();
   c->name = opts.name.empty() ? "step at " + file_line(loc) : opts.name;
   c->before_name = c->name + " (work pending before the step)";

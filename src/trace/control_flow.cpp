@@ -18,7 +18,7 @@ namespace {
 
 std::string where_text(const Site& site) {
   return str_cat("the ", site.role, " of ", site.api, " called at ", file_line(site.loc), " (in ",
-                 site.loc.function_name(), ")");
+                 site.loc.function, ")");
 }
 
 // A closed scope: its graph, explicit parameters, captures and outputs.
@@ -319,7 +319,7 @@ void note_while_site(const std::shared_ptr<const ir::Graph>& body, const Site& s
   if (while_sites.size() > 1024)
     std::erase_if(while_sites, [](const auto& e) { return e.second.body.expired(); });
   while_sites[body.get()] = {body, str_cat(site.api, " called at ", file_line(site.loc), " (in ",
-                                           site.loc.function_name(), ")")};
+                                           site.loc.function, ")")};
 }
 
 std::string while_site(const ir::Graph* body) {
@@ -359,12 +359,12 @@ class PureCache {
     std::shared_ptr<const void> like;
   };
   PureOptions opts;
-  std::source_location loc;
+  CallSite loc{"", "", 0};
   std::mutex mu;
   std::unordered_multimap<uint64_t, Entry> entries;
 };
 
-std::shared_ptr<PureCache> make_pure_cache(const PureOptions& opts, std::source_location loc) {
+std::shared_ptr<PureCache> make_pure_cache(const PureOptions& opts, CallSite loc) {
   auto c = std::make_shared<PureCache>();
   c->opts = opts;
   c->loc = loc;

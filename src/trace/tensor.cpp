@@ -283,7 +283,7 @@ Tensor rand(Shape shape, DType dtype) {
 }
 void manual_seed(uint64_t seed) { TraceContext::get().manual_seed(seed); }
 
-void sync(std::source_location loc) {
+void sync(CallSite loc) {
   runtime::SyncSite site(loc);  // names the graph: GraphName, else this call site
   TraceContext::get().sync_all();
 }

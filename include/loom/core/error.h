@@ -6,6 +6,7 @@
 // internal invariant. Thread-safe: everything here is stateless.
 #pragma once
 
+#include <cstdint>
 #include <source_location>
 #include <sstream>
 #include <stdexcept>
@@ -55,6 +56,19 @@ class ParseError : public Error {
   int line_, column_;
 };
 
+// Where a user called an API, for messages and graph names: from C++ the std::source_location
+// (it converts implicitly), from Python the caller's file and line (python/ interns the strings).
+// The strings must outlive the site: literals or interned.
+struct CallSite {
+  CallSite(const std::source_location& loc)  // NOLINT: implicit, as a default argument
+      : file(loc.file_name()), function(loc.function_name()), line(loc.line()) {}
+  CallSite(const char* file, const char* function, uint32_t line)
+      : file(file), function(function), line(line) {}
+  const char* file;
+  const char* function;
+  uint32_t line;
+};
+
 namespace detail {
 template <class... Parts>
 std::string str_cat(const Parts&... parts) {
@@ -64,7 +78,7 @@ std::string str_cat(const Parts&... parts) {
 }
 [[noreturn]] void assert_fail(const char* cond, const char* file, int line);
 // "model.cpp:42": a call site for messages and graph names (the file without its directory).
-std::string file_line(const std::source_location& loc);
+std::string file_line(const CallSite& site);
 }  // namespace detail
 
 }  // namespace loom

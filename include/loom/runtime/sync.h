@@ -83,7 +83,7 @@ const std::string& current_graph_name();
 // Also records the sync's profile spans (the trace span before it, the sync itself).
 class SyncSite {
  public:
-  explicit SyncSite(const std::source_location& loc);
+  explicit SyncSite(const CallSite& loc);
   // A fixed name ("print") for reads made on the user's behalf; an enclosing site wins.
   explicit SyncSite(std::string_view label);
   ~SyncSite();

@@ -41,7 +41,7 @@ struct CompileOptions {
 
 namespace detail {
 class StepCache;
-std::shared_ptr<StepCache> make_step_cache(CompileOptions opts, std::source_location loc);
+std::shared_ptr<StepCache> make_step_cache(CompileOptions opts, CallSite loc);
 // Runs one step: `fn` traces it (returning its flat results); on a trace_once hit fn is not
 // called and the results come from the replay. *like receives the result tree's shape.
 std::vector<Tensor> run_step(StepCache& cache, CallKey key, const FlatFn& fn,

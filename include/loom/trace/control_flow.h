@@ -68,7 +68,7 @@ enum class ScopeKind { Loop, Pure };
 struct Site {
   const char* api;
   const char* role;  // "body", "cond", "function"
-  std::source_location loc;
+  CallSite loc;
 };
 
 // A body traced into a region: its graph and what it captured. Opaque here.
@@ -92,7 +92,7 @@ std::vector<Tensor> while_flat(const Site& site, const FlatFn& cond, const FlatF
 
 // assume_pure's cache (one per wrapper, or per callable type for capture-less lambdas).
 class PureCache;
-std::shared_ptr<PureCache> make_pure_cache(const PureOptions& opts, std::source_location loc);
+std::shared_ptr<PureCache> make_pure_cache(const PureOptions& opts, CallSite loc);
 // A static argument, type-erased: hashed and compared by value.
 struct StaticArg {
   size_t hash = 0;

@@ -95,7 +95,7 @@ void manual_seed(uint64_t seed);
 
 // Compiles (cached) and runs all pending work of this thread. The graph it runs is named by
 // `loc` (the caller's line), unless a GraphName is active (loom/runtime/diagnostics.h).
-void sync(std::source_location loc = std::source_location::current());
+void sync(CallSite loc = std::source_location::current());
 
 // Nodes in this thread's pending graph (for tests and diagnostics).
 int64_t pending_graph_size();

@@ -1,0 +1,186 @@
+"""The tracing tools' cost from Python, each beside its baseline measured in the same run.
+
+    PYTHONPATH=build/python .venv/bin/python bench/python/tracing_tools.py [--loom-bench PATH]
+
+- pure_call_us: a cached loom.assume_pure call with two tensor arguments and a static keyword
+  (`f(a, b, scale=2.0)`, [16,16] float32), per call, no sync; the baseline is the same call to
+  the undecorated function (two traced ops), and, when a JAX venv is given
+  (LOOM_PEER_JAX=path/to/python), jax.jit's dispatch of the same function (synchronous:
+  block_until_ready per call).
+- mlp_steps_per_s: a 784-256-10 MLP (batch 64, SGD, cross entropy) trained from Python with
+  loom.compile(trace_once=True); the baselines are the C++ program's trace_once steps per
+  second (`loom-bench mlp_train`, run as a child when found) and jax.jit with donate_argnums,
+  synchronous per step, in the JAX venv.
+Prints "key value" lines.
+"""
+import argparse
+import os
+import pathlib
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+import loom
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def best_rate(step, warm, n, reps=5):
+    for _ in range(warm):
+        step()
+    best = 0.0
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        for _ in range(n):
+            step()
+        best = max(best, n / (time.perf_counter() - t0))
+    return best
+
+
+def pure_call_us():
+    def f(a, b, scale=1.0):
+        return a @ b * scale
+
+    pure = loom.assume_pure(f)
+    a, b = loom.randn(16, 16), loom.randn(16, 16)
+    loom.sync()
+    n = 20000
+
+    def timed(fn):
+        out = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            for _ in range(n):
+                fn(a, b, scale=2.0)
+            out.append((time.perf_counter() - t0) / n)
+            loom.sync()
+        return statistics.median(out) * 1e6
+
+    pure(a, b, scale=2.0)
+    return timed(pure), timed(f)
+
+
+def mlp_loom_steps_per_s():
+    loom.manual_seed(0)
+    rng = np.random.default_rng(0)
+    w1 = loom.tensor(rng.standard_normal((784, 256)).astype(np.float32) * 0.03,
+                     requires_grad=True)
+    b1 = loom.zeros(256, requires_grad=True)
+    w2 = loom.tensor(rng.standard_normal((256, 10)).astype(np.float32) * 0.06,
+                     requires_grad=True)
+    b2 = loom.zeros(10, requires_grad=True)
+    params = [w1, b1, w2, b2]
+    x = loom.randn(64, 784)
+    y = loom.tensor(rng.integers(0, 10, 64))
+
+    @loom.compile(trace_once=True, name="mlp_step")
+    def step(x, y):
+        loss = loom.cross_entropy((x @ w1 + b1).relu() @ w2 + b2, y)
+        loss.backward()
+        with loom.no_grad():
+            for p in params:
+                p.copy_(p - p.grad * 0.01)
+                p.grad = None
+        return loss
+
+    return best_rate(lambda: step(x, y), 30, 200)
+
+
+def cpp_mlp_steps_per_s(exe):
+    if not exe or not pathlib.Path(exe).exists():
+        return None
+    out = subprocess.run([exe, "mlp_train"], capture_output=True, text=True).stdout
+    for line in out.splitlines():
+        parts = line.split()
+        if "trace_once_steps_per_s" in line and len(parts) >= 2:
+            for p in parts:
+                try:
+                    return float(p)
+                except ValueError:
+                    continue
+    return None
+
+
+JAX_SCRIPT = r"""
+import time, numpy as np, jax, jax.numpy as jnp
+def f(a, b, scale=1.0):
+    return a @ b * scale
+jf = jax.jit(f, static_argnames=("scale",))
+a = jax.device_put(np.random.default_rng(0).standard_normal((16, 16)).astype(np.float32))
+b = jax.device_put(np.random.default_rng(1).standard_normal((16, 16)).astype(np.float32))
+jf(a, b, scale=2.0).block_until_ready()
+n = 5000; best = 1e9
+for _ in range(3):
+    t0 = time.perf_counter()
+    for _ in range(n):
+        jf(a, b, scale=2.0).block_until_ready()
+    best = min(best, (time.perf_counter() - t0) / n)
+print("jax_jit_call_us", best * 1e6)
+rng = np.random.default_rng(0)
+params = [jax.device_put(rng.standard_normal((784, 256)).astype(np.float32) * 0.03),
+          jax.device_put(np.zeros(256, np.float32)),
+          jax.device_put(rng.standard_normal((256, 10)).astype(np.float32) * 0.06),
+          jax.device_put(np.zeros(10, np.float32))]
+x = jax.device_put(rng.standard_normal((64, 784)).astype(np.float32))
+y = jax.device_put(rng.integers(0, 10, 64))
+def loss_fn(p, x, y):
+    h = jax.nn.relu(x @ p[0] + p[1]) @ p[2] + p[3]
+    return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(h), y[:, None], 1))
+def _step(p, x, y):
+    l, g = jax.value_and_grad(loss_fn)(p, x, y)
+    return [a - 0.01 * b for a, b in zip(p, g)], l
+step = jax.jit(_step, donate_argnums=0)
+for _ in range(30):
+    params, l = step(params, x, y); l.block_until_ready()
+best = 0
+for _ in range(5):
+    t0 = time.perf_counter()
+    for _ in range(200):
+        params, l = step(params, x, y); l.block_until_ready()
+    best = max(best, 200 / (time.perf_counter() - t0))
+print("jax_mlp_steps_per_s", best)
+"""
+
+
+def jax_figures():
+    py = os.environ.get("LOOM_PEER_JAX")
+    if not py:
+        print("# no JAX baseline: set LOOM_PEER_JAX=path/to/venv/bin/python (recipe: "
+              "../shared/reference/peers_setup.md)")
+        return {}
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    r = subprocess.run([py, "-c", JAX_SCRIPT], capture_output=True, text=True, env=env)
+    if r.returncode != 0:
+        print("# JAX baseline failed:", r.stderr.strip().splitlines()[-1:])
+        return {}
+    return {k: float(v) for k, v in (line.split() for line in r.stdout.splitlines())}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--loom-bench", default=str(ROOT / "build/bench/loom-bench"))
+    args = ap.parse_args()
+    pure_us, plain_us = pure_call_us()
+    print(f"pure_call_us {pure_us:.3f}")
+    print(f"baseline_plain_call_us {plain_us:.3f}")
+    mlp = mlp_loom_steps_per_s()
+    print(f"mlp_steps_per_s {mlp:.1f}")
+    cpp = cpp_mlp_steps_per_s(args.loom_bench)
+    if cpp:
+        print(f"baseline_cpp_mlp_steps_per_s {cpp:.1f}")
+        print(f"ratio_python_over_cpp {mlp / cpp:.3f}")
+    jax = jax_figures()
+    if "jax_jit_call_us" in jax:
+        print(f"baseline_jax_jit_call_us {jax['jax_jit_call_us']:.3f}")
+        print(f"ratio_pure_over_jax {pure_us / jax['jax_jit_call_us']:.3f}")
+    if "jax_mlp_steps_per_s" in jax:
+        print(f"baseline_jax_mlp_steps_per_s {jax['jax_mlp_steps_per_s']:.1f}")
+        print(f"ratio_mlp_over_jax {mlp / jax['jax_mlp_steps_per_s']:.3f}")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
