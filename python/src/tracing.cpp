@@ -18,7 +18,7 @@ using TreePtr = std::shared_ptr<const TreeDef>;
 // The call's arguments as one tree: (args, kwargs). Leaf paths read "args[0]['x']" and
 // "kwargs['lr']".
 struct Call {
-  TreePtr def;
+  TreeDef def;
   detail::CallKey key;
 };
 
@@ -30,15 +30,13 @@ std::vector<std::string> call_paths(const void* p) {
   return paths;
 }
 
-Call make_call(const char* what, const nb::args& args, const nb::kwargs& kwargs) {
-  Call c;
-  nb::object packed = nb::make_tuple(args, kwargs);
-  c.def = flatten(packed, &c.key.leaves);
-  c.key.signature = c.def->signature;
-  call_statics(*c.def, what, &c.key.statics);
-  c.key.args = c.def.get();
-  c.key.paths_of = &call_paths;
-  return c;
+// Fills c (not movable: the key points at its tree).
+void make_call(const char* what, const nb::args& args, const nb::kwargs& kwargs, Call* c) {
+  flatten_call(args, kwargs, &c->def, &c->key.leaves);
+  c->key.signature = c->def.signature;
+  call_statics(c->def, what, &c->key.statics);
+  c->key.args = &c->def;
+  c->key.paths_of = &call_paths;
 }
 
 // The function's result flattened; its structure goes to *like for unflattening the outputs.
@@ -83,9 +81,10 @@ struct PureFunction {
 };
 
 nb::object pure_call(PureFunction& self, nb::args args, nb::kwargs kwargs) {
-  Call c = make_call("assume_pure", args, kwargs);
+  Call c;
+  make_call("assume_pure", args, kwargs, &c);
   std::shared_ptr<const void> like;
-  const TreeDef& def = *c.def;
+  const TreeDef& def = c.def;
   detail::FlatFn trace = [&](const std::vector<Tensor>& params) {
     return flat_result(call_rebuilt(self.fn, def, params), &like);
   };
@@ -101,7 +100,8 @@ struct CompiledFunction {
 };
 
 nb::object step_call(CompiledFunction& self, nb::args args, nb::kwargs kwargs) {
-  Call c = make_call("compile", args, kwargs);
+  Call c;
+  make_call("compile", args, kwargs, &c);
   std::shared_ptr<const void> like;
   detail::FlatFn trace = [&](const std::vector<Tensor>&) {
     nb::gil_scoped_acquire gil;

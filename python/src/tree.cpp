@@ -223,6 +223,18 @@ std::shared_ptr<const TreeDef> flatten(nb::handle tree, std::vector<Tensor>* lea
   return def;
 }
 
+void flatten_call(nb::handle args, nb::handle kwargs, TreeDef* def, std::vector<Tensor>* leaves) {
+  def->nodes.reserve(8);
+  def->signature.reserve(32);
+  leaves->reserve(4);
+  def->nodes.push_back(TreeDef::Node{TreeDef::kTuple, 2, nullptr});
+  def->signature += '(';
+  walk(args, def, leaves);
+  def->signature += ',';
+  walk(kwargs, def, leaves);
+  def->signature += ",)";
+}
+
 nb::object unflatten(const TreeDef& def, const std::vector<Tensor>& leaves, size_t* pos) {
   size_t node = 0;
   return build(def, &node, leaves, pos);

@@ -47,6 +47,8 @@ struct TreeDef {
 // the API and argument in errors ("scan: init"). Raises TypeError for a dict with a non-string
 // key. Static leaves are kept in the structure (their hash is taken by call_statics).
 std::shared_ptr<const TreeDef> flatten(nb::handle tree, std::vector<Tensor>* leaves);
+// Flattens a call's arguments as the tree (args, kwargs) into *def.
+void flatten_call(nb::handle args, nb::handle kwargs, TreeDef* def, std::vector<Tensor>* leaves);
 // Rebuilds a tree of the structure with the tensors leaves[*pos...] (advancing *pos).
 nb::object unflatten(const TreeDef& def, const std::vector<Tensor>& leaves, size_t* pos);
 inline nb::object unflatten(const TreeDef& def, const std::vector<Tensor>& leaves) {

@@ -193,12 +193,14 @@ std::vector<Value> Builder::make_region(OpKind op, std::span<const Value> operan
   Node n;
   n.op = op;
   n.operands.assign(operands.begin(), operands.end());
-  n.type = types[0];
-  n.more_types.assign(types.begin() + 1, types.end());
+  n.type = std::move(types[0]);
+  n.more_types.assign(std::make_move_iterator(types.begin() + 1),
+                      std::make_move_iterator(types.end()));
   n.attrs = std::move(attrs);
   n.regions = std::move(regions);
   NodeId id = add(std::move(n));
   std::vector<Value> results;
+  results.reserve(types.size());
   for (uint32_t k = 0; k < types.size(); ++k) results.push_back({id, k});
   return results;
 }

@@ -499,6 +499,8 @@ bool CallSignature::operator==(const CallSignature& o) const {
 
 CallSignature call_signature(CallKey& key, const char* what) {
   CallSignature sig;
+  sig.types.reserve(key.leaves.size());
+  sig.grads.reserve(key.leaves.size());
   Hasher128 h;
   h.add_string(key.signature);
   for (const StaticArg& s : key.statics) h.add(s.hash);

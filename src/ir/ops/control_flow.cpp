@@ -18,6 +18,7 @@ std::vector<TensorType> param_types(const Graph& r) {
 
 std::vector<TensorType> output_types(const char* op, const char* region, const Graph& r) {
   std::vector<TensorType> ts;
+  ts.reserve(r.outputs().size());
   for (Value v : r.outputs()) {
     LOOM_CHECK(v.node < r.size() && v.index < r.node(v.node).num_results(), "[", op, "] ", region,
                " output %", v.node, "#", v.index, " does not exist");
@@ -60,8 +61,14 @@ std::vector<TensorType> operand_type_list(const Graph& g, std::span<const Value>
 
 std::vector<TensorType> infer_call(const Graph& g, std::span<const Value> xs, Regions regions) {
   const Graph& body = region("call", regions, 0, 1);
-  check_params("call", "body", body, operand_type_list(g, xs),
-               [](size_t k) { return str_cat("operand ", k); });
+  // The common case (every call of a cached assume_pure function) compares in place; the
+  // lists are built only for the message.
+  bool same = body.params().size() == xs.size();
+  for (size_t k = 0; same && k < xs.size(); ++k)
+    same = body.node(body.params()[k]).type == g.type(xs[k]);
+  if (!same)
+    check_params("call", "body", body, operand_type_list(g, xs),
+                 [](size_t k) { return str_cat("operand ", k); });
   std::vector<TensorType> outs = output_types("call", "body", body);
   LOOM_CHECK(!outs.empty(), "[call] body has no outputs; a call returns at least one value");
   return outs;
