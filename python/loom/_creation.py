@@ -64,17 +64,20 @@ def tensor(data, dtype=None, requires_grad=False):
 
 
 def as_tensor(data, dtype=None):
+    """A tensor of `data`, sharing a numpy array's memory when its dtype fits (torch.as_tensor)."""
     if isinstance(data, Tensor) and (dtype is None or data.dtype == dtype):
         return data
     return tensor(data, dtype=dtype)
 
 
 def zeros(*size, dtype=None, requires_grad=False):
+    """A tensor of zeros of the given size (ints or one sequence); float32 unless dtype= says."""
     _check_dtype(dtype)
     return _finish(_loom._zeros(_shape(size), dtype or _loom.dtype.float32), requires_grad)
 
 
 def ones(*size, dtype=None, requires_grad=False):
+    """A tensor of ones of the given size (ints or one sequence); float32 unless dtype= says."""
     _check_dtype(dtype)
     return _finish(_loom._ones(_shape(size), dtype or _loom.dtype.float32), requires_grad)
 
@@ -88,6 +91,7 @@ def _value_dtype(v):
 
 
 def full(size, fill_value, dtype=None, requires_grad=False):
+    """A tensor of `size` filled with `fill_value`, its dtype inferred from the value as torch does."""
     _check_dtype(dtype)
     if isinstance(size, numbers.Integral):
         size = (size,)
@@ -96,14 +100,17 @@ def full(size, fill_value, dtype=None, requires_grad=False):
 
 
 def zeros_like(t, dtype=None):
+    """Zeros of t's shape and dtype (or dtype=)."""
     return zeros(t.shape, dtype=dtype or t.dtype)
 
 
 def ones_like(t, dtype=None):
+    """Ones of t's shape and dtype (or dtype=)."""
     return ones(t.shape, dtype=dtype or t.dtype)
 
 
 def full_like(t, fill_value, dtype=None):
+    """t's shape filled with fill_value, t's dtype (or dtype=)."""
     return full(t.shape, fill_value, dtype=dtype or t.dtype)
 
 
@@ -130,18 +137,22 @@ def arange(start, end=None, step=1, dtype=None, requires_grad=False):
 
 
 def randn(*size, dtype=None, requires_grad=False):
+    """Standard normal draws of the given size (loom.manual_seed seeds them)."""
     _check_dtype(dtype)
     return _finish(_loom._randn(_shape(size), dtype or _loom.dtype.float32), requires_grad)
 
 
 def rand(*size, dtype=None, requires_grad=False):
+    """Uniform [0, 1) draws of the given size (loom.manual_seed seeds them)."""
     _check_dtype(dtype)
     return _finish(_loom._rand(_shape(size), dtype or _loom.dtype.float32), requires_grad)
 
 
 def randn_like(t):
+    """Standard normal draws of t's shape and dtype."""
     return randn(t.shape, dtype=t.dtype)
 
 
 def rand_like(t):
+    """Uniform [0, 1) draws of t's shape and dtype."""
     return rand(t.shape, dtype=t.dtype)

@@ -32,26 +32,32 @@ def _dims_arg(shape):
 
 
 def sum(input, dim=None, keepdim=False):
+    """The sum over dim (an int, a sequence, or None for all), keeping reduced dims when keepdim."""
     return _loom._sum(input, dim, keepdim)
 
 
 def mean(input, dim=None, keepdim=False):
+    """The mean over dim (an int, a sequence, or None for all), keeping reduced dims when keepdim."""
     return _loom._mean(input, dim, keepdim)
 
 
 def amax(input, dim=None, keepdim=False):
+    """The maximum over dim (an int, a sequence, or None for all)."""
     return _loom._amax(input, dim, keepdim)
 
 
 def amin(input, dim=None, keepdim=False):
+    """The minimum over dim (an int, a sequence, or None for all)."""
     return _loom._amin(input, dim, keepdim)
 
 
 def argmax(input, dim=None, keepdim=False):
+    """The index of the maximum along dim (None: of the flattened tensor), int64."""
     return _loom._argmax(input, dim, keepdim)
 
 
 def argmin(input, dim=None, keepdim=False):
+    """The index of the minimum along dim (None: of the flattened tensor), int64."""
     return _loom._argmax(-input if input.dtype != dtype.bool_ else ~input, dim, keepdim)
 
 
@@ -67,6 +73,7 @@ def max(input, dim=None, keepdim=False, *, other=None):
 
 
 def min(input, dim=None, keepdim=False, *, other=None):
+    """min(t): the minimum; min(t, dim): (values, indices); min(t, other): elementwise minimum."""
     if isinstance(dim, Tensor):
         return _loom.minimum(input, dim)
     if other is not None:
@@ -77,26 +84,32 @@ def min(input, dim=None, keepdim=False, *, other=None):
 
 
 def reshape(input, *shape):
+    """The tensor with a new shape (ints or one sequence; one -1 is inferred)."""
     return _loom._reshape(input, _dims_arg(shape))
 
 
 def view(input, *shape):
+    """reshape where torch could view the storage; a ShapeError where it could not."""
     return _loom._view(input, _dims_arg(shape))
 
 
 def permute(input, *dims):
+    """The dims reordered (ints or one sequence)."""
     return _loom._permute(input, _dims_arg(dims))
 
 
 def expand(input, *sizes):
+    """The tensor broadcast to sizes (-1 keeps a dim)."""
     return _loom._expand(input, _dims_arg(sizes))
 
 
 def squeeze(input, dim=None):
+    """Size-1 dims removed (all, or dim)."""
     return _loom._squeeze(input, dim)
 
 
 def gelu(input, approximate="none"):
+    """GELU: exact (erf) by default, the tanh form with approximate='tanh'."""
     if approximate != "none":
         raise ValueError(f"gelu: approximate must be 'none' (the exact erf form), "
                          f"got {approximate!r}")
@@ -104,6 +117,7 @@ def gelu(input, approximate="none"):
 
 
 def clone(input):
+    """A copy that no longer aliases the input (gradients flow through)."""
     return input + 0 if input.dtype != dtype.bool_ else _loom.logical_or(input, input)
 
 

@@ -9,11 +9,12 @@ struct Classes {
 };
 Classes classes;
 
-PyObject* make(nb::module_& m, const char* name, PyObject* base, PyObject* also = nullptr) {
+PyObject* make(nb::module_& m, const char* name, const char* doc, PyObject* base,
+               PyObject* also = nullptr) {
   std::string full = std::string("loom.") + name;
   nb::object bases =
       also ? nb::object(nb::make_tuple(nb::handle(base), nb::handle(also))) : nb::borrow(base);
-  PyObject* cls = PyErr_NewException(full.c_str(), bases.ptr(), nullptr);
+  PyObject* cls = PyErr_NewExceptionWithDoc(full.c_str(), doc, bases.ptr(), nullptr);
   if (!cls) throw nb::python_error();
   m.attr(name) = nb::handle(cls);
   return cls;
@@ -23,14 +24,21 @@ PyObject* make(nb::module_& m, const char* name, PyObject* base, PyObject* also 
 
 void register_errors(nb::module_& m) {
   Classes& c = classes;
-  c.error = make(m, "Error", PyExc_RuntimeError);
-  c.shape = make(m, "ShapeError", c.error, PyExc_ValueError);
-  c.dtype = make(m, "DTypeError", c.error, PyExc_TypeError);
-  c.trace = make(m, "TraceError", c.error);
-  c.autodiff = make(m, "AutodiffError", c.error);
-  c.compile = make(m, "CompileError", c.error);
-  c.exec = make(m, "ExecError", c.error);
-  c.parse = make(m, "ParseError", c.error);
+  c.error = make(m, "Error", "Every error loom raises (the C++ loom::Error's message).",
+                 PyExc_RuntimeError);
+  c.shape = make(m, "ShapeError", "Shapes that do not fit the op (also a ValueError).", c.error,
+                 PyExc_ValueError);
+  c.dtype = make(m, "DTypeError", "A dtype the op does not take (also a TypeError).", c.error,
+                 PyExc_TypeError);
+  c.trace = make(m, "TraceError",
+                 "A misuse of tracing: a value read inside a traced body, a tensor used on "
+                 "another thread or outside its body, a changed loop structure.",
+                 c.error);
+  c.autodiff =
+      make(m, "AutodiffError", "A gradient loom cannot take (through while_loop, ...).", c.error);
+  c.compile = make(m, "CompileError", "The backend could not compile a graph.", c.error);
+  c.exec = make(m, "ExecError", "A compiled graph failed while running.", c.error);
+  c.parse = make(m, "ParseError", "Malformed IR text or file.", c.error);
   // Most derived first: one translator keeps the C++ hierarchy's order.
   nb::register_exception_translator([](const std::exception_ptr& p, void*) {
     try {

@@ -318,8 +318,8 @@ thread_local std::unordered_map<const ir::Graph*, WhileSite> while_sites;
 void note_while_site(const std::shared_ptr<const ir::Graph>& body, const Site& site) {
   if (while_sites.size() > 1024)
     std::erase_if(while_sites, [](const auto& e) { return e.second.body.expired(); });
-  while_sites[body.get()] = {body, str_cat(site.api, " called at ", file_line(site.loc), " (in ",
-                                           site.loc.function, ")")};
+  while_sites[body.get()] = {
+      body, str_cat(site.api, " called at ", file_line(site.loc), " (in ", site.loc.function, ")")};
 }
 
 std::string while_site(const ir::Graph* body) {
