@@ -25,3 +25,4 @@ float32 = dtype.float32
 float64 = dtype.float64
 float = float32  # torch.float
 long = int64
+from ._io import save_safetensors, load_safetensors, load_safetensors_metadata

@@ -42,5 +42,6 @@ void register_tensor(nb::module_& m);
 void register_ops(nb::module_& m);
 void register_interop(nb::module_& m);
 void register_transforms(nb::module_& m);
+void register_io(nb::module_& m);
 
 }  // namespace loom::py

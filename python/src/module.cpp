@@ -17,4 +17,5 @@ NB_MODULE(_loom, m) {
   loom::py::register_ops(m);
   loom::py::register_interop(m);
   loom::py::register_transforms(m);
+  loom::py::register_io(m);
 }
