@@ -329,7 +329,7 @@ class Module:
         """Parameters and persistent buffers by dotted name, in registration order (torch's
         keys); detached unless keep_vars."""
         out = collections.OrderedDict() if destination is None else destination
-        for mprefix, m in self.named_modules(prefix=prefix.rstrip(".")):
+        for mprefix, m in self.named_modules(prefix=prefix.rstrip("."), remove_duplicate=False):
             dot = mprefix + ("." if mprefix else "")
             for k, p in m._parameters.items():
                 if p is not None:
