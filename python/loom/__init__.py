@@ -27,3 +27,4 @@ float = float32  # torch.float
 long = int64
 from ._io import save_safetensors, load_safetensors, load_safetensors_metadata
 from . import nn  # noqa: E402  (after the names nn's modules use)
+from . import optim  # noqa: E402
