@@ -11,7 +11,7 @@ import torch
 import loom
 import loom.nn as nn
 import loom.nn.functional as F
-from conftest import assert_same, from_torch, to_torch
+from conftest import assert_same, from_torch
 
 TOL64 = 1e-10
 
@@ -216,7 +216,8 @@ def test_state_dict_keys_and_shapes_equal_torchs():
     assert [k for k, _ in lm.named_modules()] == [k for k, _ in tm.named_modules()]
     assert [k for k, _ in lm.named_children()] == [k for k, _ in tm.named_children()]
     assert len(list(lm.modules())) == len(list(tm.modules()))
-    assert len(list(lm.children())) == 4 and len(list(lm.parameters())) == len(list(tm.parameters()))
+    assert len(list(lm.children())) == 4
+    assert len(list(lm.parameters())) == len(list(tm.parameters()))
 
 
 def test_load_torch_state_dict_gives_torchs_outputs():

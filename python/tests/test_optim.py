@@ -76,7 +76,8 @@ SGD_CONFIGS = [dict(lr=0.1), dict(lr=0.05, momentum=0.9),
                dict(lr=0.002, momentum=0.5, maximize=True)]
 
 
-@pytest.mark.parametrize("cfg", SGD_CONFIGS, ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()))
+@pytest.mark.parametrize("cfg", SGD_CONFIGS,
+                         ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()))
 def test_sgd_trajectory_equals_torch(cfg):
     run_both(lambda p: torch.optim.SGD(p, **cfg), lambda p: loom.optim.SGD(p, **cfg))
 

@@ -470,8 +470,9 @@ def reparametrize(module, tensors, tie_weights=True):
                                 f"loom.Tensor, got {type(t).__name__}")
             owner, store, leaf = _slot(module, name)
             old = owner.__dict__[store][leaf]
-            slots = aliases.get(id(old), [(owner, store, leaf)]) if tie_weights and old is not None \
-                else [(owner, store, leaf)]
+            slots = [(owner, store, leaf)]
+            if tie_weights and old is not None:
+                slots = aliases.get(id(old), slots)
             for o, s, k in slots:
                 saved.append((o, s, k, o.__dict__[s][k]))
                 o.__dict__[s][k] = t
@@ -505,8 +506,9 @@ def functional_call(module, parameter_and_buffer_dicts, args=(), kwargs=None, *,
                                  f"behavior of functional call is ambiguous")
             merged.update(d)
     else:
+        got = type(parameter_and_buffer_dicts).__name__
         raise TypeError(f"functional_call(): argument 'parameter_and_buffer_dicts' must be a "
-                        f"dict or a tuple of dicts, got {type(parameter_and_buffer_dicts).__name__}")
+                        f"dict or a tuple of dicts, got {got}")
     if strict:
         names = set(itertools.chain((k for k, _ in module.named_parameters()),
                                     (k for k, _ in module.named_buffers())))
