@@ -175,16 +175,16 @@ def test_state_is_updated_in_place():
     _, lm = models()
     opt = loom.optim.AdamW(lm.parameters(), lr=0.01, amsgrad=True)
     params = list(lm.parameters())
-    before = {id(p): {k: id(t) for k, t in opt.state[id(p)].items()} for p in params}
+    before = {id(p): {k: id(t) for k, t in opt.state[p].items()} for p in params}
     lr_tensor = opt.param_groups[0].tensor("lr")
     for s in range(3):
         loom_step(lm, opt, s)
     assert [id(p) for p in lm.parameters()] == [id(p) for p in params]
-    assert {id(p): {k: id(t) for k, t in opt.state[id(p)].items()} for p in params} == before
+    assert {id(p): {k: id(t) for k, t in opt.state[p].items()} for p in params} == before
     assert opt.param_groups[0].tensor("lr") is lr_tensor
     opt.param_groups[0]["lr"] = 0.5
     assert lr_tensor.item() == 0.5 and opt.param_groups[0]["lr"] == 0.5
-    assert opt.state[id(params[0])]["step"].item() == 3
+    assert opt.state[params[0]]["step"].item() == 3
 
 
 def torchify(sd):

@@ -56,7 +56,7 @@ class AdamW(Optimizer):
             if group["maximize"]:
                 g = -g
             dt = p.dtype
-            st = self.state[id(p)]
+            st = self.state[p]
             if group["amsgrad"] and "max_exp_avg_sq" not in st:
                 st["max_exp_avg_sq"] = _materialized_zeros(p._shape(), dt)
             step, m, v = st["step"], st["exp_avg"], st["exp_avg_sq"]
@@ -77,7 +77,7 @@ class AdamW(Optimizer):
             p.copy_(p - m / denom * step_size)
 
     def _export_state(self, p, group):
-        st = self.state[id(p)]
+        st = self.state[p]
         if st["step"].item() == 0:
             return None
         out = {"step": _loom.to(st["step"], _loom.dtype.float32),
@@ -87,7 +87,7 @@ class AdamW(Optimizer):
         return out
 
     def _import_state(self, p, group, saved):
-        st = self.state[id(p)]
+        st = self.state[p]
         if group["amsgrad"] and "max_exp_avg_sq" not in st:
             st["max_exp_avg_sq"] = _materialized_zeros(p._shape(), p.dtype)
         if not saved:

@@ -100,7 +100,7 @@ class Optimizer:
 
     def __init__(self, params, defaults):
         self.defaults = dict(defaults)
-        self.state = {}  # id(param) -> dict of state tensors
+        self.state = {}  # param -> dict of state tensors (a Tensor hashes by identity)
         self.param_groups = []
         if isinstance(params, Tensor):
             raise TypeError("params argument given to the optimizer should be an iterable of "
@@ -157,13 +157,10 @@ class Optimizer:
         g = ParamGroup(group)
         self.param_groups.append(g)
         for p in params:
-            self.state[id(p)] = self._init_state(p, g)
+            self.state[p] = self._init_state(p, g)
 
     def _check_group(self, group):
         pass
-
-    def _state_of(self, p):
-        return self.state[id(p)]
 
     def zero_grad(self, set_to_none=True):
         for g in self.param_groups:

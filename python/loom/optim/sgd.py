@@ -50,7 +50,7 @@ class SGD(Optimizer):
             if wd != 0:
                 g = g + p * wd
             if mom != 0:
-                st = self.state[id(p)]
+                st = self.state[p]
                 if "momentum_buffer" not in st:  # momentum turned on after construction
                     st.update(self._init_state(p, group))
                 buf, steps = st["momentum_buffer"], st["step"]
@@ -64,13 +64,13 @@ class SGD(Optimizer):
             p.copy_(p - g * casts[dt])
 
     def _export_state(self, p, group):
-        st = self.state[id(p)]
+        st = self.state[p]
         if "step" not in st or st["step"].item() == 0:
             return None
         return {"momentum_buffer": st["momentum_buffer"].detach()}
 
     def _import_state(self, p, group, saved):
-        st = self.state[id(p)]
+        st = self.state[p]
         if "step" not in st:
             if group["momentum"] == 0:
                 return
