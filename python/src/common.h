@@ -43,5 +43,6 @@ void register_ops(nb::module_& m);
 void register_interop(nb::module_& m);
 void register_transforms(nb::module_& m);
 void register_tracing(nb::module_& m);
+void register_io(nb::module_& m);
 
 }  // namespace loom::py

@@ -18,4 +18,5 @@ NB_MODULE(_loom, m) {
   loom::py::register_interop(m);
   loom::py::register_transforms(m);
   loom::py::register_tracing(m);
+  loom::py::register_io(m);
 }

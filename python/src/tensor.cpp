@@ -202,7 +202,10 @@ void register_tensor(nb::module_& m) {
 
   nb::class_<Tensor> cls(m, "Tensor",
                          "A lazy tensor: ops record a graph, reading a value runs it.");
-  cls.def_prop_ro("dtype", &Tensor::dtype)
+  // Tensor(t): another handle on t's tensor (in-place ops are seen through both); this is what
+  // lets Python subclass Tensor (loom.nn.Parameter calls it on a detached leaf).
+  cls.def(nb::init<const Tensor&>(), nb::arg("data"))
+      .def_prop_ro("dtype", &Tensor::dtype)
       .def("_shape", &shape_tuple)
       .def("dim", &Tensor::dim)
       .def_prop_ro("ndim", &Tensor::dim)

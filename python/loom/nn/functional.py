@@ -1,0 +1,189 @@
+"""loom.nn.functional: torch.nn.functional's names over loom's ops (composites of primitives)."""
+import math
+import numbers
+
+from .. import _loom
+from .._loom import Tensor, dtype as _dtype
+
+_FINFO_EPS = {_dtype.float64: 2.220446049250313e-16, _dtype.float32: 1.1920928955078125e-07,
+              _dtype.float16: 0.0009765625, _dtype.bfloat16: 0.0078125}
+
+
+def _check_tensor(fn, arg, x):
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{fn}(): argument '{arg}' must be a loom.Tensor, got "
+                        f"{type(x).__name__}")
+
+
+def linear(input, weight, bias=None):
+    """input @ weight.T + bias (weight [out, in])."""
+    _check_tensor("linear", "input", input)
+    _check_tensor("linear", "weight", weight)
+    y = _loom.matmul(input, _loom.transpose(weight, 0, 1) if weight.ndim == 2 else weight)
+    return y if bias is None else y + bias
+
+
+def relu(input, inplace=False):
+    return _loom.relu(input)
+
+
+def gelu(input, approximate="none"):
+    """The exact erf form, or torch's tanh approximation (approximate='tanh')."""
+    if approximate == "none":
+        return _loom._gelu(input)
+    if approximate == "tanh":
+        inner = (input + input * input * input * 0.044715) * math.sqrt(2.0 / math.pi)
+        return input * 0.5 * (_loom.tanh(inner) + 1.0)
+    raise ValueError(f"gelu(): approximate must be 'none' or 'tanh', got {approximate!r}")
+
+
+def silu(input, inplace=False):
+    return input * _loom.sigmoid(input)
+
+
+def sigmoid(input):
+    return _loom.sigmoid(input)
+
+
+def tanh(input):
+    return _loom.tanh(input)
+
+
+def _cast(input, dtype):
+    return input if dtype is None or input.dtype == dtype else _loom.to(input, dtype)
+
+
+def softmax(input, dim, dtype=None):
+    return _loom.softmax(_cast(input, dtype), dim)
+
+
+def log_softmax(input, dim, dtype=None):
+    return _loom.log_softmax(_cast(input, dtype), dim)
+
+
+def _shape_arg(fn, normalized_shape):
+    if isinstance(normalized_shape, numbers.Integral):
+        return [int(normalized_shape)]
+    try:
+        return [int(s) for s in normalized_shape]
+    except TypeError:
+        raise TypeError(f"{fn}(): argument 'normalized_shape' must be an int or a sequence of "
+                        f"ints, got {type(normalized_shape).__name__}") from None
+
+
+def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
+    return _loom.layer_norm(input, _shape_arg("layer_norm", normalized_shape), weight, bias, eps)
+
+
+def rms_norm(input, normalized_shape, weight=None, eps=None):
+    """x / sqrt(mean(x^2 over normalized_shape's dims) + eps) * weight; eps=None is the input
+    dtype's machine epsilon (torch.nn.functional.rms_norm, torch >= 2.4)."""
+    shape = _shape_arg("rms_norm", normalized_shape)
+    _check_tensor("rms_norm", "input", input)
+    n = len(shape)
+    if tuple(input.shape[input.ndim - n:]) != tuple(shape) or input.ndim < n:
+        raise _loom.ShapeError(f"[rms_norm] expected input with shape [*, "
+                               f"{', '.join(map(str, shape))}], got {list(input.shape)}")
+    if eps is None:
+        eps = _FINFO_EPS.get(input.dtype, 1.1920928955078125e-07)
+    dims = list(range(-n, 0))
+    y = input * _loom.rsqrt(_loom._mean(input * input, dims, True) + eps)
+    return y if weight is None else y * weight
+
+
+def dropout(input, p=0.5, training=True, inplace=False):
+    if not isinstance(p, numbers.Real) or not 0 <= p <= 1:
+        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+    return _loom.dropout(input, float(p), bool(training))
+
+
+def embedding(input, weight, padding_idx=None):
+    """Rows of weight [num, dim] at the integer indices `input`."""
+    if padding_idx is not None:
+        raise NotImplementedError("embedding(): padding_idx is not supported by loom")
+    return _loom.embedding(input, weight)
+
+
+def _reduce(loss, reduction, fn):
+    if reduction == "mean":
+        return _loom._mean(loss, None, False)
+    if reduction == "sum":
+        return _loom._sum(loss, None, False)
+    if reduction == "none":
+        return loss
+    raise ValueError(f"{fn}(): reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+
+
+def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100,
+                  reduce=None, reduction="mean", label_smoothing=0.0):
+    """torch's cross_entropy: input [C], [N, C] or [N, C, d1, ...] logits (classes in dim 1),
+    target class indices (ignore_index rows count nowhere) or class probabilities."""
+    _check_tensor("cross_entropy", "input", input)
+    _check_tensor("cross_entropy", "target", target)
+    if weight is not None or size_average is not None or reduce is not None:
+        raise NotImplementedError("cross_entropy(): weight, size_average and reduce are not "
+                                  "supported by loom")
+    if reduction not in ("mean", "sum", "none"):
+        raise ValueError(f"cross_entropy(): reduction must be 'mean', 'sum' or 'none', got "
+                         f"{reduction!r}")
+    if input.ndim > 2:  # classes to the last dim, then rows
+        c = input.shape[1]
+        perm = [0] + list(range(2, input.ndim)) + [1]
+        out_shape = [input.shape[0]] + list(input.shape[2:])
+        flat = _loom._reshape(_loom._permute(input, perm), [-1, c])
+        if target.dtype.is_floating_point:
+            tflat = _loom._reshape(_loom._permute(target, perm), [-1, c])
+        else:
+            tflat = _loom._reshape(target, [-1])
+        loss = cross_entropy(flat, tflat, ignore_index=ignore_index,
+                             reduction="none" if reduction == "none" else reduction,
+                             label_smoothing=label_smoothing)
+        return _loom._reshape(loss, out_shape) if reduction == "none" else loss
+    if reduction == "mean" and label_smoothing == 0.0:
+        return _loom.cross_entropy(input, target, ignore_index)
+    cdim = input.ndim - 1
+    logp = _loom.log_softmax(input, cdim)
+    ncls = input.shape[cdim]
+    if target.dtype.is_floating_point:
+        tgt = _loom.to(target, logp.dtype) if target.dtype != logp.dtype else target
+        if label_smoothing:
+            tgt = tgt * (1 - label_smoothing) + label_smoothing / ncls
+        return _reduce(-_loom._sum(tgt * logp, [cdim], False), reduction, "cross_entropy")
+    valid = target != ignore_index
+    safe = _loom.where(valid, target, 0)
+    nll = -_loom._squeeze(_loom.gather(logp, cdim, _loom.unsqueeze(safe, -1)), cdim)
+    if label_smoothing:
+        smooth = -_loom._mean(logp, [cdim], False)
+        nll = nll * (1 - label_smoothing) + smooth * label_smoothing
+    nll = _loom.where(valid, nll, 0.0)
+    if reduction == "mean":
+        return _loom._sum(nll, None, False) / _loom.to(_loom._sum(valid, None, False), nll.dtype)
+    return _reduce(nll, reduction, "cross_entropy")
+
+
+def nll_loss(input, target, ignore_index=-100, reduction="mean"):
+    """-input[target] (input holds log-probabilities [N, C])."""
+    cdim = input.ndim - 1
+    valid = target != ignore_index
+    safe = _loom.where(valid, target, 0)
+    nll = -_loom._squeeze(_loom.gather(input, cdim, _loom.unsqueeze(safe, -1)), cdim)
+    nll = _loom.where(valid, nll, 0.0)
+    if reduction == "mean":
+        return _loom._sum(nll, None, False) / _loom.to(_loom._sum(valid, None, False), nll.dtype)
+    return _reduce(nll, reduction, "nll_loss")
+
+
+def mse_loss(input, target, size_average=None, reduce=None, reduction="mean"):
+    _check_tensor("mse_loss", "input", input)
+    _check_tensor("mse_loss", "target", target)
+    if tuple(input.shape) != tuple(target.shape):
+        raise _loom.ShapeError(f"[mse_loss] input {list(input.shape)} and target "
+                               f"{list(target.shape)} must have the same shape")
+    if reduction == "mean":
+        return _loom.mse_loss(input, target)
+    d = input - target
+    return _reduce(d * d, reduction, "mse_loss")
+
+
+def l1_loss(input, target, reduction="mean"):
+    return _reduce(_loom.abs(input - target), reduction, "l1_loss")
