@@ -209,7 +209,10 @@ std::vector<Tensor> GradTape::gradients(const Tensor& out, const Tensor& seed,
     // inactive, so wrapping them needs no cut.
     state_.resize(std::max(state_.size(), ctx_.graph_.size()), kUnknown);
     for (size_t id = before; id < ctx_.graph_.size(); ++id) state_[id] = kInactive;
-    for (const autodiff::Adjoint& a : adj) grads.push_back(a ? ctx_.wrap(*a) : Tensor());
+    {
+      TraceContext::CompactionHold hold(ctx_);
+      for (const autodiff::Adjoint& a : adj) grads.push_back(a ? ctx_.wrap(*a) : Tensor());
+    }
     if (is_backward && !again) {
       std::erase_if(backward_roots, [](const auto& r) { return r.expired(); });
       backward_roots.push_back(o.weak_from_this());

@@ -710,7 +710,7 @@ void TraceContext::reset_graph() {
 }
 
 void TraceContext::maybe_compact() {
-  if (graph_.size() > gc_threshold_) compact();
+  if (graph_.size() > gc_threshold_ && compaction_holds_ == 0) compact();
 }
 
 void TraceContext::compact() {

@@ -137,8 +137,21 @@ class TraceContext {
   ir::Value constant(double v, DType dt);
   // A host buffer of type t as a graph input (used for rng keys and literal data).
   ir::Value data(Buffer b, const TensorType& t);
-  // Wraps a pending value into a new tensor.
+  // Wraps a pending value into a new tensor. A wrap may compact the pending graph, which
+  // renumbers its nodes: a caller that wraps several raw values one by one holds a
+  // CompactionHold meanwhile (the values not yet wrapped would go stale).
   Tensor wrap(ir::Value v);
+  // Off while a hold lives; the next wrap after it compacts.
+  class CompactionHold {
+   public:
+    explicit CompactionHold(TraceContext& c) : c_(c) { ++c_.compaction_holds_; }
+    ~CompactionHold() { --c_.compaction_holds_; }
+    CompactionHold(const CompactionHold&) = delete;
+    CompactionHold& operator=(const CompactionHold&) = delete;
+
+   private:
+    TraceContext& c_;
+  };
   // Makes `impl` pending on v (used by in-place ops); drops its old buffer.
   void rebind(TensorImpl& impl, ir::Value v);
 
@@ -220,6 +233,7 @@ class TraceContext {
   std::unordered_map<const void*, uint32_t> slot_by_buffer_;
   TensorImpl head_;  // sentinel of the pending list
   size_t gc_threshold_ = 1 << 14;
+  int compaction_holds_ = 0;
   std::vector<uint32_t> mark_;
   std::vector<uint32_t> slot_mark_, slot_node_;  // per cut: the parameter of each data slot
   uint32_t stamp_ = 0;

@@ -139,6 +139,7 @@ ir::Value capture_operand(TraceContext& ctx, const Capture& c) {
 std::vector<Tensor> wrap_all(TraceContext& ctx, const std::vector<ir::Value>& vs, size_t n) {
   std::vector<Tensor> out;
   out.reserve(n);
+  TraceContext::CompactionHold hold(ctx);
   for (size_t k = 0; k < n; ++k) out.push_back(ctx.wrap(vs[k]));
   return out;
 }

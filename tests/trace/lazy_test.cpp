@@ -120,6 +120,36 @@ TEST_F(LazyTest, LongLiveChainsStayCorrectAcrossCompactions) {
   EXPECT_EQ(acc.to_vector<float>(), (std::vector<float>{20000, 20000}));
 }
 
+// A compaction renumbers the pending graph. Backward wraps its gradients one by one; when the
+// sweep pushed the graph past the compaction threshold, the first wrap used to compact and
+// leave the other gradients' raw values pointing at other nodes (wrong types, crashes).
+TEST_F(LazyTest, GradientsStayCorrectWhenWrappingThemCompacts) {
+  constexpr int kParams = 8;
+  int64_t compactions = 0;
+  for (int offset = 0; offset < 400; offset += 7) {
+    loom::sync();
+    loom::reset_metrics();
+    std::vector<Tensor> ws;
+    for (int k = 0; k < kParams; ++k) ws.push_back(loom::ones({4}).requires_grad_());
+    Tensor x = loom::ones({4});
+    Tensor junk;  // dead nodes that bring the pending graph near the threshold
+    for (int i = 0; i < (1 << 13) - offset; ++i) junk = x * static_cast<double>(i);
+    junk = Tensor();
+    Tensor loss = loom::sum(ws[0] * 1.0);
+    for (int k = 1; k < kParams; ++k) loss = loss + loom::sum(ws[k] * static_cast<double>(k + 1));
+    loss.backward();
+    for (int k = 0; k < kParams; ++k) {
+      ASSERT_TRUE(ws[k].grad().defined());
+      ASSERT_EQ(ws[k].grad().dtype(), loom::DType::Float32)
+          << "offset " << offset << " param " << k;
+      EXPECT_EQ(ws[k].grad().to_vector<float>(), std::vector<float>(4, k + 1.0f))
+          << "offset " << offset << " param " << k;
+    }
+    compactions += loom::metrics().pending_compactions;
+  }
+  EXPECT_GT(compactions, 0);  // the sweep crossed the threshold somewhere
+}
+
 TEST_F(LazyTest, ChangingHostScalarDoesNotRecompile) {
   Tensor w = loom::ones({16});
   loom::sync();  // w is data from here on; step 0 then has the same structure as the others
