@@ -8,4 +8,15 @@ build/examples/loom-examples
 echo
 build/examples/loom-train-lm
 echo
+# The same from Python: the seed's six examples, train_lm, and the seed's compile-time table.
+export PYTHONPATH=build/python
+for ex in examples/python/example*.py; do
+  echo "== $ex"
+  .venv/bin/python "$ex"
+  echo
+done
+.venv/bin/python examples/python/train_lm.py
+echo
+.venv/bin/python examples/python/seed_table.py
+echo
 build/bench/loom-bench all

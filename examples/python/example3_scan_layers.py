@@ -49,6 +49,6 @@ loom.sync()
 dt = time.perf_counter() - t0
 m = loom.metrics()
 print(f"Output shape: {output.shape}")
-print(f"{layers} layers: {m.bodies_traced} bodies traced (the scan over the layers and the "
-      f"first layer's forward), {m.compiles} compilation(s) ({m.compile_seconds * 1e3:.0f} ms), "
+print(f"{layers} layers: {m.bodies_traced} bodies traced (the first layer's forward, as the "
+      f"scan's body), {m.compiles} compilation(s) ({m.compile_seconds * 1e3:.0f} ms), "
       f"first step {dt * 1e3:.0f} ms")

@@ -38,7 +38,7 @@ def test_example3_scan_layers_single_compilation():
     for layers in ("6", "24"):  # what is traced and compiled does not grow with the depth
         out = run("example3_scan_layers.py", layers)
         assert "Output shape: loom.Size([4, 512, 512])" in out
-        assert "2 bodies traced (the scan over the layers and the first layer's forward), " \
+        assert "1 bodies traced (the first layer's forward, as the scan's body), " \
                "1 compilation(s)" in out
 
 
@@ -63,3 +63,12 @@ def test_example6_while_loop():
     out = run("example6_while_loop.py")
     assert "Result: tensor(13)" in out
     assert "1 compilation(s)" in out
+
+
+def test_train_lm_loss_falls_with_one_trace():
+    out = run("train_lm.py", "60")
+    losses = [float(line.split("loss")[1]) for line in out.splitlines() if "loss" in line]
+    assert len(losses) == 3 and losses[-1] < 0.6 * losses[0], out
+    assert "compiles 2," in out  # as examples/train_lm.cpp: the step, traced once
+    assert "bodies traced 1" in out  # the first block, once, as the C++ train_lm
+    assert 'sample: "It was the best of times' in out

@@ -54,21 +54,19 @@ def test_scan_layers_equals_for_loop(n, remat):
         np.testing.assert_allclose(g1[name], g0[name], rtol=1e-3, atol=1e-4, err_msg=name)
 
 
-def test_is_layer_pure_traces_the_layer_once():
-    layers = build(6)
-    x = loom.randn(3, 8)
-    forward_calls["n"] = 0
-    for _ in range(3):
-        loom.scan_layers(layers, x, is_layer_pure=True).tolist()
-    assert forward_calls["n"] == 1
-    forward_calls["n"] = 0
-    for _ in range(3):
-        loom.scan_layers(layers, x, is_layer_pure=False).tolist()
-    assert forward_calls["n"] == 3  # traced once per call, not once per layer
-    layers.eval()  # a new mode is a new trace
-    forward_calls["n"] = 0
-    loom.scan_layers(layers, x).tolist()
-    assert forward_calls["n"] == 1
+@pytest.mark.parametrize("pure", [True, False])
+def test_the_first_layer_is_traced_once_per_call_whatever_the_depth(pure):
+    for n in (6, 24):
+        layers = build(n)
+        x = loom.randn(3, 8)
+        forward_calls["n"] = 0
+        for _ in range(2):
+            loom.scan_layers(layers, x, is_layer_pure=pure).tolist()
+        assert forward_calls["n"] == 2  # once per call, never once per layer
+        loom.reset_metrics()
+        loom.scan_layers(layers, x, is_layer_pure=pure).tolist()
+        m = loom.metrics()
+        assert m.bodies_traced == 1 and m.compiles == 0 and m.cache_hits >= 1
 
 
 def test_scan_layers_mismatch_errors():

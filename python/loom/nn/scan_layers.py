@@ -1,13 +1,9 @@
 """scan_layers: homogeneous layers (a ModuleList of one class with equal parameter shapes) run
 as one scan over their stacked parameters, so the program, and its compile time, do not grow
 with the depth. As torch_xla's scan_layers and the C++ loom::scan_layers."""
-import weakref
-
 from .. import _loom
-from .._tracing import assume_pure, scan
+from .._tracing import scan
 from .module import Module, functional_call
-
-_pure_layers = weakref.WeakKeyDictionary()  # first layer -> its forward as an assume_pure
 
 
 def _types(named):
@@ -48,9 +44,12 @@ def scan_layers(layers, x, is_layer_pure=True, remat=False):
     """Runs ``x = layer(x)`` for every layer of ``layers`` (a ModuleList or sequence of
     modules of one class whose parameters and buffers have equal names, shapes and dtypes)
     as one ``loom.scan`` over their stacked parameters: one loop node whatever the depth, the
-    first layer's forward traced as the body. Gradients reach every layer's parameters.
-    ``is_layer_pure=True`` also caches the layer's trace (``assume_pure``): later calls do
-    not run its forward again. ``remat=True`` recomputes each layer in the backward instead
+    first layer's forward traced as the body, once per call whatever the depth. Gradients
+    reach every layer's parameters. ``is_layer_pure`` is torch_xla's flag, accepted for its
+    code: loom traces only the first layer either way, so the layer must be pure (its trace
+    must not depend on which layer it is). (Caching the layer's trace across calls with
+    assume_pure measured 1.5x slower steps: a call's gradient recomputes its forward.)
+    ``remat=True`` recomputes each layer in the backward instead
     of saving its activations. ``x`` may be a pytree of tensors; the layer returns the same
     structure. Raises ``loom.ShapeError`` / ``TypeError`` naming the layer and parameter that
     differ."""
@@ -62,18 +61,8 @@ def scan_layers(layers, x, is_layer_pure=True, remat=False):
     params = _stack(layers, lambda m: m.named_parameters())
     buffers = _stack(layers, lambda m: m.named_buffers())
 
-    if is_layer_pure:
-        call = _pure_layers.get(first)
-        if call is None:
-            # `training` is a static argument: train() and eval() trace apart
-            call = assume_pure(lambda p, b, h, training: functional_call(first, (p, b), (h,)))
-            _pure_layers[first] = call
-    else:
-        def call(p, b, h, training):
-            return functional_call(first, (p, b), (h,))
-
     def body(h, layer):
-        return call(layer[0], layer[1], h, first.training), None
+        return functional_call(first, layer, (h,)), None
 
     out, _ = scan(body, x, (params, buffers), remat=remat)
     return out
