@@ -293,3 +293,42 @@ def test_errors():
            "param_groups": [dict(opt.param_groups[0], params=[0])]}
     with pytest.raises(loom.ShapeError, match="exp_avg"):
         opt.load_state_dict(bad)
+
+
+@pytest.mark.parametrize("kind", ["adamw", "sgd"])
+def test_trace_once_step_with_lr_changed_every_step_equals_torch(kind):
+    """The whole step under compile(trace_once=True): traced once, the optimizer's in-place
+    state replayed, each group's lr read at its current value, torch's trajectory."""
+    tm, lm = models(hidden=9)
+    if kind == "adamw":
+        topt = torch.optim.AdamW(tm.parameters(), lr=0.02, weight_decay=0.05)
+        lopt = loom.optim.AdamW(lm.parameters(), lr=0.02, weight_decay=0.05)
+    else:
+        topt = torch.optim.SGD(tm.parameters(), lr=0.02, momentum=0.9, nesterov=True)
+        lopt = loom.optim.SGD(lm.parameters(), lr=0.02, momentum=0.9, nesterov=True)
+    traces = {"n": 0}
+
+    @loom.compile(trace_once=True)
+    def step(x, y):
+        traces["n"] += 1
+        lopt.zero_grad()
+        loss = nn.functional.mse_loss(lm(x), y)
+        loss.backward()
+        lopt.step()
+        return loss
+
+    loom.sync()
+    loom.reset_metrics()
+    for s in range(STEPS):
+        lr = 0.02 / (1 + 0.1 * s)
+        topt.param_groups[0]["lr"] = lr
+        lopt.param_groups[0]["lr"] = lr
+        tl = torch_step(tm, topt, s)
+        x, y = data(s)
+        ll = step(from_torch(x), from_torch(y)).item()
+        assert abs(tl - ll) <= 1e-10 * max(1.0, abs(tl)), (s, tl, ll)
+        if s == 1:  # the traced first call and the first replay compiled; nothing after
+            loom.reset_metrics()
+    assert traces["n"] == 1
+    assert loom.metrics().compiles == 0 and loom.metrics().cache_hits >= STEPS - 2
+    assert_params_close(lm, tm, 1e-10)
