@@ -176,6 +176,8 @@ _DIRECT = ["neg", "abs", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "relu
 
 
 def _install():
+    from ._setitem import setitem
+    Tensor.__setitem__ = setitem
     for name, fn in _METHODS.items():
         setattr(Tensor, name, fn)
     for name in _DIRECT:

@@ -1,0 +1,98 @@
+"""t[key] = value for basic keys (ints, negative ints, slices with any step, None, ...), as
+torch: the value broadcasts to the selection and converts to t's dtype; t is updated in place
+(copy_), so gradients flow to both the untouched part of t and the value.
+
+Composed from loom's ops: the value is spread over t's shape with one index_select per
+indexed dim and written with where(mask, spread, t). The index lists are graph data, so a
+loop that assigns the same key shape does not recompile."""
+from . import _loom
+from ._loom import Tensor
+
+
+def _selectors(shape, key):
+    """Per dim of t: ("int", i) or ("range", range); and the selection's shape with None dims."""
+    if not isinstance(key, tuple):
+        key = (key,)
+    for k in key:
+        if isinstance(k, Tensor) or not (k is None or k is Ellipsis or isinstance(k, (int, slice))):
+            raise TypeError(f"tensor index assignment: only ints, slices, None and ... are "
+                            f"supported as keys, got {type(k).__name__} (index tensors: not yet)")
+        if isinstance(k, bool):
+            raise TypeError("tensor index assignment: a bool key is not supported")
+    n_real = sum(1 for k in key if k is not None and k is not Ellipsis)
+    if sum(1 for k in key if k is Ellipsis) > 1:
+        raise IndexError("an index can only have a single ellipsis ('...')")
+    if n_real > len(shape):
+        raise IndexError(f"too many indices for tensor of dimension {len(shape)}")
+    expanded = []
+    for k in key:
+        if k is Ellipsis:
+            expanded += [slice(None)] * (len(shape) - n_real)
+        else:
+            expanded.append(k)
+    if Ellipsis not in key:
+        expanded += [slice(None)] * (len(shape) - n_real)
+    sels, sel_shape, d = [], [], 0
+    for k in expanded:
+        if k is None:
+            sel_shape.append(1)
+            continue
+        n = shape[d]
+        if isinstance(k, int):
+            if not -n <= k < n:
+                raise IndexError(f"index {k} is out of bounds for dimension {d} with size {n}")
+            sels.append(("int", k % n))
+        else:
+            if k.step is not None and k.step <= 0:
+                raise ValueError("step must be greater than zero")
+            r = range(*k.indices(n))
+            sels.append(("range", r))
+            sel_shape.append(len(r))
+        d += 1
+    return sels, tuple(sel_shape)
+
+
+def setitem(self, key, value):
+    shape = tuple(self.shape)
+    sels, sel_shape = _selectors(shape, key)
+    if not isinstance(value, Tensor):
+        from ._creation import tensor
+        value = tensor(value, dtype=self.dtype)  # numbers, nested lists, numpy arrays
+    v = _loom.to(value, self.dtype)
+    try:
+        v = v.expand(*sel_shape) if sel_shape else v.reshape(())
+    except _loom.ShapeError as e:
+        raise _loom.ShapeError(f"shape mismatch: value tensor of shape {list(value.shape)} cannot "
+                               f"be broadcast to indexing result of shape "
+                               f"{list(sel_shape)}") from e
+    # back to t's rank: None dims dropped, int dims as size 1
+    v = v.reshape(*[1 if kind == "int" else len(s) for kind, s in sels]) if sels else v
+    if any(len(r) == 0 for kind, r in sels if kind == "range"):
+        return self  # an empty selection writes nothing
+    mask = None
+    for d, (kind, s) in enumerate(sels):
+        n = shape[d]
+        positions = [s] if kind == "int" else list(s)
+        if kind == "range" and s == range(n):
+            continue  # the whole dim, in order: nothing to spread or mask
+        index = [0] * n
+        hit = [False] * n
+        for j, p in enumerate(positions):
+            index[p] = j
+            hit[p] = True
+        v = _loom.index_select(v, d, _as_index(index))
+        m = _as_bool(hit).reshape(*[n if e == d else 1 for e in range(len(shape))])
+        mask = m if mask is None else _loom.logical_and(mask, m)
+    result = v.expand(*shape) if mask is None else _loom.where(mask, v, self)
+    self.copy_(result)
+    return self
+
+
+def _as_index(values):
+    from ._creation import tensor
+    return tensor(values, dtype=_loom.dtype.int64)
+
+
+def _as_bool(values):
+    from ._creation import tensor
+    return tensor(values, dtype=_loom.dtype.bool_)
