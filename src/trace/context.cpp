@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <mutex>
 #include <unordered_set>
 
 #include "loom/core/half.h"
@@ -37,6 +38,23 @@ double seconds_per_tick() {
 }
 
 namespace {
+// The calling thread's context (null before its first trace and after it exits) and its id.
+// Trivially destructible: safe to read during thread exit.
+thread_local TraceContext* this_context = nullptr;
+thread_local uint32_t this_context_id = 0;
+
+// The live contexts by id, for drops on other threads, and the lock that guards every
+// context's hand-off list. A context's pending list is detached under it when its thread
+// exits, so a dropping thread that finds an impl linked under the lock finds its owner here.
+struct HandoffRegistry {
+  std::mutex mu;
+  std::unordered_map<uint32_t, TraceContext*> live;
+};
+HandoffRegistry& handoff_registry() {
+  static HandoffRegistry r;
+  return r;
+}
+
 constexpr size_t kImplBlock = 256;  // TensorImpl plus shared_ptr's control block
 // Set when the thread's free list is destroyed: impls released later in thread exit (weak
 // references held by the trace context) go straight back to the system allocator.
@@ -67,6 +85,16 @@ struct ImplAllocator {
     }
     return static_cast<T*>(::operator new(kImplBlock));
   }
+  // allocate_shared destroys the impl through this (C++20 [util.smartptr.shared.create]). A
+  // linked impl of another thread's context is handed to that context instead: it stays
+  // alive, and so does its block, which its own weak self-reference (enable_shared_from_this)
+  // keeps until the owner runs the destructor.
+  void destroy(TensorImpl* p) {
+    if (p->linked.load(std::memory_order_acquire) &&
+        p->owner.load(std::memory_order_relaxed) != this_context_id) [[unlikely]]
+      if (TraceContext::hand_off(p)) return;
+    std::destroy_at(p);
+  }
   void deallocate(T* p, size_t) {
     if (!free_list_gone && free_impls.blocks.size() < 4096)
       free_impls.blocks.push_back(p);
@@ -84,8 +112,13 @@ std::shared_ptr<TensorImpl> new_tensor_impl() {
   return std::allocate_shared<TensorImpl>(ImplAllocator<TensorImpl>());
 }
 
+// Only the owner's thread destroys a linked impl (ImplAllocator::destroy hands the others
+// off), so this_context is the owner.
 TensorImpl::~TensorImpl() {
-  if (linked) TraceContext::get().unlink(this);
+  if (linked.load(std::memory_order_relaxed)) {
+    LOOM_ASSERT(this_context && owner.load(std::memory_order_relaxed) == this_context->id());
+    this_context->unlink(this);
+  }
 }
 
 TraceContext& TraceContext::get() {
@@ -107,19 +140,38 @@ TraceContext::TraceContext()
       epoch_(new_epoch()) {
   LOOM_ASSERT(id_ != kOwnerExited);
   head_.prev = head_.next = &head_;
+  this_context = this;
+  this_context_id = id_;
+  {
+    HandoffRegistry& r = handoff_registry();
+    std::lock_guard lock(r.mu);
+    r.live.emplace(id_, this);
+  }
   runtime::prepare_backend();  // created now, it prepares while this thread traces
 }
 
 TraceContext::~TraceContext() {
-  // Tensors may outlive the thread's context (static tensors): detach them.
-  for (TensorImpl* p = head_.next; p != &head_;) {
-    TensorImpl* n = p->next;
-    p->owner.store(kOwnerExited, std::memory_order_relaxed);  // its value is never computed
-    p->linked = false;
-    p->prev = p->next = nullptr;
-    p = n;
+  std::vector<TensorImpl*> handed;
+  {
+    HandoffRegistry& r = handoff_registry();
+    std::lock_guard lock(r.mu);
+    // Tensors may outlive the thread's context (static tensors, tensors of other threads):
+    // detach them. Under the lock, so a drop on another thread sees them either linked with
+    // this context still registered, or unlinked.
+    for (TensorImpl* p = head_.next; p != &head_;) {
+      TensorImpl* n = p->next;
+      p->prev = p->next = nullptr;
+      p->owner.store(kOwnerExited, std::memory_order_relaxed);  // its value is never computed
+      p->linked.store(false, std::memory_order_release);        // the last write to p
+      p = n;
+    }
+    head_.prev = head_.next = &head_;
+    r.live.erase(id_);
+    handed.swap(handoffs_);
   }
-  head_.prev = head_.next = &head_;
+  for (TensorImpl* p : handed) std::destroy_at(p);  // unlinked above: no list to touch
+  this_context = nullptr;
+  this_context_id = 0;
 }
 
 void TraceContext::link(TensorImpl* impl) {
@@ -127,15 +179,42 @@ void TraceContext::link(TensorImpl* impl) {
   impl->next = &head_;
   head_.prev->next = impl;
   head_.prev = impl;
-  impl->linked = true;
   impl->owner.store(id_, std::memory_order_relaxed);
+  impl->linked.store(true, std::memory_order_relaxed);
 }
 
+// Release: once a foreign drop sees false it may destroy impl, so nothing here touches impl
+// after the store, and callers that hold no reference to impl unlink it last.
 void TraceContext::unlink(TensorImpl* impl) {
   impl->prev->next = impl->next;
   impl->next->prev = impl->prev;
   impl->prev = impl->next = nullptr;
-  impl->linked = false;
+  impl->linked.store(false, std::memory_order_release);
+}
+
+bool TraceContext::hand_off(TensorImpl* impl) {
+  HandoffRegistry& r = handoff_registry();
+  std::lock_guard lock(r.mu);
+  // Read again under the lock: the owner may have unlinked it meanwhile (then this thread
+  // destroys it), and an owner that exits detaches its list under this lock.
+  if (!impl->linked.load(std::memory_order_acquire)) return false;
+  auto it = r.live.find(impl->owner.load(std::memory_order_relaxed));
+  LOOM_ASSERT(it != r.live.end());
+  it->second->handoffs_.push_back(impl);
+  it->second->has_handoffs_.store(true, std::memory_order_relaxed);
+  return true;
+}
+
+void TraceContext::drain_handoffs() {
+  std::vector<TensorImpl*> handed;
+  {
+    HandoffRegistry& r = handoff_registry();
+    std::lock_guard lock(r.mu);
+    handed.swap(handoffs_);
+    has_handoffs_.store(false, std::memory_order_relaxed);
+  }
+  // Outside the lock: a destructor may drop other threads' tensors, which takes it.
+  for (TensorImpl* p : handed) std::destroy_at(p);  // unlinks p (this is its thread)
 }
 
 ir::Value TraceContext::data(Buffer b, const TensorType& t) {
@@ -384,7 +463,7 @@ void TraceContext::rebind(TensorImpl& impl, ir::Value v) {
   impl.value = v;
   impl.data_epoch = 0;                           // its old data node no longer holds its value
   if (impl.requires_grad) grad_.own_node(impl);  // a leaf shares its node with no other tensor
-  if (!impl.linked) link(&impl);
+  if (!impl.linked.load(std::memory_order_relaxed)) link(&impl);
   maybe_compact();
 }
 
@@ -529,6 +608,8 @@ void TraceContext::materialize(const std::vector<TensorImpl*>& requested, bool a
   if (all_pending) {
     impls = requested;
   } else {
+    // Before add_computed walks the list (the callers hold the requested impls).
+    if (has_handoffs_.load(std::memory_order_relaxed)) drain_handoffs();
     std::unordered_set<TensorImpl*> seen;
     for (TensorImpl* p : requested)
       if (p->pending() && seen.insert(p).second) impls.push_back(p);
@@ -621,7 +702,7 @@ void TraceContext::poison(const std::vector<TensorImpl*>& impls, const ExecError
     p->buffer = Buffer();
     p->value = {kNoNode, 0};
     p->data_epoch = 0;
-    if (p->linked) unlink(p);
+    if (p->linked.load(std::memory_order_relaxed)) unlink(p);  // the last touch of p
   }
   std::rethrow_exception(error);
 }
@@ -654,7 +735,7 @@ void TraceContext::write_back(const std::vector<TensorImpl*>& impls, const std::
     p->buffer = out[k];
     p->value = {kNoNode, 0};
     p->data_epoch = 0;
-    unlink(p);
+    unlink(p);  // the last touch: p may be a dropped handle's impl (out[k] is read below)
   }
   if (all) {
     reset_graph();
@@ -669,8 +750,8 @@ void TraceContext::write_back(const std::vector<TensorImpl*>& impls, const std::
     ir::Node& n = graph_.mutable_node(v.node);
     if (n.num_results() != 1 || n.op == ir::OpKind::Parameter) continue;
     uint32_t slot = static_cast<uint32_t>(slots_.size());
-    slots_.push_back(DataSlot{impls[k]->buffer, n.type});
-    slot_by_buffer_[impls[k]->buffer.id()] = slot;
+    slots_.push_back(DataSlot{out[k], n.type});
+    slot_by_buffer_[out[k].id()] = slot;
     n.op = ir::OpKind::Parameter;
     n.operands.clear();
     n.attrs = ir::Attrs{};
@@ -687,6 +768,7 @@ std::vector<TensorImpl*> TraceContext::pending_impls() const {
 
 void TraceContext::sync_all() {
   check_readable("sync");
+  if (has_handoffs_.load(std::memory_order_relaxed)) drain_handoffs();  // before the walk
   flush_counters();
   std::vector<TensorImpl*> impls;
   for (TensorImpl* p = head_.next; p != &head_; p = p->next) impls.push_back(p);
@@ -709,7 +791,8 @@ void TraceContext::reset_graph() {
   gc_threshold_ = 1 << 14;
 }
 
-void TraceContext::maybe_compact() {
+void TraceContext::collect_garbage() {
+  if (has_handoffs_.load(std::memory_order_relaxed)) drain_handoffs();
   if (graph_.size() > gc_threshold_) compact();
 }
 

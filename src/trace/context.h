@@ -47,10 +47,13 @@ struct TensorImpl : std::enable_shared_from_this<TensorImpl> {
   Tensor grad;  // accumulated by backward() (leaves that require grad)
   // Set when the run that would have produced the value failed: reading it rethrows.
   std::exception_ptr error;
-  // Intrusive list of pending tensors of the owning context.
+  // Intrusive list of pending tensors of the owning context: only its thread touches prev,
+  // next and the list. `linked` is atomic because a drop on another thread reads it to decide
+  // whether the owner must do the unlinking (the hand-off in context.cpp); the owner's store
+  // of false is the last thing it does to an impl it holds no reference to.
   TensorImpl* prev = nullptr;
   TensorImpl* next = nullptr;
-  bool linked = false;
+  std::atomic<bool> linked{false};
 
   bool pending() const { return value.node != kNoNode; }
   ~TensorImpl();
@@ -58,7 +61,10 @@ struct TensorImpl : std::enable_shared_from_this<TensorImpl> {
 
 // Creates a TensorImpl from a per-thread free list (tracing makes and drops one per op;
 // the list saves the system allocator's round trip). Blocks freed on another thread join
-// that thread's list.
+// that thread's list. The last handle of a pending tensor dropped on a thread other than its
+// owner's does not destroy it there: the owner's context receives it and destroys it on its
+// own thread (TraceContext::drain_handoffs), so the owner's pending list is never written by
+// two threads.
 std::shared_ptr<TensorImpl> new_tensor_impl();
 
 // A graph input held by the pending graph: a materialized buffer or a host scalar.
@@ -151,6 +157,11 @@ class TraceContext {
 
   void unlink(TensorImpl* impl);
   void link_pending(TensorImpl* impl) { link(impl); }
+  // Pending tensors of this context whose last handle was dropped on another thread wait here
+  // (undestroyed, still linked) until this thread destroys them: at its next op, sync or read,
+  // or when it exits. Thread-safe (a process-wide lock; foreign drops are rare).
+  static bool hand_off(TensorImpl* impl);
+  void drain_handoffs();
   // The id of the innermost open scope (0: the pending graph).
   uint32_t current_scope() const { return scopes_.empty() ? 0 : scopes_.back().id; }
   // The next random key {seed, offset} as an i64[2] graph input.
@@ -207,13 +218,19 @@ class TraceContext {
   bool full_sync(const std::vector<TensorImpl*>& impls) const;
   void write_back(const std::vector<TensorImpl*>& impls, const std::vector<Buffer>& out, bool all);
   void link(TensorImpl* impl);
-  void maybe_compact();
+  void maybe_compact() {
+    if (graph_.size() > gc_threshold_ || has_handoffs_.load(std::memory_order_relaxed)) [[unlikely]]
+      collect_garbage();
+  }
+  void collect_garbage();
   void compact();
   void reset_graph();
   // Marks the nodes that `roots` need (mark_[id] == stamp_); returns them in id order.
   std::vector<ir::NodeId> collect(const std::vector<ir::Value>& roots);
 
   uint32_t id_;
+  std::vector<TensorImpl*> handoffs_;      // guarded by the hand-off lock (context.cpp)
+  std::atomic<bool> has_handoffs_{false};  // handoffs_ is not empty (a hint read without it)
   ir::Graph graph_;
   ir::Builder builder_;
   std::vector<DataSlot> slots_;
