@@ -812,11 +812,18 @@ void TraceContext::compact() {
   ir::Graph fresh;
   std::vector<DataSlot> fresh_slots;
   fresh.reserve(order.size());
+  // A slot may have two parameter nodes (a node made data by a partial read, and the node a
+  // later use of the materialized tensor adds): it moves once, and both keep it.
+  std::vector<uint32_t> slot_remap(slots_.size(), UINT32_MAX);
   for (ir::NodeId id : order) {
     ir::Node n = std::move(graph_.mutable_node(id));  // the old graph is dropped below
     if (n.op == ir::OpKind::Parameter) {
-      fresh_slots.push_back(std::move(slots_[n.attrs.i]));
-      n.attrs.i = static_cast<int64_t>(fresh_slots.size() - 1);
+      uint32_t& fresh_slot = slot_remap[static_cast<size_t>(n.attrs.i)];
+      if (fresh_slot == UINT32_MAX) {
+        fresh_slot = static_cast<uint32_t>(fresh_slots.size());
+        fresh_slots.push_back(std::move(slots_[n.attrs.i]));
+      }
+      n.attrs.i = fresh_slot;
     }
     for (ir::Value& v : n.operands) v.node = remap[v.node];
     remap[id] = fresh.add(std::move(n));
