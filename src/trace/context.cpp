@@ -38,9 +38,8 @@ double seconds_per_tick() {
 }
 
 namespace {
-// The calling thread's context (null before its first trace and after it exits) and its id.
+// The calling thread's context id (0 before its first trace and after it exits).
 // Trivially destructible: safe to read during thread exit.
-thread_local TraceContext* this_context = nullptr;
 thread_local uint32_t this_context_id = 0;
 
 // The live contexts by id, for drops on other threads, and the lock that guards every
@@ -113,16 +112,18 @@ std::shared_ptr<TensorImpl> new_tensor_impl() {
 }
 
 // Only the owner's thread destroys a linked impl (ImplAllocator::destroy hands the others
-// off), so this_context is the owner.
+// off), so tls_context is the owner.
 TensorImpl::~TensorImpl() {
   if (linked.load(std::memory_order_relaxed)) {
-    LOOM_ASSERT(this_context && owner.load(std::memory_order_relaxed) == this_context->id());
-    this_context->unlink(this);
+    LOOM_ASSERT(tls_context && owner.load(std::memory_order_relaxed) == tls_context->id());
+    tls_context->unlink(this);
   }
 }
 
-TraceContext& TraceContext::get() {
-  thread_local TraceContext ctx;
+constinit thread_local TraceContext* tls_context = nullptr;
+
+TraceContext& TraceContext::create() {
+  thread_local TraceContext ctx;  // sets tls_context
   return ctx;
 }
 
@@ -140,7 +141,7 @@ TraceContext::TraceContext()
       epoch_(new_epoch()) {
   LOOM_ASSERT(id_ != kOwnerExited);
   head_.prev = head_.next = &head_;
-  this_context = this;
+  tls_context = this;
   this_context_id = id_;
   {
     HandoffRegistry& r = handoff_registry();
@@ -170,7 +171,7 @@ TraceContext::~TraceContext() {
     handed.swap(handoffs_);
   }
   for (TensorImpl* p : handed) std::destroy_at(p);  // unlinked above: no list to touch
-  this_context = nullptr;
+  tls_context = nullptr;
   this_context_id = 0;
 }
 
@@ -229,7 +230,7 @@ ir::Value TraceContext::data(Buffer b, const TensorType& t) {
   return builder_.parameter(t, slot);
 }
 
-ir::Value TraceContext::value_of(const Tensor& t) {
+ir::Value TraceContext::value_of_slow(const Tensor& t) {
   LOOM_CHECK(t.defined(), "[trace] an operand is an undefined (default-constructed) Tensor");
   TensorImpl& impl = *t.impl();
   check_owner(impl, "trace");

@@ -107,9 +107,18 @@ struct Scope {
   bool lazy_index = false;         // index created on demand (while: a hidden counter)
 };
 
+class TraceContext;
+// The calling thread's context once created (null before, and after the thread's exit has
+// destroyed it). Constant-initialized: reading it needs no TLS wrapper call.
+extern constinit thread_local TraceContext* tls_context;
+
 class TraceContext {
  public:
-  static TraceContext& get();
+  static TraceContext& get() {
+    if (TraceContext* c = tls_context) [[likely]]
+      return *c;
+    return create();
+  }
   ~TraceContext();
 
   // The builder of the innermost scope (the pending graph's outside any body).
@@ -135,8 +144,18 @@ class TraceContext {
   // The iteration index of the innermost loop body (created on demand in while bodies).
   ir::Value loop_index();
 
-  // The graph value of t: its pending node, or a Parameter node for its data.
-  ir::Value value_of(const Tensor& t);
+  // The graph value of t: its pending node, or a Parameter node for its data. Inline: the
+  // common cases (no body open, no autograd leaf, this thread's tensor: a pending one, or
+  // data whose node it cached in the current graph).
+  ir::Value value_of(const Tensor& t) {
+    const TensorImpl* p = t.impl();
+    if (p && scopes_.empty() && p->scope == 0 && !p->requires_grad && !p->error &&
+        p->owner.load(std::memory_order_relaxed) == id_) [[likely]] {
+      if (p->pending()) return p->value;
+      if (p->data_epoch == epoch_) return p->data_value;
+    }
+    return value_of_slow(t);
+  }
   // A host scalar as a 0-d graph input of dtype dt.
   ir::Value scalar(const Scalar& s, DType dt);
   // A 0-d constant (a number fixed by an op's definition), memoized for the graph's epoch.
@@ -204,6 +223,8 @@ class TraceContext {
  private:
   friend class GradTape;
   TraceContext();
+  static TraceContext& create();
+  ir::Value value_of_slow(const Tensor& t);
   ir::Value scoped_value(const std::shared_ptr<TensorImpl>& impl);
   [[noreturn]] void escaped(const TensorImpl& impl) const;
   [[noreturn]] void foreign(const TensorImpl& impl, const char* what) const;
