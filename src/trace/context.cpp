@@ -668,14 +668,22 @@ void TraceContext::poison(const std::vector<TensorImpl*>& impls, const ExecError
     op = what.substr(1, what.find(']') - 1);
   std::vector<ir::Value> roots;
   for (TensorImpl* p : impls) roots.push_back(p->value);
+  // The failing nodes: ops of that name, and the loops whose bodies hold one with a site.
   std::vector<ir::NodeId> failing;
-  for (ir::NodeId id : collect(roots))
+  std::vector<uint8_t> in_cut(graph_.size(), 0);
+  for (ir::NodeId id : collect(roots)) {
+    in_cut[id] = 1;
     if (!op.empty() && ir::op_name(graph_.node(id).op) == op) failing.push_back(id);
+  }
+  for (const TraceSite& s : sites_)
+    if (!op.empty() && s.op == op && in_cut[s.node] &&
+        std::find(failing.begin(), failing.end(), s.node) == failing.end())
+      failing.push_back(s.node);
   std::string sites;
   for (ir::NodeId id : failing)
-    for (auto& [node, loc] : sites_)
-      if (node == id && sites.find(file_line(loc)) == std::string::npos)
-        sites += (sites.empty() ? "" : ", ") + file_line(loc);
+    for (const TraceSite& s : sites_)
+      if (s.node == id && s.op == op && sites.find(file_line(s.loc)) == std::string::npos)
+        sites += (sites.empty() ? "" : ", ") + file_line(s.loc);
   std::string msg = str_cat(what, " (in the graph '", runtime::current_graph_name(), "'");
   if (!sites.empty()) msg += str_cat("; the ", op, " was traced at ", sites);
   msg += ")";
@@ -709,7 +717,21 @@ void TraceContext::poison(const std::vector<TensorImpl*>& impls, const ExecError
 }
 
 void TraceContext::note_site(ir::Value v, const std::source_location& loc) {
-  if (scopes_.empty()) sites_.emplace_back(v.node, loc);
+  if (scopes_.empty()) {
+    sites_.push_back({v.node, ir::op_name(graph_.node(v.node).op), loc});
+  } else {
+    Scope& s = scopes_.back();
+    s.sites.push_back({v.node, ir::op_name(s.graph->node(v.node).op), loc});
+  }
+}
+
+void TraceContext::note_body_sites(ir::Value v, const std::vector<TraceSite>& body_sites) {
+  for (const TraceSite& b : body_sites) {  // a body inside a body: the outer body's sites
+    if (scopes_.empty())
+      sites_.push_back({v.node, b.op, b.loc});
+    else
+      scopes_.back().sites.push_back({v.node, b.op, b.loc});
+  }
 }
 
 // Donation is safe only when this sync materializes every pending tensor: afterwards the
@@ -831,9 +853,9 @@ void TraceContext::compact() {
   }
   for (TensorImpl* p : live) p->value.node = remap[p->value.node];
   grad_.remap(remap, fresh.size());
-  std::vector<std::pair<ir::NodeId, std::source_location>> sites;
-  for (auto& [id, loc] : sites_)
-    if (remap[id] != kNoNode) sites.emplace_back(remap[id], loc);
+  std::vector<TraceSite> sites;
+  for (const TraceSite& s : sites_)
+    if (remap[s.node] != kNoNode) sites.push_back({remap[s.node], s.op, s.loc});
   sites_ = std::move(sites);
   graph_ = std::move(fresh);
   slots_ = std::move(fresh_slots);

@@ -15,6 +15,7 @@
 #include <memory>
 #include <source_location>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -90,6 +91,15 @@ struct Capture {
   ir::Value param;  // its parameter in the scope's graph
 };
 
+// The call site of an op that can fail at run time (index_select, gather, ...): the node that
+// runs it in the pending graph (the op's own node, or the scan/while node whose body holds
+// it) and the op's name, which a run-time error names.
+struct TraceSite {
+  ir::NodeId node = 0;
+  std::string_view op;
+  std::source_location loc;
+};
+
 // A body being traced: its own graph and builder, nested inside the pending graph or
 // another scope. Loop bodies (scan, while, fori) forward host scalars and random keys to the
 // enclosing scope as inputs; assume_pure bodies bake host scalars in as constants (they are
@@ -105,6 +115,7 @@ struct Scope {
   std::unordered_map<const TensorImpl*, ir::Value> captured;
   ir::Value index{UINT32_MAX, 0};  // the iteration index (i64[]), when the body has one
   bool lazy_index = false;         // index created on demand (while: a hidden counter)
+  std::vector<TraceSite> sites;    // of the ops in the body that can fail at run time
 };
 
 class TraceContext;
@@ -194,6 +205,8 @@ class TraceContext {
   // Remembers the call site that traced v (ops that can fail at run time: index_select,
   // gather and what is built on them), so that a failed run names it.
   void note_site(ir::Value v, const std::source_location& loc);
+  // The sites of a loop body's ops (Scope::sites), for the node v that runs the body.
+  void note_body_sites(ir::Value v, const std::vector<TraceSite>& body_sites);
 
   // compile(): a step being traced. full_graph: reads raise; recording: tensors updated in
   // place are collected (trace_once).
@@ -271,7 +284,7 @@ class TraceContext {
   std::vector<ConstantEntry> constants_;  // a handful: composites use few distinct numbers
   GradTape grad_{*this};
   // The trace sites of ops that can fail at run time, by node of the pending graph.
-  std::vector<std::pair<ir::NodeId, std::source_location>> sites_;
+  std::vector<TraceSite> sites_;
   std::vector<Scope> scopes_;
   StepState* step_ = nullptr;
   ir::Builder* active_ = &builder_;
