@@ -83,22 +83,18 @@ void Builder::reindex() {
 }
 
 namespace {
-// Words of a node record on the stack, hashed in one shot (the common case: no Hasher128
-// object, whose inline XXH3 state makes the frame large).
-struct WordBuffer {
-  uint64_t w[32];
-  size_t n = 0;
-  void add(uint64_t v) { w[n++] = v; }
-  void add(const Hash128& h) { add(h.lo), add(h.hi); }
-  void add_double(double d) {
-    uint64_t bits;
-    std::memcpy(&bits, &d, sizeof bits);
-    add(bits);
-  }
-};
-
 // A self-delimiting record: a head word (op, dtype, rank, which optional fields follow), the
-// counts, then the fields; XXH3-128 of its bytes either way (same digest from both sinks).
+// counts, then the fields; XXH3-128 of its bytes. node_hash writes the same words itself for
+// the common node (one result, no regions) into a buffer on the stack.
+//
+// The result's dims are recorded only where the caller gives them (sources, random draws) and
+// for control flow: any other op's result type is inferred from its operands (whose hashes
+// include their types) and attributes, so equal records still mean equal nodes, and the
+// common record is shorter (every recorded op pays for its length).
+bool dims_in_record(const Node& n) {
+  return (info(n.op).traits & (kSource | kRandom)) || !n.more_types.empty() || !n.regions.empty();
+}
+
 template <class Sink>
 void node_record(Sink& h, const Node& n, const Builder& b) {
   const bool multi = !n.more_types.empty() || !n.regions.empty();
@@ -107,7 +103,8 @@ void node_record(Sink& h, const Node& n, const Builder& b) {
         (uint64_t{n.attrs.i != 0} << 33) | (uint64_t{n.attrs.f != 0} << 34) |
         (uint64_t{multi} << 35));
   h.add(n.operands.size() | (uint64_t{n.attrs.ints.size()} << 32));
-  for (int64_t d : n.type.shape) h.add(static_cast<uint64_t>(d));
+  if (dims_in_record(n))
+    for (int64_t d : n.type.shape) h.add(static_cast<uint64_t>(d));
   for (Value v : n.operands) h.add(b.merkle(v));
   for (int64_t x : n.attrs.ints) h.add(static_cast<uint64_t>(x));
   if (n.attrs.i) h.add(static_cast<uint64_t>(n.attrs.i));
@@ -124,11 +121,29 @@ void node_record(Sink& h, const Node& n, const Builder& b) {
 }  // namespace
 
 Hash128 Builder::node_hash(const Node& n) const {
-  const size_t words = 5 + n.type.shape.size() + 2 * n.operands.size() + n.attrs.ints.size();
-  if (words <= 32 && n.more_types.empty() && n.regions.empty()) {
-    WordBuffer b;
-    node_record(b, n, *this);
-    return hash128(b.w, b.n * sizeof(uint64_t));
+  const size_t rank = n.type.shape.size(), arity = n.operands.size(), ints = n.attrs.ints.size();
+  if (rank + 2 * arity + ints <= 28 && n.more_types.empty() && n.regions.empty()) {
+    // node_record's words for a node without results beyond the first or regions, written
+    // straight into the buffer (this runs for every recorded op).
+    uint64_t w[32];
+    const bool has_i = n.attrs.i != 0, has_f = n.attrs.f != 0;
+    w[0] = static_cast<uint64_t>(n.op) | (static_cast<uint64_t>(n.type.dtype) << 16) |
+           (static_cast<uint64_t>(rank) << 24) | (uint64_t{n.attrs.flag} << 32) |
+           (uint64_t{has_i} << 33) | (uint64_t{has_f} << 34);
+    w[1] = arity | (uint64_t{ints} << 32);
+    uint64_t* out = w + 2;
+    if (info(n.op).traits & (kSource | kRandom))
+      for (int64_t d : n.type.shape) *out++ = static_cast<uint64_t>(d);
+    for (Value v : n.operands) {
+      const Hash128 m = merkle(v);
+      out[0] = m.lo;
+      out[1] = m.hi;
+      out += 2;
+    }
+    for (int64_t x : n.attrs.ints) *out++ = static_cast<uint64_t>(x);
+    if (has_i) *out++ = static_cast<uint64_t>(n.attrs.i);
+    if (has_f) std::memcpy(out++, &n.attrs.f, sizeof(double));
+    return hash128(w, static_cast<size_t>(out - w) * sizeof(uint64_t));
   }
   Hasher128 h;
   node_record(h, n, *this);

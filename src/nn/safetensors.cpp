@@ -20,6 +20,7 @@
 #include <set>
 
 #include "loom/core/half.h"
+#include "loom/core/shape.h"
 #include "loom/nn/nn.h"
 #include "loom/trace/autograd.h"
 
@@ -92,29 +93,21 @@ std::string bytes_of(const Tensor& t) {
   return out;
 }
 
+// A tensor of shape s whose elements of type T are copied from p (null when s is empty).
+template <class T>
+Tensor copied(const Shape& s, const char* p) {
+  std::vector<T> v(static_cast<size_t>(s.numel()));
+  if (!v.empty()) std::memcpy(v.data(), p, v.size() * sizeof(T));
+  return loom::tensor(v, s);
+}
+
 Tensor tensor_of(DType d, const Shape& s, const char* p) {
   const int64_t n = s.numel();
   switch (d) {
-    case DType::Float32: {
-      std::vector<float> v(n);
-      if (n > 0) std::memcpy(v.data(), p, n * 4);  // p may be null for no data
-      return loom::tensor(v, s);
-    }
-    case DType::Float64: {
-      std::vector<double> v(n);
-      if (n > 0) std::memcpy(v.data(), p, n * 8);  // p may be null for no data
-      return loom::tensor(v, s);
-    }
-    case DType::Int32: {
-      std::vector<int32_t> v(n);
-      if (n > 0) std::memcpy(v.data(), p, n * 4);  // p may be null for no data
-      return loom::tensor(v, s);
-    }
-    case DType::Int64: {
-      std::vector<int64_t> v(n);
-      if (n > 0) std::memcpy(v.data(), p, n * 8);  // p may be null for no data
-      return loom::tensor(v, s);
-    }
+    case DType::Float32: return copied<float>(s, p);
+    case DType::Float64: return copied<double>(s, p);
+    case DType::Int32: return copied<int32_t>(s, p);
+    case DType::Int64: return copied<int64_t>(s, p);
     case DType::Bool: {
       std::vector<bool> v(n);
       for (int64_t i = 0; i < n; ++i) v[i] = p[i] != 0;
@@ -138,13 +131,12 @@ using Json = nlohmann::json;
 
 constexpr int kMaxDepth = 128;                // serde_json's recursion limit
 constexpr uint64_t kMaxHeader = 100'000'000;  // the Python package's limit
-constexpr int kMaxRank = 16;
-constexpr int64_t kMaxElems = int64_t{1} << 48;
+constexpr char kOp[] = "load_safetensors";
 constexpr std::string_view kMetadata = "__metadata__";
 
 template <class... A>
 [[noreturn]] void fail(const std::string& path, const A&... what) {
-  throw Error(loom::detail::str_cat("[load_safetensors] ", path, ": ", what...));
+  throw Error(loom::detail::str_cat("[", kOp, "] ", path, ": ", what...));
 }
 
 // A read-only mapping of a whole file, unmapped on scope exit.
@@ -250,18 +242,20 @@ Entry read_entry(const std::string& name, const Json& e, const std::string& path
   auto dt = e.find("dtype");
   if (dt == e.end() || !dt->is_string()) fail(path, "'", name, "' has no 'dtype' string");
   DType d = parse_dtype(dt->get<std::string>(), path, name);
-  std::vector<int64_t> shape = int_list(e, "shape", path, name);
-  if (shape.size() > kMaxRank)
-    fail(path, "'", name, "' has rank ", shape.size(), "; loom supports at most ", kMaxRank);
-  int64_t n = 1;
-  for (int64_t x : shape) n = (x != 0 && n > kMaxElems / x) ? kMaxElems + 1 : n * x;
-  if (n > kMaxElems)
-    fail(path, "'", name, "' has shape ", Shape(shape), ": more than 2^48 elements");
+  Shape shape(int_list(e, "shape", path, name));
+  try {
+    check_shape(kOp, shape);  // loom's limits on every tensor
+  } catch (const ShapeError& err) {
+    // "[load_safetensors] rank 17 exceeds ..." -> the same, naming the file and the entry.
+    const std::string_view why = std::string_view(err.what()).substr(std::size(kOp) + 2);
+    throw ShapeError(loom::detail::str_cat("[", kOp, "] ", path, ": '", name, "' ", why));
+  }
+  const int64_t n = shape.numel();
   std::vector<int64_t> off = int_list(e, "data_offsets", path, name);
   if (off.size() != 2 || off[0] > off[1])
     fail(path, "'", name, "' has data_offsets ", e["data_offsets"].dump(),
          ": expected [begin, end] with begin <= end");
-  Entry out{name, d, Shape(shape), off[0], off[1]};
+  Entry out{name, d, shape, off[0], off[1]};
   if (off[1] - off[0] != n * static_cast<int64_t>(itemsize(d)))
     fail(path, "'", name, "' has data offsets that do not fit ", TensorType{d, out.shape}, ": [",
          off[0], ", ", off[1], ") holds ", off[1] - off[0], " bytes, ", TensorType{d, out.shape},

@@ -45,7 +45,7 @@ TensorBinding::TensorBinding(const std::vector<Tensor>& targets, const std::vect
     s->data_value = t.data_value;
     s->data_epoch = t.data_epoch;
     s->requires_grad = t.requires_grad;
-    s->linked = t.linked;
+    s->linked = t.linked.load(std::memory_order_relaxed);
     s->scope = t.scope;
     s->owner = t.owner.load(std::memory_order_relaxed);
     if (t.pending() && t.scope == 0) {
@@ -61,7 +61,8 @@ TensorBinding::TensorBinding(const std::vector<Tensor>& targets, const std::vect
     t.requires_grad = false;
     t.scope = scope;
     t.owner.store(ctx.id(), std::memory_order_relaxed);
-    if (scope == 0 && !t.linked) ctx.link_pending(&t);  // compaction keeps its value current
+    if (scope == 0 && !t.linked.load(std::memory_order_relaxed))
+      ctx.link_pending(&t);  // compaction keeps its value current
   }
 }
 
@@ -70,7 +71,7 @@ TensorBinding::~TensorBinding() {
   for (auto it = saved_.rbegin(); it != saved_.rend(); ++it) {
     Saved& s = **it;
     TensorImpl& t = *s.impl;
-    if (t.linked && !s.linked) ctx.unlink(&t);
+    if (t.linked.load(std::memory_order_relaxed) && !s.linked) ctx.unlink(&t);
     t.type = s.type;
     t.buffer = s.buffer;
     t.value = s.shadow ? s.shadow->value : s.value;

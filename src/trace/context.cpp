@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <mutex>
 #include <unordered_set>
 
 #include "loom/core/half.h"
@@ -37,6 +38,22 @@ double seconds_per_tick() {
 }
 
 namespace {
+// The calling thread's context id (0 before its first trace and after it exits).
+// Trivially destructible: safe to read during thread exit.
+thread_local uint32_t this_context_id = 0;
+
+// The live contexts by id, for drops on other threads, and the lock that guards every
+// context's hand-off list. A context's pending list is detached under it when its thread
+// exits, so a dropping thread that finds an impl linked under the lock finds its owner here.
+struct HandoffRegistry {
+  std::mutex mu;
+  std::unordered_map<uint32_t, TraceContext*> live;
+};
+HandoffRegistry& handoff_registry() {
+  static HandoffRegistry r;
+  return r;
+}
+
 constexpr size_t kImplBlock = 256;  // TensorImpl plus shared_ptr's control block
 // Set when the thread's free list is destroyed: impls released later in thread exit (weak
 // references held by the trace context) go straight back to the system allocator.
@@ -67,6 +84,16 @@ struct ImplAllocator {
     }
     return static_cast<T*>(::operator new(kImplBlock));
   }
+  // allocate_shared destroys the impl through this (C++20 [util.smartptr.shared.create]). A
+  // linked impl of another thread's context is handed to that context instead: it stays
+  // alive, and so does its block, which its own weak self-reference (enable_shared_from_this)
+  // keeps until the owner runs the destructor.
+  void destroy(TensorImpl* p) {
+    if (p->linked.load(std::memory_order_acquire) &&
+        p->owner.load(std::memory_order_relaxed) != this_context_id) [[unlikely]]
+      if (TraceContext::hand_off(p)) return;
+    std::destroy_at(p);
+  }
   void deallocate(T* p, size_t) {
     if (!free_list_gone && free_impls.blocks.size() < 4096)
       free_impls.blocks.push_back(p);
@@ -84,12 +111,19 @@ std::shared_ptr<TensorImpl> new_tensor_impl() {
   return std::allocate_shared<TensorImpl>(ImplAllocator<TensorImpl>());
 }
 
+// Only the owner's thread destroys a linked impl (ImplAllocator::destroy hands the others
+// off), so tls_context is the owner.
 TensorImpl::~TensorImpl() {
-  if (linked) TraceContext::get().unlink(this);
+  if (linked.load(std::memory_order_relaxed)) {
+    LOOM_ASSERT(tls_context && owner.load(std::memory_order_relaxed) == tls_context->id());
+    tls_context->unlink(this);
+  }
 }
 
-TraceContext& TraceContext::get() {
-  thread_local TraceContext ctx;
+constinit thread_local TraceContext* tls_context = nullptr;
+
+TraceContext& TraceContext::create() {
+  thread_local TraceContext ctx;  // sets tls_context
   return ctx;
 }
 
@@ -107,19 +141,38 @@ TraceContext::TraceContext()
       epoch_(new_epoch()) {
   LOOM_ASSERT(id_ != kOwnerExited);
   head_.prev = head_.next = &head_;
+  tls_context = this;
+  this_context_id = id_;
+  {
+    HandoffRegistry& r = handoff_registry();
+    std::lock_guard lock(r.mu);
+    r.live.emplace(id_, this);
+  }
   runtime::prepare_backend();  // created now, it prepares while this thread traces
 }
 
 TraceContext::~TraceContext() {
-  // Tensors may outlive the thread's context (static tensors): detach them.
-  for (TensorImpl* p = head_.next; p != &head_;) {
-    TensorImpl* n = p->next;
-    p->owner.store(kOwnerExited, std::memory_order_relaxed);  // its value is never computed
-    p->linked = false;
-    p->prev = p->next = nullptr;
-    p = n;
+  std::vector<TensorImpl*> handed;
+  {
+    HandoffRegistry& r = handoff_registry();
+    std::lock_guard lock(r.mu);
+    // Tensors may outlive the thread's context (static tensors, tensors of other threads):
+    // detach them. Under the lock, so a drop on another thread sees them either linked with
+    // this context still registered, or unlinked.
+    for (TensorImpl* p = head_.next; p != &head_;) {
+      TensorImpl* n = p->next;
+      p->prev = p->next = nullptr;
+      p->owner.store(kOwnerExited, std::memory_order_relaxed);  // its value is never computed
+      p->linked.store(false, std::memory_order_release);        // the last write to p
+      p = n;
+    }
+    head_.prev = head_.next = &head_;
+    r.live.erase(id_);
+    handed.swap(handoffs_);
   }
-  head_.prev = head_.next = &head_;
+  for (TensorImpl* p : handed) std::destroy_at(p);  // unlinked above: no list to touch
+  tls_context = nullptr;
+  this_context_id = 0;
 }
 
 void TraceContext::link(TensorImpl* impl) {
@@ -127,15 +180,42 @@ void TraceContext::link(TensorImpl* impl) {
   impl->next = &head_;
   head_.prev->next = impl;
   head_.prev = impl;
-  impl->linked = true;
   impl->owner.store(id_, std::memory_order_relaxed);
+  impl->linked.store(true, std::memory_order_relaxed);
 }
 
+// Release: once a foreign drop sees false it may destroy impl, so nothing here touches impl
+// after the store, and callers that hold no reference to impl unlink it last.
 void TraceContext::unlink(TensorImpl* impl) {
   impl->prev->next = impl->next;
   impl->next->prev = impl->prev;
   impl->prev = impl->next = nullptr;
-  impl->linked = false;
+  impl->linked.store(false, std::memory_order_release);
+}
+
+bool TraceContext::hand_off(TensorImpl* impl) {
+  HandoffRegistry& r = handoff_registry();
+  std::lock_guard lock(r.mu);
+  // Read again under the lock: the owner may have unlinked it meanwhile (then this thread
+  // destroys it), and an owner that exits detaches its list under this lock.
+  if (!impl->linked.load(std::memory_order_acquire)) return false;
+  auto it = r.live.find(impl->owner.load(std::memory_order_relaxed));
+  LOOM_ASSERT(it != r.live.end());
+  it->second->handoffs_.push_back(impl);
+  it->second->has_handoffs_.store(true, std::memory_order_relaxed);
+  return true;
+}
+
+void TraceContext::drain_handoffs() {
+  std::vector<TensorImpl*> handed;
+  {
+    HandoffRegistry& r = handoff_registry();
+    std::lock_guard lock(r.mu);
+    handed.swap(handoffs_);
+    has_handoffs_.store(false, std::memory_order_relaxed);
+  }
+  // Outside the lock: a destructor may drop other threads' tensors, which takes it.
+  for (TensorImpl* p : handed) std::destroy_at(p);  // unlinks p (this is its thread)
 }
 
 ir::Value TraceContext::data(Buffer b, const TensorType& t) {
@@ -150,7 +230,7 @@ ir::Value TraceContext::data(Buffer b, const TensorType& t) {
   return builder_.parameter(t, slot);
 }
 
-ir::Value TraceContext::value_of(const Tensor& t) {
+ir::Value TraceContext::value_of_slow(const Tensor& t) {
   LOOM_CHECK(t.defined(), "[trace] an operand is an undefined (default-constructed) Tensor");
   TensorImpl& impl = *t.impl();
   check_owner(impl, "trace");
@@ -384,7 +464,7 @@ void TraceContext::rebind(TensorImpl& impl, ir::Value v) {
   impl.value = v;
   impl.data_epoch = 0;                           // its old data node no longer holds its value
   if (impl.requires_grad) grad_.own_node(impl);  // a leaf shares its node with no other tensor
-  if (!impl.linked) link(&impl);
+  if (!impl.linked.load(std::memory_order_relaxed)) link(&impl);
   maybe_compact();
 }
 
@@ -529,6 +609,8 @@ void TraceContext::materialize(const std::vector<TensorImpl*>& requested, bool a
   if (all_pending) {
     impls = requested;
   } else {
+    // Before add_computed walks the list (the callers hold the requested impls).
+    if (has_handoffs_.load(std::memory_order_relaxed)) drain_handoffs();
     std::unordered_set<TensorImpl*> seen;
     for (TensorImpl* p : requested)
       if (p->pending() && seen.insert(p).second) impls.push_back(p);
@@ -586,14 +668,22 @@ void TraceContext::poison(const std::vector<TensorImpl*>& impls, const ExecError
     op = what.substr(1, what.find(']') - 1);
   std::vector<ir::Value> roots;
   for (TensorImpl* p : impls) roots.push_back(p->value);
+  // The failing nodes: ops of that name, and the loops whose bodies hold one with a site.
   std::vector<ir::NodeId> failing;
-  for (ir::NodeId id : collect(roots))
+  std::vector<uint8_t> in_cut(graph_.size(), 0);
+  for (ir::NodeId id : collect(roots)) {
+    in_cut[id] = 1;
     if (!op.empty() && ir::op_name(graph_.node(id).op) == op) failing.push_back(id);
+  }
+  for (const TraceSite& s : sites_)
+    if (!op.empty() && s.op == op && in_cut[s.node] &&
+        std::find(failing.begin(), failing.end(), s.node) == failing.end())
+      failing.push_back(s.node);
   std::string sites;
   for (ir::NodeId id : failing)
-    for (auto& [node, loc] : sites_)
-      if (node == id && sites.find(file_line(loc)) == std::string::npos)
-        sites += (sites.empty() ? "" : ", ") + file_line(loc);
+    for (const TraceSite& s : sites_)
+      if (s.node == id && s.op == op && sites.find(file_line(s.loc)) == std::string::npos)
+        sites += (sites.empty() ? "" : ", ") + file_line(s.loc);
   std::string msg = str_cat(what, " (in the graph '", runtime::current_graph_name(), "'");
   if (!sites.empty()) msg += str_cat("; the ", op, " was traced at ", sites);
   msg += ")";
@@ -621,13 +711,27 @@ void TraceContext::poison(const std::vector<TensorImpl*>& impls, const ExecError
     p->buffer = Buffer();
     p->value = {kNoNode, 0};
     p->data_epoch = 0;
-    if (p->linked) unlink(p);
+    if (p->linked.load(std::memory_order_relaxed)) unlink(p);  // the last touch of p
   }
   std::rethrow_exception(error);
 }
 
 void TraceContext::note_site(ir::Value v, const std::source_location& loc) {
-  if (scopes_.empty()) sites_.emplace_back(v.node, loc);
+  if (scopes_.empty()) {
+    sites_.push_back({v.node, ir::op_name(graph_.node(v.node).op), loc});
+  } else {
+    Scope& s = scopes_.back();
+    s.sites.push_back({v.node, ir::op_name(s.graph->node(v.node).op), loc});
+  }
+}
+
+void TraceContext::note_body_sites(ir::Value v, const std::vector<TraceSite>& body_sites) {
+  for (const TraceSite& b : body_sites) {  // a body inside a body: the outer body's sites
+    if (scopes_.empty())
+      sites_.push_back({v.node, b.op, b.loc});
+    else
+      scopes_.back().sites.push_back({v.node, b.op, b.loc});
+  }
 }
 
 // Donation is safe only when this sync materializes every pending tensor: afterwards the
@@ -654,7 +758,7 @@ void TraceContext::write_back(const std::vector<TensorImpl*>& impls, const std::
     p->buffer = out[k];
     p->value = {kNoNode, 0};
     p->data_epoch = 0;
-    unlink(p);
+    unlink(p);  // the last touch: p may be a dropped handle's impl (out[k] is read below)
   }
   if (all) {
     reset_graph();
@@ -669,8 +773,8 @@ void TraceContext::write_back(const std::vector<TensorImpl*>& impls, const std::
     ir::Node& n = graph_.mutable_node(v.node);
     if (n.num_results() != 1 || n.op == ir::OpKind::Parameter) continue;
     uint32_t slot = static_cast<uint32_t>(slots_.size());
-    slots_.push_back(DataSlot{impls[k]->buffer, n.type});
-    slot_by_buffer_[impls[k]->buffer.id()] = slot;
+    slots_.push_back(DataSlot{out[k], n.type});
+    slot_by_buffer_[out[k].id()] = slot;
     n.op = ir::OpKind::Parameter;
     n.operands.clear();
     n.attrs = ir::Attrs{};
@@ -687,6 +791,7 @@ std::vector<TensorImpl*> TraceContext::pending_impls() const {
 
 void TraceContext::sync_all() {
   check_readable("sync");
+  if (has_handoffs_.load(std::memory_order_relaxed)) drain_handoffs();  // before the walk
   flush_counters();
   std::vector<TensorImpl*> impls;
   for (TensorImpl* p = head_.next; p != &head_; p = p->next) impls.push_back(p);
@@ -709,7 +814,8 @@ void TraceContext::reset_graph() {
   gc_threshold_ = 1 << 14;
 }
 
-void TraceContext::maybe_compact() {
+void TraceContext::collect_garbage() {
+  if (has_handoffs_.load(std::memory_order_relaxed)) drain_handoffs();
   if (graph_.size() > gc_threshold_ && compaction_holds_ == 0) compact();
 }
 
@@ -729,20 +835,27 @@ void TraceContext::compact() {
   ir::Graph fresh;
   std::vector<DataSlot> fresh_slots;
   fresh.reserve(order.size());
+  // A slot may have two parameter nodes (a node made data by a partial read, and the node a
+  // later use of the materialized tensor adds): it moves once, and both keep it.
+  std::vector<uint32_t> slot_remap(slots_.size(), UINT32_MAX);
   for (ir::NodeId id : order) {
     ir::Node n = std::move(graph_.mutable_node(id));  // the old graph is dropped below
     if (n.op == ir::OpKind::Parameter) {
-      fresh_slots.push_back(std::move(slots_[n.attrs.i]));
-      n.attrs.i = static_cast<int64_t>(fresh_slots.size() - 1);
+      uint32_t& fresh_slot = slot_remap[static_cast<size_t>(n.attrs.i)];
+      if (fresh_slot == UINT32_MAX) {
+        fresh_slot = static_cast<uint32_t>(fresh_slots.size());
+        fresh_slots.push_back(std::move(slots_[n.attrs.i]));
+      }
+      n.attrs.i = fresh_slot;
     }
     for (ir::Value& v : n.operands) v.node = remap[v.node];
     remap[id] = fresh.add(std::move(n));
   }
   for (TensorImpl* p : live) p->value.node = remap[p->value.node];
   grad_.remap(remap, fresh.size());
-  std::vector<std::pair<ir::NodeId, std::source_location>> sites;
-  for (auto& [id, loc] : sites_)
-    if (remap[id] != kNoNode) sites.emplace_back(remap[id], loc);
+  std::vector<TraceSite> sites;
+  for (const TraceSite& s : sites_)
+    if (remap[s.node] != kNoNode) sites.push_back({remap[s.node], s.op, s.loc});
   sites_ = std::move(sites);
   graph_ = std::move(fresh);
   slots_ = std::move(fresh_slots);

@@ -15,6 +15,7 @@
 #include <memory>
 #include <source_location>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -47,10 +48,13 @@ struct TensorImpl : std::enable_shared_from_this<TensorImpl> {
   Tensor grad;  // accumulated by backward() (leaves that require grad)
   // Set when the run that would have produced the value failed: reading it rethrows.
   std::exception_ptr error;
-  // Intrusive list of pending tensors of the owning context.
+  // Intrusive list of pending tensors of the owning context: only its thread touches prev,
+  // next and the list. `linked` is atomic because a drop on another thread reads it to decide
+  // whether the owner must do the unlinking (the hand-off in context.cpp); the owner's store
+  // of false is the last thing it does to an impl it holds no reference to.
   TensorImpl* prev = nullptr;
   TensorImpl* next = nullptr;
-  bool linked = false;
+  std::atomic<bool> linked{false};
 
   bool pending() const { return value.node != kNoNode; }
   ~TensorImpl();
@@ -58,7 +62,10 @@ struct TensorImpl : std::enable_shared_from_this<TensorImpl> {
 
 // Creates a TensorImpl from a per-thread free list (tracing makes and drops one per op;
 // the list saves the system allocator's round trip). Blocks freed on another thread join
-// that thread's list.
+// that thread's list. The last handle of a pending tensor dropped on a thread other than its
+// owner's does not destroy it there: the owner's context receives it and destroys it on its
+// own thread (TraceContext::drain_handoffs), so the owner's pending list is never written by
+// two threads.
 std::shared_ptr<TensorImpl> new_tensor_impl();
 
 // A graph input held by the pending graph: a materialized buffer or a host scalar.
@@ -84,6 +91,15 @@ struct Capture {
   ir::Value param;  // its parameter in the scope's graph
 };
 
+// The call site of an op that can fail at run time (index_select, gather, ...): the node that
+// runs it in the pending graph (the op's own node, or the scan/while node whose body holds
+// it) and the op's name, which a run-time error names.
+struct TraceSite {
+  ir::NodeId node = 0;
+  std::string_view op;
+  std::source_location loc;
+};
+
 // A body being traced: its own graph and builder, nested inside the pending graph or
 // another scope. Loop bodies (scan, while, fori) forward host scalars and random keys to the
 // enclosing scope as inputs; assume_pure bodies bake host scalars in as constants (they are
@@ -99,11 +115,21 @@ struct Scope {
   std::unordered_map<const TensorImpl*, ir::Value> captured;
   ir::Value index{UINT32_MAX, 0};  // the iteration index (i64[]), when the body has one
   bool lazy_index = false;         // index created on demand (while: a hidden counter)
+  std::vector<TraceSite> sites;    // of the ops in the body that can fail at run time
 };
+
+class TraceContext;
+// The calling thread's context once created (null before, and after the thread's exit has
+// destroyed it). Constant-initialized: reading it needs no TLS wrapper call.
+extern constinit thread_local TraceContext* tls_context;
 
 class TraceContext {
  public:
-  static TraceContext& get();
+  static TraceContext& get() {
+    if (TraceContext* c = tls_context) [[likely]]
+      return *c;
+    return create();
+  }
   ~TraceContext();
 
   // The builder of the innermost scope (the pending graph's outside any body).
@@ -129,8 +155,18 @@ class TraceContext {
   // The iteration index of the innermost loop body (created on demand in while bodies).
   ir::Value loop_index();
 
-  // The graph value of t: its pending node, or a Parameter node for its data.
-  ir::Value value_of(const Tensor& t);
+  // The graph value of t: its pending node, or a Parameter node for its data. Inline: the
+  // common cases (no body open, no autograd leaf, this thread's tensor: a pending one, or
+  // data whose node it cached in the current graph).
+  ir::Value value_of(const Tensor& t) {
+    const TensorImpl* p = t.impl();
+    if (p && scopes_.empty() && p->scope == 0 && !p->requires_grad && !p->error &&
+        p->owner.load(std::memory_order_relaxed) == id_) [[likely]] {
+      if (p->pending()) return p->value;
+      if (p->data_epoch == epoch_) return p->data_value;
+    }
+    return value_of_slow(t);
+  }
   // A host scalar as a 0-d graph input of dtype dt.
   ir::Value scalar(const Scalar& s, DType dt);
   // A 0-d constant (a number fixed by an op's definition), memoized for the graph's epoch.
@@ -164,6 +200,11 @@ class TraceContext {
 
   void unlink(TensorImpl* impl);
   void link_pending(TensorImpl* impl) { link(impl); }
+  // Pending tensors of this context whose last handle was dropped on another thread wait here
+  // (undestroyed, still linked) until this thread destroys them: at its next op, sync or read,
+  // or when it exits. Thread-safe (a process-wide lock; foreign drops are rare).
+  static bool hand_off(TensorImpl* impl);
+  void drain_handoffs();
   // The id of the innermost open scope (0: the pending graph).
   uint32_t current_scope() const { return scopes_.empty() ? 0 : scopes_.back().id; }
   // The next random key {seed, offset} as an i64[2] graph input.
@@ -177,6 +218,8 @@ class TraceContext {
   // Remembers the call site that traced v (ops that can fail at run time: index_select,
   // gather and what is built on them), so that a failed run names it.
   void note_site(ir::Value v, const std::source_location& loc);
+  // The sites of a loop body's ops (Scope::sites), for the node v that runs the body.
+  void note_body_sites(ir::Value v, const std::vector<TraceSite>& body_sites);
 
   // compile(): a step being traced. full_graph: reads raise; recording: tensors updated in
   // place are collected (trace_once).
@@ -206,6 +249,8 @@ class TraceContext {
  private:
   friend class GradTape;
   TraceContext();
+  static TraceContext& create();
+  ir::Value value_of_slow(const Tensor& t);
   ir::Value scoped_value(const std::shared_ptr<TensorImpl>& impl);
   [[noreturn]] void escaped(const TensorImpl& impl) const;
   [[noreturn]] void foreign(const TensorImpl& impl, const char* what) const;
@@ -220,13 +265,19 @@ class TraceContext {
   bool full_sync(const std::vector<TensorImpl*>& impls) const;
   void write_back(const std::vector<TensorImpl*>& impls, const std::vector<Buffer>& out, bool all);
   void link(TensorImpl* impl);
-  void maybe_compact();
+  void maybe_compact() {
+    if (graph_.size() > gc_threshold_ || has_handoffs_.load(std::memory_order_relaxed)) [[unlikely]]
+      collect_garbage();
+  }
+  void collect_garbage();
   void compact();
   void reset_graph();
   // Marks the nodes that `roots` need (mark_[id] == stamp_); returns them in id order.
   std::vector<ir::NodeId> collect(const std::vector<ir::Value>& roots);
 
   uint32_t id_;
+  std::vector<TensorImpl*> handoffs_;      // guarded by the hand-off lock (context.cpp)
+  std::atomic<bool> has_handoffs_{false};  // handoffs_ is not empty (a hint read without it)
   ir::Graph graph_;
   ir::Builder builder_;
   std::vector<DataSlot> slots_;
@@ -247,7 +298,7 @@ class TraceContext {
   std::vector<ConstantEntry> constants_;  // a handful: composites use few distinct numbers
   GradTape grad_{*this};
   // The trace sites of ops that can fail at run time, by node of the pending graph.
-  std::vector<std::pair<ir::NodeId, std::source_location>> sites_;
+  std::vector<TraceSite> sites_;
   std::vector<Scope> scopes_;
   StepState* step_ = nullptr;
   ir::Builder* active_ = &builder_;

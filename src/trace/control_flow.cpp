@@ -30,6 +30,7 @@ struct Traced {
   bool lazy_index = false;
   std::vector<ir::Value> outs;
   std::vector<TensorType> out_types;
+  std::vector<TraceSite> sites;  // of the body's ops that can fail at run time
 };
 
 // Pops the scope if the traced function throws.
@@ -68,6 +69,7 @@ Traced trace(ScopeKind kind, const Site& site, bool with_index,
   r.captures = std::move(s.captures);
   r.index = s.index;
   r.lazy_index = s.lazy_index;
+  r.sites = std::move(s.sites);
   for (ir::Value v : r.outs) r.out_types.push_back(r.graph->type(v));
   runtime::count_body_traced();
   return r;
@@ -232,6 +234,7 @@ std::vector<Tensor> scan_flat(const Site& site, const ScanOptions& opts, const F
   a.flag = opts.reverse;
   a.f = opts.remat ? 1 : 0;
   std::vector<ir::Value> r = ctx.builder().make_region(ir::OpKind::Scan, operands, a, {region});
+  if (!r.empty()) ctx.note_body_sites(r[0], t.sites);
   return wrap_all(ctx, r, r.size());
 }
 
@@ -303,6 +306,8 @@ std::vector<Tensor> while_flat(const Site& site, const FlatFn& cond, const FlatF
   std::vector<ir::Value> r =
       ctx.builder().make_region(ir::OpKind::While, operands, a, {cond_region, body_region});
   note_while_site(body_region, site);
+  ctx.note_body_sites(r[0], tc.sites);
+  ctx.note_body_sites(r[0], tb.sites);
   return wrap_all(ctx, r, carried.size());
 }
 

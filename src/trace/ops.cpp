@@ -17,19 +17,27 @@ namespace {
 int category(DType d) { return d == DType::Bool ? 0 : is_integral(d) ? 1 : 2; }
 }  // namespace
 
-DType result_type(const Tensor& a, const Tensor& b) {
-  bool da = a.dim() > 0, db = b.dim() > 0;
-  if (da == db) return promote_types(a.dtype(), b.dtype());
-  const Tensor& dimmed = da ? a : b;
-  const Tensor& zero_dim = da ? b : a;
+void undefined_operand(const char* op) {
+  throw Error(str_cat("[", op, "] an operand is an undefined (default-constructed) Tensor"));
+}
+
+DType result_type(const TensorType& a, const TensorType& b) {
+  bool da = a.shape.rank() > 0, db = b.shape.rank() > 0;
+  if (da == db) return promote_types(a.dtype, b.dtype);
+  DType dimmed = da ? a.dtype : b.dtype, zero_dim = da ? b.dtype : a.dtype;
   // A 0-d tensor only matters when it is of a higher category (bool < int < float).
-  return category(zero_dim.dtype()) > category(dimmed.dtype()) ? zero_dim.dtype() : dimmed.dtype();
+  return category(zero_dim) > category(dimmed) ? zero_dim : dimmed;
+}
+
+DType result_type(const Tensor& a, const Tensor& b) {
+  return result_type(type_of(a, "promote"), type_of(b, "promote"));
 }
 
 DType result_type(const Tensor& a, const Scalar& s) {
+  const DType da = type_of(a, "promote").dtype;
   int cs = s.is_bool ? 0 : s.is_int ? 1 : 2;
-  if (cs > category(a.dtype())) return cs == 1 ? DType::Int64 : DType::Float32;
-  return a.dtype();
+  if (cs > category(da)) return cs == 1 ? DType::Int64 : DType::Float32;
+  return da;
 }
 
 std::vector<int64_t> reduce_dims(const char* op, const Tensor& x, std::vector<int64_t> dims) {
@@ -85,9 +93,11 @@ std::string types_text(const Tensor& a, const Tensor& b) {
 
 Tensor binary(OpKind op, const Tensor& a, const Tensor& b, bool true_div = false) {
   OpRecord rec;
-  DType dt = detail::result_type(a, b);
+  const TensorType& ta = detail::type_of(a, ir::op_name(op).data());
+  const TensorType& tb = detail::type_of(b, ir::op_name(op).data());
+  DType dt = detail::result_type(ta, tb);
   if (true_div && !is_floating(dt)) dt = DType::Float32;
-  const bool has_bool = a.dtype() == DType::Bool || b.dtype() == DType::Bool;
+  const bool has_bool = ta.dtype == DType::Bool || tb.dtype == DType::Bool;
   if (has_bool) op = bool_op(op, dt, types_text(a, b));
   ir::Value va = rec.b().convert(rec.ctx.value_of(a), dt);
   ir::Value vb = rec.b().convert(rec.ctx.value_of(b), dt);
@@ -99,7 +109,7 @@ Tensor binary(OpKind op, const Tensor& a, const Scalar& s, bool scalar_first,
   OpRecord rec;
   DType dt = detail::result_type(a, s);
   if (true_div && !is_floating(dt)) dt = DType::Float32;
-  if (a.dtype() == DType::Bool || s.is_bool) {
+  if (a.impl()->type.dtype == DType::Bool || s.is_bool) {  // a is defined: result_type checked
     std::string operands = detail::str_cat(
         TensorType{a.dtype(), a.shape()}, " and the host ", s.is_bool ? "bool " : "number ",
         s.is_bool ? (s.ivalue ? "true" : "false") : detail::str_cat(s.value));

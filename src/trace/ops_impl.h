@@ -21,8 +21,17 @@ struct OpRecord {
 };
 
 Tensor from_buffer(Buffer b, TensorType type);
+// An operand's type, read from its impl (Tensor::dtype() and shape() are out-of-line calls,
+// several per recorded op); an undefined operand is an Error naming `op`.
+[[noreturn]] void undefined_operand(const char* op);
+inline const TensorType& type_of(const Tensor& t, const char* op) {
+  if (!t.defined()) [[unlikely]]
+    undefined_operand(op);
+  return t.impl()->type;
+}
 // PyTorch's result type of a binary op between tensors / a tensor and a host number.
 DType result_type(const Tensor& a, const Tensor& b);
+DType result_type(const TensorType& a, const TensorType& b);
 DType result_type(const Tensor& a, const Scalar& s);
 // Normalized, sorted, unique reduction dims; empty `dims` means all.
 std::vector<int64_t> reduce_dims(const char* op, const Tensor& x, std::vector<int64_t> dims);

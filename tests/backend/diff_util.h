@@ -27,11 +27,12 @@
 #include "loom/core/half.h"
 #include "loom/loom.h"
 #include "loom/runtime/engine.h"
+#include "test_constants.h"
 
 namespace loom::difftest {
 
-inline constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-inline constexpr double kInf = std::numeric_limits<double>::infinity();
+using testing::kInf;
+using testing::kNaN;
 inline constexpr DType kAllDTypes[] = {DType::Bool,     DType::Int32,   DType::Int64,
                                        DType::BFloat16, DType::Float16, DType::Float32,
                                        DType::Float64};

@@ -17,13 +17,6 @@ namespace {
 using ir::OpKind;
 using ir::Value;
 
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-constexpr double kInf = std::numeric_limits<double>::infinity();
-constexpr int64_t kI32Min = std::numeric_limits<int32_t>::min();
-constexpr int64_t kI32Max = std::numeric_limits<int32_t>::max();
-constexpr int64_t kI64Min = std::numeric_limits<int64_t>::min();
-constexpr int64_t kI64Max = std::numeric_limits<int64_t>::max();
-
 TEST(RefRegistry, EveryOpHasAKernel) {
   for (int i = 0; i < ir::kNumOps; ++i) {
     const auto op = static_cast<OpKind>(i);

@@ -15,8 +15,16 @@
 #include "loom/backend/ref_backend.h"
 #include "loom/core/half.h"
 #include "loom/ir/builder.h"
+#include "test_constants.h"
 
 namespace loom::reftest {
+
+using testing::kI32Max;
+using testing::kI32Min;
+using testing::kI64Max;
+using testing::kI64Min;
+using testing::kInf;
+using testing::kNaN;
 
 inline Buffer encode_floats(DType dt, const std::vector<double>& v) {
   Buffer b = Buffer::allocate(v.size() * static_cast<size_t>(itemsize(dt)));

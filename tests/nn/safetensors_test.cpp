@@ -249,6 +249,10 @@ TEST_F(SafetensorsTest, BadNumbersAndHostileFilesAreLoomErrorsNamingTheFile) {
   for (int i = 1; i < 100; ++i) rank100 += ",1";
   rejects(raw("rank.safetensors", "{\"x\":" + entry("F32", rank100 + "]", 0, 4) + "}", f4),
           {"'x'", "rank 100", "16"});
+  // Shapes past loom's limits are the core's ShapeError (check_shape), naming the file.
+  for (const char* file : {"huge.safetensors", "rank.safetensors"})
+    expect_error<loom::ShapeError>([&] { nn::load_safetensors(path(file)); },
+                                   {"[load_safetensors]", file, "'x'"});
   rejects(raw("oob.safetensors", "{\"x\":" + entry("F32", "[4]", 0, 16) + "}", f8), {"'x'"});
   rejects(raw("mism.safetensors", "{\"x\":" + entry("F32", "[2]", 0, 4) + "}", f8),
           {"'x'", "do not fit f32[2]"});

@@ -185,11 +185,6 @@ namespace {
 using ir::OpKind;
 using ir::Value;
 
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-constexpr double kInf = std::numeric_limits<double>::infinity();
-constexpr int64_t kI32Min = std::numeric_limits<int32_t>::min();
-constexpr int64_t kI32Max = std::numeric_limits<int32_t>::max();
-
 TEST(OpExtrasRefReduce, EmptyAxisGivesIdentity) {
   for (DType dt : kFloatTypes) {
     Case c;

@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "loom/core/half.h"
+#include "test_constants.h"
 
 namespace loom::optest {
 
@@ -21,8 +22,8 @@ const std::vector<DType> kF32F64 = {DType::Float32, DType::Float64};
 
 namespace {
 
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-constexpr double kInf = std::numeric_limits<double>::infinity();
+using testing::kInf;
+using testing::kNaN;
 using Ts = std::vector<Tensor>;
 using Hs = std::vector<HostArg>;
 

@@ -1,7 +1,9 @@
 // Threads: compiles on several threads at once with a cold cache (every round asks for kernels
 // no earlier round compiled, and the persistent cache is off), assume_pure wrappers and
 // compile steps shared by threads from their first call, and every cross-thread misuse of a
-// pending tensor (a TraceError naming the rule). Oracles: the same programs run on one thread
+// pending tensor (a TraceError naming the rule), and pending tensors whose last handle is
+// dropped on a thread other than their owner's (while the owner traces and syncs, on many
+// threads at once, after the owner exited). Oracles: the same programs run on one thread
 // on the reference backend, and closed forms.
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -10,9 +12,13 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <condition_variable>
+#include <deque>
 #include <filesystem>
 #include <functional>
 #include <latch>
+#include <mutex>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -22,6 +28,7 @@
 #include "loom/backend/disk_cache.h"
 #include "loom/loom.h"
 #include "loom/runtime/engine.h"
+#include "trace/context.h"  // the owner's pending list, to see a dropped tensor leave it
 
 namespace loom {
 namespace {
@@ -320,6 +327,189 @@ TEST_F(Threads, InPlaceUpdateRecordedOnAnotherThreadIsTraceError) {
   t.join();
   EXPECT_EQ(v.to_vector<float>(), (std::vector<float>{3, 3, 3}));  // materialized there: fine
   EXPECT_EQ(p.to_vector<float>(), (std::vector<float>{4, 4, 4}));
+}
+
+// ---- pending tensors dropped on other threads ---------------------------------------------
+
+// A queue of tensors between threads (nullopt: the sender is done).
+class Channel {
+ public:
+  void push(std::optional<Tensor> t) {
+    {
+      std::lock_guard lock(mu_);
+      q_.push_back(std::move(t));
+    }
+    cv_.notify_one();
+  }
+  std::optional<Tensor> pop() {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return !q_.empty(); });
+    std::optional<Tensor> t = std::move(q_.front());
+    q_.pop_front();
+    return t;
+  }
+  // Moves what is queued now into *out without waiting; false when the queue was empty.
+  bool pop_all(std::deque<std::optional<Tensor>>* out) {
+    std::lock_guard lock(mu_);
+    if (q_.empty()) return false;
+    for (auto& t : q_) out->push_back(std::move(t));
+    q_.clear();
+    return true;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::optional<Tensor>> q_;
+};
+
+bool in_pending_list(const detail::TensorImpl* impl) {
+  for (const detail::TensorImpl* p : detail::TraceContext::get().pending_impls())
+    if (p == impl) return true;
+  return false;
+}
+
+// The Python case: a pending tensor's last reference dropped by another thread (the garbage
+// collector, a worker) while its owner keeps tracing, reading and syncing. The owner's pending
+// list must stay whole: its results are checked against closed forms after every sync.
+TEST_F(Threads, PendingTensorsDroppedOnAnotherThreadWhileOwnerTraces) {
+  runtime::set_backend("ref");  // the pending list is under test, not the compiler
+  constexpr int kSteps = 4000;
+  Channel to_dropper;
+  std::thread dropper([&] {
+    int64_t own = 0;
+    while (std::optional<Tensor> t = to_dropper.pop()) {
+      Tensor mine = ones({2}) * 3.0;  // the dropper traces too: its own list alongside
+      own += static_cast<int64_t>(sum(mine).item<float>());
+      t.reset();  // the last handle of the owner's pending tensor, dropped here
+    }
+    EXPECT_GT(own, 0);
+  });
+  Tensor x = host(4, 0.5f);
+  Tensor acc = zeros({4});
+  for (int i = 0; i < kSteps; ++i) {
+    Tensor p = x * static_cast<double>(i) + 1.0;  // pending here, dropped there
+    Tensor q = exp(p);
+    to_dropper.push(std::move(q));
+    acc = acc + x;
+    if (i % 7 == 3) to_dropper.push(acc * 2.0);  // a tensor the next step's acc depends on
+    if (i % 50 == 49) {
+      if (i % 100 == 49) {
+        sync();
+      } else {
+        ASSERT_FLOAT_EQ(sum(acc).item<float>(), 2.0f * static_cast<float>(i + 1)) << i;
+      }
+      ASSERT_FLOAT_EQ(acc.to_vector<float>()[3], 0.5f * static_cast<float>(i + 1)) << i;
+    }
+  }
+  to_dropper.push(std::nullopt);
+  dropper.join();
+  sync();
+  EXPECT_TRUE(detail::TraceContext::get().pending_impls().empty());
+  EXPECT_FLOAT_EQ(sum(acc).item<float>(), 2.0f * kSteps);
+}
+
+// A dropped tensor leaves its owner's pending list at the owner's next op, so a sync does not
+// compute it; its value is never needed.
+TEST_F(Threads, PendingTensorDroppedOnAnotherThreadLeavesTheOwnersList) {
+  runtime::set_backend("ref");
+  Tensor p = exp(host(3, 1.0f));
+  const detail::TensorImpl* impl = p.impl();
+  ASSERT_TRUE(in_pending_list(impl));
+  std::thread([t = std::move(p)]() mutable { t = Tensor(); }).join();
+  EXPECT_TRUE(in_pending_list(impl));  // the other thread left the owner's list alone
+  Tensor y = host(3, 2.0f) * 2.0;      // the owner's next op
+  EXPECT_FALSE(in_pending_list(impl));
+  EXPECT_EQ(y.to_vector<float>(), (std::vector<float>{4, 4, 4}));
+  // And at a sync with no op in between.
+  Tensor r = exp(host(2, 0.0f));
+  impl = r.impl();
+  std::thread([t = std::move(r)]() mutable { t = Tensor(); }).join();
+  sync();
+  EXPECT_TRUE(detail::TraceContext::get().pending_impls().empty());
+}
+
+// Every thread owns tensors, hands them to the next thread, and drops what the previous one
+// handed it whenever it finds some, all at once, each checking its own results.
+TEST_F(Threads, PendingTensorsDroppedAcrossManyThreads) {
+  runtime::set_backend("ref");
+  constexpr int kSteps = 3000;
+  std::vector<Channel> inbox(kThreads);
+  std::vector<float> got(kThreads);
+  on_threads(kThreads, [&](int t) {
+    Channel& next = inbox[(t + 1) % kThreads];
+    Tensor x = host(3, static_cast<float>(t + 1));
+    Tensor acc = zeros({3});
+    size_t received = 0;
+    std::deque<std::optional<Tensor>> in;
+    for (int i = 0; i < kSteps; ++i) {
+      next.push(x * static_cast<double>(i) - 1.0);
+      next.push(tanh(acc + x));
+      acc = acc + x;
+      if (inbox[t].pop_all(&in)) {  // the previous thread's tensors, dropped here
+        received += in.size();
+        in.clear();
+      }
+      if (i % 100 == 99) {
+        ASSERT_FLOAT_EQ(acc.to_vector<float>()[0], (t + 1.0f) * (i + 1.0f));
+      }
+    }
+    while (received < 2 * kSteps) {
+      in.push_back(inbox[t].pop());
+      received += in.size();
+      in.clear();
+    }
+    got[t] = sum(acc).item<float>();
+    sync();
+    EXPECT_TRUE(detail::TraceContext::get().pending_impls().empty());
+  });
+  for (int t = 0; t < kThreads; ++t) EXPECT_FLOAT_EQ(got[t], 3.0f * (t + 1) * kSteps);
+}
+
+// The owner exits while tensors it traced are held or being dropped elsewhere: those dropped
+// while it was alive are destroyed by the time it has exited, the others when their last
+// handle goes, and using one is a TraceError. A destroyed tensor releases what it holds (here
+// a buffer it was given to watch); the sanitizer builds check that nothing leaks.
+TEST_F(Threads, PendingTensorsOfAThreadThatExitsAreDroppedSafely) {
+  runtime::set_backend("ref");
+  constexpr int kSent = 2000, kHeld = 64;
+  std::vector<Tensor> held;
+  Buffer watch = Buffer::allocate(16);  // shared by the watched tensors: counts the live ones
+  auto watched = [&](Tensor t) {
+    Tensor watcher = ones({1}) + 1.0;  // pending, never read: it only holds the buffer
+    watcher.impl()->buffer = watch;
+    t.impl()->grad = watcher;
+    return t;
+  };
+  Channel to_dropper;
+  std::latch made(1), dropped(1);
+  std::thread dropper([&] {
+    while (std::optional<Tensor> t = to_dropper.pop()) t.reset();
+  });
+  std::thread owner([&] {
+    Tensor acc = zeros({2});
+    for (int k = 0; k < kSent; ++k) {  // dropped there while this thread traces on, and exits
+      to_dropper.push(watched(exp(host(2, 0.001f * static_cast<float>(k)))));
+      acc = acc + 1.0;
+      if (k % 100 == 99) {
+        EXPECT_FLOAT_EQ(acc.to_vector<float>()[1], k + 1.0f);
+      }
+    }
+    to_dropper.push(std::nullopt);
+    for (int k = 0; k < kHeld; ++k) held.push_back(watched(exp(host(2, static_cast<float>(k)))));
+    made.count_down();
+    dropped.wait();  // alive and idle while half of the held ones are dropped on the main thread
+  });
+  made.wait();
+  held.resize(kHeld / 2);
+  dropped.count_down();
+  owner.join();
+  dropper.join();
+  EXPECT_EQ(watch.use_count(), 1 + kHeld / 2);
+  testing::expect_error<TraceError>([&] { (void)(held[0] + 1.0); }, {kRule, "exited"});
+  std::thread([&] { held.resize(kHeld / 4); }).join();  // dropped on a third thread
+  held.clear();                                         // and here
+  EXPECT_EQ(watch.use_count(), 1);
 }
 
 TEST_F(Threads, MaterializedTensorsWorkAcrossThreads) {

@@ -148,6 +148,28 @@ TEST_F(LazyTest, GradientsStayCorrectWhenWrappingThemCompacts) {
     compactions += loom::metrics().pending_compactions;
   }
   EXPECT_GT(compactions, 0);  // the sweep crossed the threshold somewhere
+
+// A partial read turns the read tensor's node into data; a later use of the materialized
+// tensor adds a second parameter node of the same data slot. A compaction keeps both nodes and
+// must keep the slot's buffer for both (it used to move it out for the first, leaving the
+// second an empty buffer).
+TEST_F(LazyTest, PartialReadsStayCorrectAcrossCompactions) {
+  Tensor acc = loom::zeros({2});
+  Tensor one = loom::ones({2});
+  std::vector<Tensor> keep;  // pending until the end
+  for (int i = 0; i < 20000; ++i) {
+    acc = acc + one;
+    if (i % 100 == 99) {
+      keep.push_back(acc * 2.0);                       // reads acc's node, made data by the read
+      EXPECT_EQ(acc.to_vector<float>()[0], i + 1.0f);  // partial: keep stays pending
+      keep.push_back(acc * 3.0);                       // a parameter node of the same slot
+    }
+  }
+  EXPECT_GT(loom::metrics().pending_compactions, 0);
+  for (size_t j = 0; j < keep.size(); ++j) {
+    const float v = 100.0f * static_cast<float>(j / 2 + 1) * (j % 2 ? 3.0f : 2.0f);
+    ASSERT_EQ(keep[j].to_vector<float>(), (std::vector<float>{v, v})) << j;
+  }
 }
 
 TEST_F(LazyTest, ChangingHostScalarDoesNotRecompile) {

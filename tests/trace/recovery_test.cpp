@@ -113,4 +113,50 @@ TEST(Recovery, GradientsReadOneByOneCostOneExecution) {
   EXPECT_EQ(one_by_one.grads, synced.grads);
 }
 
+// Index ops inside loop bodies name their own call line too (the error comes from the loop's
+// node, whose body holds the op): a scan body, a while body, and a scan inside a scan.
+TEST(Recovery, IndexOpsInLoopBodiesNameTheirCallSite) {
+  loom::sync();
+  Tensor table = loom::tensor(std::vector<float>{0, 1, 2}, {3});
+  int scan_line = 0;
+  auto [sum, seen] = loom::scan(
+      [&](const Tensor& c, const Tensor& i) {
+        scan_line = __LINE__ + 1;
+        Tensor v = loom::index_select(table, 0, i);
+        return std::pair{c + v, v};
+      },
+      loom::zeros({1}), loom::tensor(std::vector<int64_t>{1, 8}, {2, 1}));
+  expect_error<loom::ExecError>([&] { sum.to_vector<float>(); },
+                                {"[index_select]", "8", line_here(scan_line)});
+
+  int while_line = 0;
+  auto [k, acc] =
+      loom::while_loop([](const Tensor& k, const Tensor&) { return k < 3; },
+                       [&](const Tensor& k, const Tensor& acc) {
+                         while_line = __LINE__ + 1;
+                         Tensor w = loom::embedding(loom::reshape(k * 4, {1}), loom::ones({3, 1}));
+                         return std::tuple{k + 1, acc + loom::reshape(w, {1})};
+                       },
+                       std::tuple{loom::tensor(int64_t{0}), loom::zeros({1})});
+  expect_error<loom::ExecError>([&] { acc.to_vector<float>(); },
+                                {"[index_select]", line_here(while_line)});
+
+  int inner_line = 0;
+  auto [outer, ys] = loom::scan(
+      [&](const Tensor& c, const Tensor& i) {
+        auto [inner, vs] = loom::scan(
+            [&](const Tensor& d, const Tensor& j) {
+              inner_line = __LINE__ + 1;
+              Tensor v = loom::gather(table, 0, j + i);
+              return std::pair{d + v, v};
+            },
+            c, loom::tensor(std::vector<int64_t>{0, 1}, {2, 1}));
+        return std::pair{inner, i};
+      },
+      loom::zeros({1}), loom::tensor(std::vector<int64_t>{0, 5}, {2, 1}));
+  expect_error<loom::ExecError>([&] { outer.to_vector<float>(); },
+                                {"[gather]", line_here(inner_line)});
+  EXPECT_EQ(loom::sum(table).item<float>(), 3.0f);  // unrelated work still runs
+}
+
 }  // namespace
