@@ -527,3 +527,31 @@ def test_dump_ir(tmp_path):
         loom.set_dump_ir_dir("")
     files = [p.name for p in tmp_path.iterdir()]
     assert any(f.endswith(".before.ir") for f in files), files
+
+
+def test_pending_tensor_freed_on_another_thread():
+    """The last reference to a pending tensor dropped on another thread (the GC or a queue
+    consumer) hands it back to its owner; the owner keeps tracing and syncing correctly."""
+    import queue
+    q = queue.Queue()
+
+    def consumer():
+        while True:
+            item = q.get()
+            if item is None:
+                return
+            del item  # the last reference dies here, on a non-owner thread
+
+    th = threading.Thread(target=consumer)
+    th.start()
+    acc = loom.zeros(4)
+    for k in range(2000):
+        t = loom.ones(4) * float(k)  # pending, owned by this thread
+        acc = acc + 1.0
+        q.put(t)
+        del t
+        if k % 100 == 99:
+            loom.sync()
+    q.put(None)
+    th.join()
+    assert acc.tolist() == [2000.0] * 4

@@ -148,6 +148,7 @@ TEST_F(LazyTest, GradientsStayCorrectWhenWrappingThemCompacts) {
     compactions += loom::metrics().pending_compactions;
   }
   EXPECT_GT(compactions, 0);  // the sweep crossed the threshold somewhere
+}
 
 // A partial read turns the read tensor's node into data; a later use of the materialized
 // tensor adds a second parameter node of the same data slot. A compaction keeps both nodes and
