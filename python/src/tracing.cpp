@@ -272,6 +272,12 @@ nb::object fori_loop(nb::handle lower_in, nb::handle upper_in, nb::callable body
   return single(unflatten(*def, std::vector<Tensor>(res.begin() + 1, res.end())), count);
 }
 
+// A wrapper used as a method binds `self` as a function does (self is then a static argument).
+nb::object bind_to(nb::handle self, nb::handle obj, nb::handle) {
+  if (obj.is_none()) return nb::borrow(self);
+  return nb::steal(PyMethod_New(self.ptr(), obj.ptr()));
+}
+
 }  // namespace
 
 void register_tracing(nb::module_& m) {
@@ -280,10 +286,7 @@ void register_tracing(nb::module_& m) {
   nb::class_<PureFunction>(m, "PureFunction", nb::dynamic_attr(),
                            "A function traced once per signature (loom.assume_pure).")
       .def("__call__", &pure_call)
-      .def("__get__", [](nb::handle self, nb::handle obj, nb::handle) -> nb::object {
-        if (obj.is_none()) return nb::borrow(self);
-        return nb::steal(PyMethod_New(self.ptr(), obj.ptr()));
-      });
+      .def("__get__", &bind_to);
   m.def(
       "_assume_pure",
       [](nb::callable fn, bool check_purity) {
@@ -296,10 +299,7 @@ void register_tracing(nb::module_& m) {
   nb::class_<CompiledFunction>(m, "CompiledFunction", nb::dynamic_attr(),
                                "A step compiled as one graph per call (loom.compile).")
       .def("__call__", &step_call)
-      .def("__get__", [](nb::handle self, nb::handle obj, nb::handle) -> nb::object {
-        if (obj.is_none()) return nb::borrow(self);
-        return nb::steal(PyMethod_New(self.ptr(), obj.ptr()));
-      });
+      .def("__get__", &bind_to);
   m.def(
       "_compile",
       [](nb::callable fn, std::optional<std::string> name, bool full_graph,
