@@ -6,7 +6,8 @@
   (`f(a, b, scale=2.0)`, [16,16] float32), per call, no sync; the baseline is the same call to
   the undecorated function (two traced ops), and, when a JAX venv is given
   (LOOM_PEER_JAX=path/to/python), jax.jit's dispatch of the same function (synchronous:
-  block_until_ready per call).
+  block_until_ready per call), and with LOOM_PEER_TORCH_XLA=path/to/python torch_xla's
+  assume_pure of it (calls recorded, one sync per 300).
 - mlp_steps_per_s: a 784-256-10 MLP (batch 64, SGD, cross entropy) trained from Python with
   loom.compile(trace_once=True); the baselines are the C++ program's trace_once steps per
   second (`loom-bench mlp_train`, run as a child when found) and jax.jit with donate_argnums,
@@ -145,6 +146,42 @@ print("jax_mlp_steps_per_s", best)
 """
 
 
+XLA_SCRIPT = r"""
+import time, torch, torch_xla
+from torch_xla.experimental.assume_pure import assume_pure
+dev = torch_xla.device()
+@assume_pure
+def f(a, b, scale=1.0):
+    return a @ b * scale
+a = torch.randn(16, 16, device=dev); b = torch.randn(16, 16, device=dev)
+torch_xla.sync(wait=True)
+f(a, b, scale=2.0); torch_xla.sync(wait=True)
+n = 300; best = 1e9
+for _ in range(3):
+    t0 = time.perf_counter()
+    for _ in range(n):
+        f(a, b, scale=2.0)
+    best = min(best, (time.perf_counter() - t0) / n)
+    torch_xla.sync(wait=True)
+print("torch_xla_pure_call_us", best * 1e6)
+"""
+
+
+def xla_figures():
+    py = os.environ.get("LOOM_PEER_TORCH_XLA")
+    if not py:
+        print("# no PyTorch/XLA baseline: set LOOM_PEER_TORCH_XLA=path/to/venv/bin/python "
+              "(recipe: ../shared/reference/peers_setup.md)")
+        return {}
+    env = dict(os.environ, PJRT_DEVICE="CPU")
+    r = subprocess.run([py, "-c", XLA_SCRIPT], capture_output=True, text=True, env=env)
+    if r.returncode != 0:
+        print("# PyTorch/XLA baseline failed:", r.stderr.strip().splitlines()[-1:])
+        return {}
+    return {k: float(v) for k, v in (line.split() for line in r.stdout.splitlines()
+                                     if line.startswith("torch_xla"))}
+
+
 def jax_figures():
     py = os.environ.get("LOOM_PEER_JAX")
     if not py:
@@ -166,6 +203,10 @@ def main():
     pure_us, plain_us = pure_call_us()
     print(f"pure_call_us {pure_us:.3f}")
     print(f"baseline_plain_call_us {plain_us:.3f}")
+    xla = xla_figures()
+    if "torch_xla_pure_call_us" in xla:
+        print(f"baseline_torch_xla_pure_call_us {xla['torch_xla_pure_call_us']:.1f}")
+        print(f"ratio_pure_over_torch_xla {pure_us / xla['torch_xla_pure_call_us']:.4f}")
     mlp = mlp_loom_steps_per_s()
     print(f"mlp_steps_per_s {mlp:.1f}")
     cpp = cpp_mlp_steps_per_s(args.loom_bench)
