@@ -94,14 +94,10 @@ def cpp_mlp_steps_per_s(exe):
     if not exe or not pathlib.Path(exe).exists():
         return None
     out = subprocess.run([exe, "mlp_train"], capture_output=True, text=True).stdout
-    for line in out.splitlines():
+    for line in out.splitlines():  # "  trace_once_steps_per_s   1641   steps/s  ..."
         parts = line.split()
-        if "trace_once_steps_per_s" in line and len(parts) >= 2:
-            for p in parts:
-                try:
-                    return float(p)
-                except ValueError:
-                    continue
+        if len(parts) >= 2 and parts[0] == "trace_once_steps_per_s":
+            return float(parts[1])
     return None
 
 
@@ -167,33 +163,20 @@ print("torch_xla_pure_call_us", best * 1e6)
 """
 
 
-def xla_figures():
-    py = os.environ.get("LOOM_PEER_TORCH_XLA")
+def peer_figures(name, var, script, **env):
+    """The "key value" lines that `script` prints in the peer's venv ($var), as a dict."""
+    py = os.environ.get(var)
     if not py:
-        print("# no PyTorch/XLA baseline: set LOOM_PEER_TORCH_XLA=path/to/venv/bin/python "
-              "(recipe: ../shared/reference/peers_setup.md)")
-        return {}
-    env = dict(os.environ, PJRT_DEVICE="CPU")
-    r = subprocess.run([py, "-c", XLA_SCRIPT], capture_output=True, text=True, env=env)
-    if r.returncode != 0:
-        print("# PyTorch/XLA baseline failed:", r.stderr.strip().splitlines()[-1:])
-        return {}
-    return {k: float(v) for k, v in (line.split() for line in r.stdout.splitlines()
-                                     if line.startswith("torch_xla"))}
-
-
-def jax_figures():
-    py = os.environ.get("LOOM_PEER_JAX")
-    if not py:
-        print("# no JAX baseline: set LOOM_PEER_JAX=path/to/venv/bin/python (recipe: "
+        print(f"# no {name} baseline: set {var}=path/to/venv/bin/python (recipe: "
               "../shared/reference/peers_setup.md)")
         return {}
-    env = dict(os.environ, JAX_PLATFORMS="cpu")
-    r = subprocess.run([py, "-c", JAX_SCRIPT], capture_output=True, text=True, env=env)
+    r = subprocess.run([py, "-c", script], capture_output=True, text=True,
+                       env=dict(os.environ, **env))
     if r.returncode != 0:
-        print("# JAX baseline failed:", r.stderr.strip().splitlines()[-1:])
+        print(f"# {name} baseline failed:", r.stderr.strip().splitlines()[-1:])
         return {}
-    return {k: float(v) for k, v in (line.split() for line in r.stdout.splitlines())}
+    figures = (line.split() for line in r.stdout.splitlines())
+    return {f[0]: float(f[1]) for f in figures if len(f) == 2}
 
 
 def main():
@@ -203,7 +186,7 @@ def main():
     pure_us, plain_us = pure_call_us()
     print(f"pure_call_us {pure_us:.3f}")
     print(f"baseline_plain_call_us {plain_us:.3f}")
-    xla = xla_figures()
+    xla = peer_figures("PyTorch/XLA", "LOOM_PEER_TORCH_XLA", XLA_SCRIPT, PJRT_DEVICE="CPU")
     if "torch_xla_pure_call_us" in xla:
         print(f"baseline_torch_xla_pure_call_us {xla['torch_xla_pure_call_us']:.1f}")
         print(f"ratio_pure_over_torch_xla {pure_us / xla['torch_xla_pure_call_us']:.4f}")
@@ -213,7 +196,7 @@ def main():
     if cpp:
         print(f"baseline_cpp_mlp_steps_per_s {cpp:.1f}")
         print(f"ratio_python_over_cpp {mlp / cpp:.3f}")
-    jax = jax_figures()
+    jax = peer_figures("JAX", "LOOM_PEER_JAX", JAX_SCRIPT, JAX_PLATFORMS="cpu")
     if "jax_jit_call_us" in jax:
         print(f"baseline_jax_jit_call_us {jax['jax_jit_call_us']:.3f}")
         print(f"ratio_pure_over_jax {pure_us / jax['jax_jit_call_us']:.3f}")

@@ -70,16 +70,20 @@ def as_tensor(data, dtype=None):
     return tensor(data, dtype=dtype)
 
 
+def _sized(make, size, dtype, requires_grad):
+    """make(shape, dtype) for a size given as ints or one sequence; float32 by default."""
+    _check_dtype(dtype)
+    return _finish(make(_shape(size), dtype or _loom.dtype.float32), requires_grad)
+
+
 def zeros(*size, dtype=None, requires_grad=False):
     """A tensor of zeros of the given size (ints or one sequence); float32 unless dtype= says."""
-    _check_dtype(dtype)
-    return _finish(_loom._zeros(_shape(size), dtype or _loom.dtype.float32), requires_grad)
+    return _sized(_loom._zeros, size, dtype, requires_grad)
 
 
 def ones(*size, dtype=None, requires_grad=False):
     """A tensor of ones of the given size (ints or one sequence); float32 unless dtype= says."""
-    _check_dtype(dtype)
-    return _finish(_loom._ones(_shape(size), dtype or _loom.dtype.float32), requires_grad)
+    return _sized(_loom._ones, size, dtype, requires_grad)
 
 
 def _value_dtype(v):
@@ -138,14 +142,12 @@ def arange(start, end=None, step=1, dtype=None, requires_grad=False):
 
 def randn(*size, dtype=None, requires_grad=False):
     """Standard normal draws of the given size (loom.manual_seed seeds them)."""
-    _check_dtype(dtype)
-    return _finish(_loom._randn(_shape(size), dtype or _loom.dtype.float32), requires_grad)
+    return _sized(_loom._randn, size, dtype, requires_grad)
 
 
 def rand(*size, dtype=None, requires_grad=False):
     """Uniform [0, 1) draws of the given size (loom.manual_seed seeds them)."""
-    _check_dtype(dtype)
-    return _finish(_loom._rand(_shape(size), dtype or _loom.dtype.float32), requires_grad)
+    return _sized(_loom._rand, size, dtype, requires_grad)
 
 
 def randn_like(t):

@@ -62,8 +62,8 @@ def compile(fn=None, *, name=None, full_graph=False, max_different_graphs=None,
                                  trace_once=trace_once)
     if not callable(fn):
         raise TypeError(f"compile: argument 'fn' must be callable, got {type(fn).__name__}")
-    if name is None:
-        name = getattr(fn, "__qualname__", None)
+    if name is None and "<lambda>" not in getattr(fn, "__qualname__", "<lambda>"):
+        name = fn.__qualname__  # else loom names the step by the Python line that made it
     return _wrap(_loom._compile(fn, name=name, full_graph=full_graph,
                                 max_different_graphs=max_different_graphs,
                                 trace_once=trace_once), fn)

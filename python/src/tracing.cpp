@@ -33,7 +33,7 @@ std::vector<std::string> call_paths(const void* p) {
 // Fills c (not movable: the key points at its tree).
 void make_call(const char* what, const nb::args& args, const nb::kwargs& kwargs, Call* c) {
   flatten_call(args, kwargs, &c->def, &c->key.leaves);
-  c->key.signature = c->def.signature;
+  c->key.signature = std::move(c->def.signature);  // the tree is only unflattened after
   call_statics(c->def, what, &c->key.statics);
   c->key.args = &c->def;
   c->key.paths_of = &call_paths;

@@ -36,5 +36,12 @@ def test_tracing_tools_have_help():
                loom.grad, loom.value_and_grad, loom.sync):
         assert fn.__doc__ and len(fn.__doc__) > 40, fn
     assert "trip count" in loom.scan.__doc__
-    pure = loom.assume_pure(lambda x: x)
-    assert callable(pure)
+    # a wrapper carries its function's docstring and name, for help() and editors
+    for wrap in (loom.assume_pure, loom.compile):
+        w = wrap(_documented)
+        assert w.__doc__ == _documented.__doc__ and w.__name__ == "_documented"
+
+
+def _documented(x):
+    """A docstring that the tracing wrappers must carry."""
+    return x

@@ -50,32 +50,23 @@ DType parse_dtype(const std::string& s, const std::string& path, const std::stri
                                     "BF16, F16, F32 and F64)"));
 }
 
+// The tensor's elements as T, appended to out as raw bytes.
+template <class T>
+void append_values(const Tensor& t, std::string* out) {
+  std::vector<T> v = t.to_vector<T>();
+  out->append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
+}
+
 // Raw little-endian bytes of a tensor (this machine is little-endian).
 std::string bytes_of(const Tensor& t) {
   const int64_t n = t.numel();
   std::string out;
   auto put = [&](const void* p, size_t k) { out.append(static_cast<const char*>(p), k); };
   switch (t.dtype()) {
-    case DType::Float32: {
-      auto v = t.to_vector<float>();
-      put(v.data(), v.size() * 4);
-      break;
-    }
-    case DType::Float64: {
-      auto v = t.to_vector<double>();
-      put(v.data(), v.size() * 8);
-      break;
-    }
-    case DType::Int32: {
-      auto v = t.to_vector<int32_t>();
-      put(v.data(), v.size() * 4);
-      break;
-    }
-    case DType::Int64: {
-      auto v = t.to_vector<int64_t>();
-      put(v.data(), v.size() * 8);
-      break;
-    }
+    case DType::Float32: append_values<float>(t, &out); break;
+    case DType::Float64: append_values<double>(t, &out); break;
+    case DType::Int32: append_values<int32_t>(t, &out); break;
+    case DType::Int64: append_values<int64_t>(t, &out); break;
     case DType::Bool: {
       for (bool b : t.to_vector<bool>()) out.push_back(b ? 1 : 0);
       break;

@@ -246,19 +246,18 @@ class Module:
             m = sub
         return m
 
-    def get_parameter(self, target):
+    def _get_member(self, target, store, what):
         mod, _, name = target.rpartition(".")
-        m = self.get_submodule(mod)
-        if name not in m._parameters:
-            raise AttributeError(f"`{name}` is not an nn.Parameter")
-        return m._parameters[name]
+        members = getattr(self.get_submodule(mod), store)
+        if name not in members:
+            raise AttributeError(f"`{name}` is not {what}")
+        return members[name]
+
+    def get_parameter(self, target):
+        return self._get_member(target, "_parameters", "an nn.Parameter")
 
     def get_buffer(self, target):
-        mod, _, name = target.rpartition(".")
-        m = self.get_submodule(mod)
-        if name not in m._buffers:
-            raise AttributeError(f"`{name}` is not a buffer")
-        return m._buffers[name]
+        return self._get_member(target, "_buffers", "a buffer")
 
     def apply(self, fn):
         for m in self.children():
