@@ -5,7 +5,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build ccache lld
   llvm-19-dev libzstd-dev
-  libopenblas-dev
+  libopenblas-dev libdnnl-dev libgloo-dev
   libgtest-dev libbenchmark-dev
   libxxhash-dev nlohmann-json3-dev clang-format-19
   python3-dev python3-venv python3-numpy python3-torch
