@@ -52,10 +52,20 @@ double median_seconds(int reps, const std::function<void()>& f);
 std::string command_output(const std::string& cmd, int* status = nullptr);
 std::string word_in(const std::string& output, const std::string& key);
 double figure_in(const std::string& output, const std::string& key);
+// A file shipped with the benchmarks (`torch_reference.py`, `peers/jax_peer.py`): beside the
+// executable, installed under share/loom, or in the source tree; "" when none exists.
+std::string bench_file(const std::string& relative);
 // Whether /usr/bin/python3 imports torch (python3-torch: the PyTorch baselines).
 bool torch_available();
 // The figure `key` that `python3 -c CODE` prints (CODE without double quotes), or -1 when
 // PyTorch is missing or the script prints nothing under that key.
 double torch_figure(const std::string& code, const std::string& key);
+
+// `loom-bench --peers` (peers.cpp): the benchmarks that have peer versions, their figures
+// from the peers in the same run (appended to the benchmark's), and the closing table.
+bool has_peers(const std::string& benchmark);
+std::vector<std::string> peer_benchmarks();
+void add_peer_figures(const std::string& benchmark, std::vector<Figure>& figs);
+void print_peer_table();
 
 }  // namespace loom::bench

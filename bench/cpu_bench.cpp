@@ -427,24 +427,6 @@ struct Decoder {
   }
 };
 
-// torch_reference.py: beside the executable, installed under share/loom, or in the source tree.
-std::string torch_script() {
-  namespace fs = std::filesystem;
-  std::vector<fs::path> candidates;
-  std::error_code ec;
-  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  if (!ec) {
-    fs::path dir = exe.parent_path();
-    candidates = {dir / "torch_reference.py", dir / "../share/loom/torch_reference.py"};
-  }
-#ifdef LOOM_SOURCE_DIR
-  candidates.push_back(fs::path(LOOM_SOURCE_DIR) / "bench/torch_reference.py");
-#endif
-  for (const fs::path& p : candidates)
-    if (fs::exists(p, ec)) return p.string();
-  return "";
-}
-
 // Runs the PyTorch reference and returns its median in ms, or a negative value with `why`.
 double torch_median_ms(std::string& why, std::string& version, const std::string& extra = "") {
   const char* python = "/usr/bin/python3";
@@ -452,7 +434,7 @@ double torch_median_ms(std::string& why, std::string& version, const std::string
     why = "PyTorch not installed for /usr/bin/python3 (apt-get install python3-torch)";
     return -1;
   }
-  std::string script = torch_script();
+  std::string script = bench_file("torch_reference.py");
   if (script.empty() || script.find('\'') != std::string::npos) {
     why = "bench/torch_reference.py not found";
     return -1;

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <sstream>
 #include <string>
 
@@ -71,6 +72,23 @@ double figure_in(const std::string& output, const std::string& key) {
   return w.empty() || *end ? -1 : v;
 }
 
+std::string bench_file(const std::string& relative) {
+  namespace fs = std::filesystem;
+  std::vector<fs::path> candidates;
+  std::error_code ec;
+  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    fs::path dir = exe.parent_path();
+    candidates = {dir / relative, dir / "../share/loom" / relative};
+  }
+#ifdef LOOM_SOURCE_DIR
+  candidates.push_back(fs::path(LOOM_SOURCE_DIR) / "bench" / relative);
+#endif
+  for (const fs::path& p : candidates)
+    if (fs::exists(p, ec) && p.string().find('\'') == std::string::npos) return p.string();
+  return "";
+}
+
 bool torch_available() {
   static const bool yes = std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") == 0;
   return yes;
@@ -124,20 +142,27 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "loom-bench: unknown child '%s'\n", argv[2]);
     return 2;
   }
-  bool json = false, list = false;
+  bool json = false, list = false, peers = false;
   std::vector<std::string> names;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--json"))
       json = true;
     else if (!std::strcmp(argv[i], "--list"))
       list = true;
+    else if (!std::strcmp(argv[i], "--peers"))
+      peers = true;
     else if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h")) {
-      std::printf("usage: loom-bench [--list] [--json] NAME... | all\n");
+      std::printf(
+          "usage: loom-bench [--list] [--json] [--peers] NAME... | all\n"
+          "  --peers: also run the peers (LOOM_PEER_JAX, LOOM_PEER_TORCH_XLA, LOOM_PEER_TORCH)\n"
+          "           on the benchmarks that have peer versions, and print a table;\n"
+          "           with no NAME, those benchmarks\n");
       return 0;
     } else
       names.push_back(argv[i]);
   }
   auto& reg = loom::bench::registry();
+  if (peers && names.empty()) names = loom::bench::peer_benchmarks();
   if (list || names.empty()) {
     for (const auto& b : reg) std::printf("%-20s %s\n", b.name.c_str(), b.description.c_str());
     return list ? 0 : 1;
@@ -148,6 +173,7 @@ int main(int argc, char** argv) {
       if (n != "all" && b.name != n) continue;
       found = true;
       auto figs = b.run();
+      if (peers) loom::bench::add_peer_figures(b.name, figs);
       if (json)
         print_json(b, figs);
       else
@@ -158,5 +184,6 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
+  if (peers && !json) loom::bench::print_peer_table();
   return 0;
 }
