@@ -116,6 +116,25 @@ def test_embedding():
     check_layer(lm, tm, idx)
 
 
+@pytest.mark.parametrize("padding_idx", [3, -7])
+def test_embedding_padding_idx(padding_idx):
+    """torch's padding_idx: the row starts at zero and its gradient stays zero."""
+    lm = nn.Embedding(10, 4, padding_idx=padding_idx).double()
+    assert lm.padding_idx == 3
+    assert not lm.weight.numpy()[3].any() and lm.weight.numpy()[4].any()
+    tm = torch.nn.Embedding(10, 4, padding_idx=padding_idx).double()
+    with torch.no_grad():
+        tm.weight[3] = 0.5  # a non-zero padding row: forward reads it, backward skips it
+    idx = torch.tensor([[1, 3, 3], [9, 0, 3]])
+    check_layer(lm, tm, idx)
+    assert not lm.weight.grad.numpy()[3].any()
+    assert repr(lm) == "Embedding(10, 4, padding_idx=3)"
+    with pytest.raises(loom.ShapeError, match="padding_idx 10 must be within num_embeddings 10"):
+        nn.Embedding(10, 4, padding_idx=10)
+    with pytest.raises(TypeError, match="padding_idx"):
+        F.embedding(from_torch(idx), lm.weight, padding_idx=1.0)
+
+
 def test_dropout():
     x = randn(200, 50, dtype=torch.float32) + 3.0  # no zeros in x
     d = nn.Dropout(0.25)
@@ -497,6 +516,63 @@ def test_cross_entropy(reduction):
         want.sum().backward()
         got.sum().backward()
         assert_same(ll.grad, logits.grad, tol=TOL64)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_cross_entropy_class_weights(reduction):
+    logits = randn(6, 5).requires_grad_()
+    target = torch.tensor([0, 4, -100, 2, 2, 1])
+    weight = torch.tensor([0.5, 2.0, 1.0, 3.0, 0.25], dtype=torch.float64)
+    for ls in (0.0, 0.2):
+        logits.grad = None
+        want = torch.nn.functional.cross_entropy(logits, target, weight=weight,
+                                                 reduction=reduction, label_smoothing=ls)
+        ll = from_torch(logits.detach()).requires_grad_()
+        got = F.cross_entropy(ll, from_torch(target), weight=from_torch(weight),
+                              reduction=reduction, label_smoothing=ls)
+        assert_same(got, want.detach(), tol=TOL64)
+        want.sum().backward()
+        got.sum().backward()
+        assert_same(ll.grad, logits.grad, tol=TOL64)
+    probs = torch.softmax(randn(6, 5, seed=3), -1)
+    want = torch.nn.functional.cross_entropy(logits.detach(), probs, weight=weight,
+                                             reduction=reduction)
+    got = F.cross_entropy(from_torch(logits.detach()), from_torch(probs),
+                          weight=from_torch(weight), reduction=reduction)
+    assert_same(got, want, tol=TOL64)
+    spatial = randn(2, 5, 3)
+    st = torch.from_numpy(np.random.default_rng(2).integers(0, 5, (2, 3)))
+    want = torch.nn.functional.cross_entropy(spatial, st, weight=weight, reduction=reduction)
+    got = F.cross_entropy(from_torch(spatial), from_torch(st), weight=from_torch(weight),
+                          reduction=reduction)
+    assert_same(got, want, tol=TOL64)
+    loss = nn.CrossEntropyLoss(weight=from_torch(weight), reduction=reduction)
+    tloss = torch.nn.CrossEntropyLoss(weight=weight, reduction=reduction)
+    assert_same(loss(from_torch(logits.detach()), from_torch(target)),
+                tloss(logits, target).detach(), tol=TOL64)
+    assert list(loss.state_dict()) == list(tloss.state_dict()) == ["weight"]
+    for lm, tm in ((nn.MSELoss(reduction=reduction), torch.nn.MSELoss(reduction=reduction)),
+                   (nn.L1Loss(reduction=reduction), torch.nn.L1Loss(reduction=reduction))):
+        a, b = randn(3, 4, seed=5), randn(3, 4, seed=6)
+        assert_same(lm(from_torch(a), from_torch(b)), tm(a, b), tol=TOL64)
+    logp = torch.log_softmax(logits.detach(), -1)
+    assert_same(nn.NLLLoss(reduction=reduction)(from_torch(logp), from_torch(target)),
+                torch.nn.NLLLoss(reduction=reduction)(logp, target), tol=TOL64)
+
+
+def test_cross_entropy_weight_errors_and_legacy_flags():
+    logits, target = randn(4, 3), torch.tensor([0, 2, 1, 1])
+    lg, lt = from_torch(logits), from_torch(target)
+    with pytest.raises(loom.ShapeError, match=r"weight must be a floating tensor of shape \[3\]"):
+        F.cross_entropy(lg, lt, weight=loom.ones(4, dtype=loom.float64))
+    with pytest.raises(TypeError, match="'weight' must be a loom.Tensor"):
+        F.cross_entropy(lg, lt, weight=[1.0, 1.0, 1.0])
+    for size_average, reduce in ((False, None), (None, False), (True, True), (False, True)):
+        with pytest.warns(UserWarning):  # torch warns that the flags are deprecated
+            want = torch.nn.functional.cross_entropy(logits, target, size_average=size_average,
+                                                     reduce=reduce)
+        got = F.cross_entropy(lg, lt, size_average=size_average, reduce=reduce)
+        assert_same(got, want, tol=TOL64)
 
 
 def test_cross_entropy_spatial_and_probabilities():

@@ -97,11 +97,30 @@ def dropout(input, p=0.5, training=True, inplace=False):
     return _loom.dropout(input, float(p), bool(training))
 
 
+def _padding_index(fn, padding_idx, num):
+    """padding_idx in [-num, num) as a row index (torch's rule)."""
+    if padding_idx is None:
+        return None
+    if not isinstance(padding_idx, int) or isinstance(padding_idx, bool):
+        raise TypeError(f"{fn}(): argument 'padding_idx' must be an int, got "
+                        f"{type(padding_idx).__name__}")
+    if not -num <= padding_idx < num:
+        raise _loom.ShapeError(f"[{fn}] padding_idx {padding_idx} must be within "
+                               f"num_embeddings {num} (in [{-num}, {num}))")
+    return padding_idx + num if padding_idx < 0 else padding_idx
+
+
 def embedding(input, weight, padding_idx=None):
-    """Rows of weight [num, dim] at the integer indices `input`."""
-    if padding_idx is not None:
-        raise NotImplementedError("embedding(): padding_idx is not supported by loom")
-    return _loom.embedding(input, weight)
+    """Rows of weight [num, dim] at the integer indices `input`; the rows picked at
+    `padding_idx` get no gradient (torch's padding_idx)."""
+    _check_tensor("embedding", "input", input)
+    _check_tensor("embedding", "weight", weight)
+    out = _loom.embedding(input, weight)
+    pad = _padding_index("embedding", padding_idx, weight.shape[0] if weight.ndim else 0)
+    if pad is None:
+        return out
+    keep = _loom.unsqueeze(input != pad, -1)
+    return _loom.where(keep, out, out.detach())
 
 
 def _reduce(loss, reduction, fn):
@@ -114,50 +133,71 @@ def _reduce(loss, reduction, fn):
     raise ValueError(f"{fn}(): reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
 
 
+def _legacy_reduction(size_average, reduce, reduction):
+    """torch's mapping of the deprecated size_average / reduce flags to `reduction`."""
+    if size_average is None and reduce is None:
+        return reduction
+    size_average = True if size_average is None else size_average
+    reduce = True if reduce is None else reduce
+    return "mean" if size_average and reduce else "sum" if reduce else "none"
+
+
 def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100,
                   reduce=None, reduction="mean", label_smoothing=0.0):
     """torch's cross_entropy: input [C], [N, C] or [N, C, d1, ...] logits (classes in dim 1),
-    target class indices (ignore_index rows count nowhere) or class probabilities."""
+    target class indices (ignore_index rows count nowhere) or class probabilities; `weight`
+    [C] rescales each class (the mean then divides by the targets' total weight)."""
     _check_tensor("cross_entropy", "input", input)
     _check_tensor("cross_entropy", "target", target)
-    if weight is not None or size_average is not None or reduce is not None:
-        raise NotImplementedError("cross_entropy(): weight, size_average and reduce are not "
-                                  "supported by loom")
+    reduction = _legacy_reduction(size_average, reduce, reduction)
     if reduction not in ("mean", "sum", "none"):
         raise ValueError(f"cross_entropy(): reduction must be 'mean', 'sum' or 'none', got "
                          f"{reduction!r}")
+    cdim = 1 if input.ndim > 1 else 0
+    ncls = input.shape[cdim] if input.ndim else 0
+    if weight is not None:
+        _check_tensor("cross_entropy", "weight", weight)
+        if tuple(weight.shape) != (ncls,) or not weight.dtype.is_floating_point:
+            raise _loom.ShapeError(f"[cross_entropy] weight must be a floating tensor of shape "
+                                   f"[{ncls}] (one per class), got {list(weight.shape)} "
+                                   f"{weight.dtype}")
     if input.ndim > 2:  # classes to the last dim, then rows
-        c = input.shape[1]
         perm = [0] + list(range(2, input.ndim)) + [1]
         out_shape = [input.shape[0]] + list(input.shape[2:])
-        flat = _loom._reshape(_loom._permute(input, perm), [-1, c])
+        flat = _loom._reshape(_loom._permute(input, perm), [-1, ncls])
         if target.dtype.is_floating_point:
-            tflat = _loom._reshape(_loom._permute(target, perm), [-1, c])
+            tflat = _loom._reshape(_loom._permute(target, perm), [-1, ncls])
         else:
             tflat = _loom._reshape(target, [-1])
-        loss = cross_entropy(flat, tflat, ignore_index=ignore_index,
-                             reduction="none" if reduction == "none" else reduction,
-                             label_smoothing=label_smoothing)
+        loss = cross_entropy(flat, tflat, weight=weight, ignore_index=ignore_index,
+                             reduction=reduction, label_smoothing=label_smoothing)
         return _loom._reshape(loss, out_shape) if reduction == "none" else loss
-    if reduction == "mean" and label_smoothing == 0.0:
+    if reduction == "mean" and label_smoothing == 0.0 and weight is None:
         return _loom.cross_entropy(input, target, ignore_index)
     cdim = input.ndim - 1
     logp = _loom.log_softmax(input, cdim)
-    ncls = input.shape[cdim]
+    if weight is not None and weight.dtype != logp.dtype:
+        weight = _loom.to(weight, logp.dtype)
+    wlogp = logp * weight if weight is not None else logp
     if target.dtype.is_floating_point:
         tgt = _loom.to(target, logp.dtype) if target.dtype != logp.dtype else target
         if label_smoothing:
             tgt = tgt * (1 - label_smoothing) + label_smoothing / ncls
-        return _reduce(-_loom._sum(tgt * logp, [cdim], False), reduction, "cross_entropy")
+        return _reduce(-_loom._sum(tgt * wlogp, [cdim], False), reduction, "cross_entropy")
     valid = target != ignore_index
     safe = _loom.where(valid, target, 0)
-    nll = -_loom._squeeze(_loom.gather(logp, cdim, _loom.unsqueeze(safe, -1)), cdim)
+    nll = -_loom._squeeze(_loom.gather(wlogp, cdim, _loom.unsqueeze(safe, -1)), cdim)
     if label_smoothing:
-        smooth = -_loom._mean(logp, [cdim], False)
+        smooth = -_loom._sum(wlogp, [cdim], False) / ncls
         nll = nll * (1 - label_smoothing) + smooth * label_smoothing
     nll = _loom.where(valid, nll, 0.0)
     if reduction == "mean":
-        return _loom._sum(nll, None, False) / _loom.to(_loom._sum(valid, None, False), nll.dtype)
+        if weight is None:
+            count = _loom.to(_loom._sum(valid, None, False), nll.dtype)
+        else:
+            picked = _loom.embedding(safe, _loom.unsqueeze(weight, -1))
+            count = _loom._sum(_loom.where(valid, _loom._squeeze(picked, -1), 0.0), None, False)
+        return _loom._sum(nll, None, False) / count
     return _reduce(nll, reduction, "cross_entropy")
 
 

@@ -5,6 +5,7 @@ import math
 import numbers
 
 from .. import _loom
+from .._creation import arange
 from .._loom import Tensor
 from . import functional as F
 from .module import Module, Parameter
@@ -159,23 +160,76 @@ class RMSNorm(Module):
 
 
 class Embedding(Module):
-    """Rows of weight [num_embeddings, embedding_dim] ~ N(0, 1) at integer indices."""
+    """Rows of weight [num_embeddings, embedding_dim] ~ N(0, 1) at integer indices; the row at
+    `padding_idx` starts at zero and gets no gradient (torch's padding_idx)."""
 
     def __init__(self, num_embeddings, embedding_dim, padding_idx=None, dtype=None):
         super().__init__()
         _positive("Embedding", num_embeddings=num_embeddings, embedding_dim=embedding_dim)
-        if padding_idx is not None:
-            raise NotImplementedError("Embedding(): padding_idx is not supported by loom")
         d = _dtype_arg("Embedding", dtype)
         self.num_embeddings, self.embedding_dim = int(num_embeddings), int(embedding_dim)
+        self.padding_idx = F._padding_index("Embedding", padding_idx, self.num_embeddings)
         with _loom.no_grad():
-            self.weight = Parameter(_loom._randn([num_embeddings, embedding_dim], d))
+            w = _loom._randn([num_embeddings, embedding_dim], d)
+            if self.padding_idx is not None:
+                rows = _loom.unsqueeze(arange(num_embeddings) != self.padding_idx, -1)
+                w = _loom.where(rows, w, 0.0)
+            self.weight = Parameter(w)
 
     def forward(self, input):
-        return _loom.embedding(input, self.weight)
+        return F.embedding(input, self.weight, self.padding_idx)
 
     def extra_repr(self):
-        return f"{self.num_embeddings}, {self.embedding_dim}"
+        pad = f", padding_idx={self.padding_idx}" if self.padding_idx is not None else ""
+        return f"{self.num_embeddings}, {self.embedding_dim}{pad}"
+
+
+class CrossEntropyLoss(Module):
+    """F.cross_entropy as a module; `weight` [C] is a buffer, as in torch."""
+
+    def __init__(self, weight=None, size_average=None, ignore_index=-100, reduce=None,
+                 reduction="mean", label_smoothing=0.0):
+        super().__init__()
+        self.register_buffer("weight", weight)
+        self.ignore_index, self.label_smoothing = int(ignore_index), float(label_smoothing)
+        self.reduction = F._legacy_reduction(size_average, reduce, reduction)
+
+    def forward(self, input, target):
+        return F.cross_entropy(input, target, weight=self.weight, ignore_index=self.ignore_index,
+                               reduction=self.reduction, label_smoothing=self.label_smoothing)
+
+
+class NLLLoss(Module):
+    """F.nll_loss as a module (input holds log-probabilities)."""
+
+    def __init__(self, ignore_index=-100, reduction="mean"):
+        super().__init__()
+        self.ignore_index, self.reduction = int(ignore_index), reduction
+
+    def forward(self, input, target):
+        return F.nll_loss(input, target, ignore_index=self.ignore_index, reduction=self.reduction)
+
+
+class MSELoss(Module):
+    """F.mse_loss as a module."""
+
+    def __init__(self, size_average=None, reduce=None, reduction="mean"):
+        super().__init__()
+        self.reduction = F._legacy_reduction(size_average, reduce, reduction)
+
+    def forward(self, input, target):
+        return F.mse_loss(input, target, reduction=self.reduction)
+
+
+class L1Loss(Module):
+    """F.l1_loss as a module."""
+
+    def __init__(self, size_average=None, reduce=None, reduction="mean"):
+        super().__init__()
+        self.reduction = F._legacy_reduction(size_average, reduce, reduction)
+
+    def forward(self, input, target):
+        return F.l1_loss(input, target, reduction=self.reduction)
 
 
 class Dropout(Module):
