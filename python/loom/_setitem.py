@@ -1,10 +1,13 @@
-"""t[key] = value for basic keys (ints, negative ints, slices with any step, None, ...), as
-torch: the value broadcasts to the selection and converts to t's dtype; t is updated in place
-(copy_), so gradients flow to both the untouched part of t and the value.
+"""t[key] = value for basic keys (ints, negative ints, slices with any step, None, ...) and one
+int64 index tensor, as torch: the value broadcasts to the selection and converts to t's dtype;
+t is updated in place (copy_), so gradients flow to both the untouched part of t and the value.
+An index tensor that names a position twice writes the last of its values there (what torch's
+CPU index_put_ does; torch leaves the order unspecified).
 
 Composed from loom's ops: the value is spread over t's shape with one index_select per
 indexed dim and written with where(mask, spread, t). The index lists are graph data, so a
-loop that assigns the same key shape does not recompile."""
+loop that assigns the same key shape does not recompile. An index tensor's positions are
+found on the graph (a one-hot [len(index), size] compare), so its values may be pending."""
 from . import _loom
 from ._loom import Tensor
 
@@ -14,11 +17,18 @@ def _selectors(shape, key):
     if not isinstance(key, tuple):
         key = (key,)
     for k in key:
-        if isinstance(k, Tensor) or not (k is None or k is Ellipsis or isinstance(k, (int, slice))):
-            raise TypeError(f"tensor index assignment: only ints, slices, None and ... are "
-                            f"supported as keys, got {type(k).__name__} (index tensors: not yet)")
+        if isinstance(k, Tensor):
+            if k.dtype.is_floating_point or k.dtype == _loom.dtype.bool_:
+                raise _loom.DTypeError(f"[index] tensors used as indices must be int64 or int32, "
+                                       f"got {k.dtype} (boolean masks are not supported)")
+        elif not (k is None or k is Ellipsis or isinstance(k, (int, slice))):
+            raise TypeError(f"tensor index assignment: only ints, slices, None, ... and int64 "
+                            f"tensors are supported as keys, got {type(k).__name__}")
         if isinstance(k, bool):
             raise TypeError("tensor index assignment: a bool key is not supported")
+    if sum(1 for k in key if isinstance(k, Tensor)) > 1:
+        raise NotImplementedError("[index] a key with several index tensors (advanced indexing) "
+                                  "is not supported: assign one dim at a time")
     n_real = sum(1 for k in key if k is not None and k is not Ellipsis)
     if sum(1 for k in key if k is Ellipsis) > 1:
         raise IndexError("an index can only have a single ellipsis ('...')")
@@ -38,7 +48,10 @@ def _selectors(shape, key):
             sel_shape.append(1)
             continue
         n = shape[d]
-        if isinstance(k, int):
+        if isinstance(k, Tensor):
+            sels.append(("tensor", k))
+            sel_shape.extend(k.shape)
+        elif isinstance(k, int):
             if not -n <= k < n:
                 raise IndexError(f"index {k} is out of bounds for dimension {d} with size {n}")
             sels.append(("int", k % n))
@@ -65,13 +78,19 @@ def setitem(self, key, value):
         raise _loom.ShapeError(f"shape mismatch: value tensor of shape {list(value.shape)} cannot "
                                f"be broadcast to indexing result of shape "
                                f"{list(sel_shape)}") from e
-    # back to t's rank: None dims dropped, int dims as size 1
-    v = v.reshape(*[1 if kind == "int" else len(s) for kind, s in sels]) if sels else v
-    if any(len(r) == 0 for kind, r in sels if kind == "range"):
+    # back to t's rank: None dims dropped, int dims as size 1, an index tensor's dims as one
+    v = v.reshape(*[1 if kind == "int" else _extent(kind, s) for kind, s in sels]) if sels else v
+    if any(_extent(kind, s) == 0 for kind, s in sels if kind != "int"):
         return self  # an empty selection writes nothing
     mask = None
     for d, (kind, s) in enumerate(sels):
         n = shape[d]
+        if kind == "tensor":
+            source, hit = _tensor_positions(s, n)
+            v = _loom.index_select(v, d, source)
+            m = hit.reshape(*[n if e == d else 1 for e in range(len(shape))])
+            mask = m if mask is None else _loom.logical_and(mask, m)
+            continue
         positions = [s] if kind == "int" else list(s)
         if kind == "range" and s == range(n):
             continue  # the whole dim, in order: nothing to spread or mask
@@ -86,6 +105,27 @@ def setitem(self, key, value):
     result = v.expand(*shape) if mask is None else _loom.where(mask, v, self)
     self.copy_(result)
     return self
+
+
+def _extent(kind, s):
+    return s.numel() if kind == "tensor" else len(s)
+
+
+def _tensor_positions(index, n):
+    """For each of a dim's n positions: which entry of `index` (flattened, negative entries
+    counted from the back) writes there, the last one when several do, and whether any does.
+    The indices pass through an index_select of arange(n), which raises loom's out-of-range
+    ExecError at run time, as reading t[index] does."""
+    from ._creation import arange
+    flat = index.reshape(-1).to(_loom.dtype.int64)
+    m = flat.shape[0]
+    flat = _loom.where(flat < 0, _loom.where(flat >= -n, flat + n, flat), flat)
+    checked = _loom.index_select(arange(n), 0, flat)
+    hot = checked.reshape(m, 1) == arange(n).reshape(1, n)          # [m, n]
+    entry = _loom.where(hot, arange(m).reshape(m, 1), -1)
+    last = _loom._amax(entry, [0], False)                           # [n]
+    hit = last >= 0
+    return _loom.where(hit, last, 0), hit
 
 
 def _as_index(values):

@@ -73,7 +73,13 @@ int64_t norm_index(int64_t i, int64_t n, int64_t dim) {
   return i < 0 ? i + n : i;
 }
 
-// Basic indexing: ints (negative too), slices with steps, None, ..., int64 index tensors.
+// An index tensor's negative entries counted from the back, as torch; entries below -n stay
+// negative, so index_select's check names them as the user wrote them.
+Tensor wrap_negative(const Tensor& idx, int64_t n) {
+  return where(idx < Scalar(0), where(idx >= Scalar(-n), idx + Scalar(n), idx), idx);
+}
+
+// Basic indexing: ints (negative too), slices with steps, None, ..., one int64 index tensor.
 Tensor getitem(const Tensor& x, nb::handle key) {
   std::vector<nb::handle> items;
   nb::object keep = nb::borrow(key);
@@ -82,9 +88,10 @@ Tensor getitem(const Tensor& x, nb::handle key) {
   } else {
     items.push_back(key);
   }
-  int64_t consumed = 0, ellipses = 0;
+  int64_t consumed = 0, ellipses = 0, tensors = 0;
   for (nb::handle h : items) {
     if (h.is_none()) continue;
+    if (nb::isinstance<Tensor>(h)) ++tensors;
     if (h.ptr() == Py_Ellipsis) {
       ++ellipses;
       continue;
@@ -92,6 +99,14 @@ Tensor getitem(const Tensor& x, nb::handle key) {
     ++consumed;
   }
   if (ellipses > 1) throw nb::index_error("an index can only have a single ellipsis ('...')");
+  if (tensors > 1) {
+    // torch broadcasts several index tensors together (advanced indexing); applying them one
+    // dim at a time would silently give another result.
+    PyErr_SetString(PyExc_NotImplementedError,
+                    "[index] a key with several index tensors (advanced indexing) is not "
+                    "supported: index one dim at a time, e.g. t[i][:, j]");
+    throw nb::python_error();
+  }
   if (consumed > x.dim())
     throw nb::index_error(
         detail::str_cat("too many indices for tensor of dimension ", x.dim()).c_str());
@@ -119,7 +134,7 @@ Tensor getitem(const Tensor& x, nb::handle key) {
                    "[index] tensors used as indices must be int64 or int32, got ",
                    name(idx.dtype()), " (boolean masks are not supported)");
       Shape rs = r.shape();
-      Tensor flat = index_select(r, d, reshape(idx, {-1}));
+      Tensor flat = index_select(r, d, wrap_negative(reshape(idx, {-1}), r.size(d)));
       std::vector<int64_t> shape;
       for (int64_t k = 0; k < d; ++k) shape.push_back(rs[k]);
       for (int64_t k = 0; k < idx.dim(); ++k) shape.push_back(idx.size(k));

@@ -84,6 +84,15 @@ def test_index_tensors():
         assert_same(from_torch(a)[from_torch(idx)], a[idx])
     i = torch.tensor([4, 0])
     assert_same(from_torch(a)[:, from_torch(i)], a[:, i])
+    neg = torch.tensor([-1, 2, -4])  # counted from the back, as torch
+    assert_same(from_torch(a)[from_torch(neg)], a[neg])
+    assert_same(from_torch(a)[1, from_torch(neg)], a[1, neg])
+    for bad in ([4], [-5]):  # out of range either way: named as written
+        with pytest.raises(loom.ExecError, match=f"index {bad[0]} is out of range"):
+            from_torch(a)[loom.tensor(bad)].numpy()
+    # several index tensors broadcast together in torch; loom says it does not do that
+    with pytest.raises(NotImplementedError, match="several index tensors"):
+        from_torch(a)[loom.tensor([0, 1]), loom.tensor([1, 2])]
 
 
 def test_index_errors():
