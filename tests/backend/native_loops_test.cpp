@@ -290,6 +290,36 @@ TEST_F(NativeLoopsTest, RegionsThatReturnTheirParameters) {
   }
 }
 
+// A scan's length is an argument of its native function: another length compiles nothing.
+TEST_F(NativeLoopsTest, ScansOfAnyLengthShareOneFunction) {
+  loom::runtime::set_backend("cpu");
+  auto run = [](int64_t n) {
+    loom::runtime::clear_compile_cache();
+    auto [c, ys] = loom::scan(
+        [](const Tensor& c, const Tensor& x) {
+          Tensor s = c * 0.8125 + x;  // a constant no other test uses: a fresh kernel
+          return std::pair{s, s};
+        },
+        loom::zeros({2}), floats(std::vector<float>(static_cast<size_t>(2 * n), 1.0f), {n, 2}));
+    loom::sync();
+    return c.to_vector<float>();
+  };
+  const loom::cpu::LoopStats before = loom::cpu::loop_stats();
+  const int64_t compiled0 = loom::cpu::kernel_cache_stats().compiled;
+  std::vector<float> three = run(3);
+  const int64_t compiled1 = loom::cpu::kernel_cache_stats().compiled;
+  std::vector<float> nine = run(9);
+  EXPECT_EQ(loom::cpu::loop_stats().native - before.native, 2);
+  EXPECT_GE(compiled1 - compiled0, 1);
+  EXPECT_EQ(loom::cpu::kernel_cache_stats().compiled, compiled1);
+  float want = 0;  // closed form of c <- 0.8125 c + 1
+  for (int k = 0; k < 9; ++k) {
+    want = want * 0.8125f + 1;
+    if (k == 2) EXPECT_FLOAT_EQ(three[0], want);
+  }
+  EXPECT_FLOAT_EQ(nine[1], want);
+}
+
 // Products, nested loops and iterations past the bound keep the general path.
 TEST_F(NativeLoopsTest, BigOrComplexBodiesStayGeneral) {
   auto general_only = [&](auto&& fn) {

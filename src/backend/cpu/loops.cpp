@@ -272,7 +272,7 @@ void run_loop(const LoopProgram& l, void* const* ptr, char* scratch) {
     for (int b : l.operands) args[j++] = ptr[b];
     for (int b : l.results) args[j++] = ptr[b];
     args[j] = scratch;
-    l.native(args, 0, 1);
+    l.native(args, 0, l.length);
     return;
   }
   switch (l.op) {

@@ -1,14 +1,14 @@
 // Native loops: a scan or while whose regions are a few fused kernels on small data becomes one
-// generated function `void loop(void* const* args, int64_t, int64_t)`, args = the loop's
-// operands, its results, then its scratch block. The function runs every trip itself: the
-// regions' kernels are emitted as always-inline functions and called with argument tables on
-// its stack, which inlining and SROA turn into plain pointers, so an iteration is the kernels'
-// loads, arithmetic and stores with no dispatch. The carries ping-pong between the result
-// buffers and the scratch set exactly as run_scan / run_while do (loops.cpp, the general path
-// and this function's specification), the regions' temporaries live in the scratch (in cache:
-// can_go_native bounds them), xs slices are read and ys written in place, a while's condition
-// is evaluated inline. The function is cached like a kernel, by a canonical text of everything
-// that shapes its code: the loop's layout and each kernel's describe() text and buffers.
+// generated function `void loop(void* const* args, int64_t, int64_t length)`, args = the
+// loop's operands, its results, then its scratch block (a while ignores the length). The function
+// runs every trip itself: the regions' kernels are emitted as always-inline functions and called
+// with argument tables on its stack, which inlining and SROA turn into plain pointers, so an
+// iteration is the kernels' loads, arithmetic and stores with no dispatch. The carries ping-pong
+// between the result buffers and the scratch set exactly as run_scan / run_while do (loops.cpp, the
+// general path and this function's specification), the regions' temporaries live in the scratch (in
+// cache: can_go_native bounds them), xs slices are read and ys written in place, a while's
+// condition is evaluated inline. The function is cached like a kernel, by a canonical text of
+// everything that shapes its code: the loop's layout and each kernel's describe() text and buffers.
 #include <string>
 #include <vector>
 
@@ -39,10 +39,12 @@ std::string describe_native(const LoopProgram& l,
                             const std::vector<std::vector<detail::KernelDescription>>& descs) {
   std::string s = "native ";
   s += ir::op_name(l.op);
-  s += " len" + std::to_string(l.length) + (l.reverse ? " rev" : " fwd");
+  s += l.reverse ? " rev" : " fwd";  // a scan's length is an argument: not in the key
   s += " carries" + std::to_string(l.carries);
   s += " ops" + std::to_string(l.operands.size()) + " res" + std::to_string(l.results.size());
-  put_list(s, " rb", l.result_bytes);
+  // The carries' bytes (copied on zero trips); the ys' depend on the length, which is not here.
+  put_list(s, " cb",
+           std::vector<int64_t>(l.result_bytes.begin(), l.result_bytes.begin() + l.carries));
   put_list(s, " xb", l.slice_bytes);
   put_list(s, " yb", l.y_bytes);
   put_list(s, " co", l.carry_offset);
@@ -151,11 +153,15 @@ class Driver {
   // As run_scan: step s reads the carries step s-1 wrote (the operands at s = 0) and writes
   // the other set, the parity chosen so that the last step writes the result buffers.
   void scan() {
-    const int64_t c = l_.carries, x = static_cast<int64_t>(l_.slice_bytes.size()), n = l_.length;
-    if (n == 0) {
-      for (int64_t k = 0; k < c; ++k) copy(res_[k], ops_[k], l_.result_bytes[k]);
-      return;
-    }
+    const int64_t c = l_.carries, x = static_cast<int64_t>(l_.slice_bytes.size());
+    Value* n = fn_->getArg(2);  // the length: scans of any length share the function
+    auto* empty = llvm::BasicBlock::Create(ctx_, "empty", fn_);
+    auto* start = llvm::BasicBlock::Create(ctx_, "start", fn_);
+    b_.CreateCondBr(b_.CreateICmpEQ(n, b_.getInt64(0)), empty, start);
+    b_.SetInsertPoint(empty);
+    for (int64_t k = 0; k < c; ++k) copy(res_[k], ops_[k], l_.result_bytes[k]);
+    b_.CreateRetVoid();
+    b_.SetInsertPoint(start);
     const Program& body = l_.regions[0];
     const std::vector<int>& in = body.param_bufs;
     const std::vector<int>& out = body.plan.output_bufs;
@@ -176,9 +182,9 @@ class Driver {
       prev[k] = b_.CreatePHI(b_.getPtrTy(), 2);
       prev[k]->addIncoming(ops_[k], pre);
     }
-    b_.CreateCondBr(b_.CreateICmpSLT(s, b_.getInt64(n)), bodyb, exit);
+    b_.CreateCondBr(b_.CreateICmpSLT(s, n), bodyb, exit);
     b_.SetInsertPoint(bodyb);
-    Value* left = b_.CreateSub(b_.getInt64(n - 1), s);  // steps after this one
+    Value* left = b_.CreateSub(b_.CreateSub(n, b_.getInt64(1)), s);  // steps after this one
     Value* ti = l_.reverse ? left : s;
     b_.CreateStore(ti, index);
     Value* to_result = b_.CreateICmpEQ(b_.CreateAnd(left, b_.getInt64(1)), b_.getInt64(0));

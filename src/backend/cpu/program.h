@@ -54,7 +54,7 @@ struct LoopProgram {
   std::vector<int64_t> region_offset;  // scratch offset of each region's frame
   int64_t scratch_bytes = 0;
   // A native loop (native_loop.cpp): one generated function runs every trip, its regions'
-  // kernels inlined (the regions are planned, not compiled). Called as native(args, 0, 1),
+  // kernels inlined (the regions are planned, not compiled). Called as native(args, 0, length),
   // args = the operands' pointers, the results', then the scratch block.
   KernelFn native = nullptr;
 };
