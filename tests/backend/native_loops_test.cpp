@@ -320,6 +320,30 @@ TEST_F(NativeLoopsTest, ScansOfAnyLengthShareOneFunction) {
   EXPECT_FLOAT_EQ(nine[1], want);
 }
 
+// A loop nested in a body keeps the outer loop general; the inner one goes native and runs in
+// the outer body's frame.
+TEST_F(NativeLoopsTest, InnerLoopsGoNativeInsideGeneralOnes) {
+  auto fn = [] {
+    Tensor w = loom::randn({2}) * 0.5;
+    auto [c, ys] = loom::scan(
+        [&](const Tensor& c, const Tensor& x) {
+          auto [inner] = loom::fori_loop(
+              0, 3,
+              [&](const Tensor& i, const Tensor& h) { return std::tuple{loom::tanh(h * w + x)}; },
+              c);
+          Tensor n = inner + loom::to(loom::sum(x), DType::Float32);
+          return std::pair{n, n * 2.0};
+        },
+        loom::ones({2}), loom::randn({5, 2}), loom::ScanOptions{.reverse = true});
+    return std::vector<Tensor>{c, ys};
+  };
+  const LoopRun ref = run_in(Mode::Ref, 21, fn);
+  const LoopRun native = run_in(Mode::Native, 21, fn);
+  EXPECT_EQ(native.loops.native, 1);
+  EXPECT_EQ(native.loops.general, 1);
+  expect_close(native, ref, 1e-4, "native vs ref");
+}
+
 // Products, nested loops and iterations past the bound keep the general path.
 TEST_F(NativeLoopsTest, BigOrComplexBodiesStayGeneral) {
   auto general_only = [&](auto&& fn) {
