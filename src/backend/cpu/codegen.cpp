@@ -43,15 +43,19 @@ class Emitter {
   Emitter(const ir::Graph& g, const Plan& p, llvm::Module& m)
       : g_(g), p_(p), m_(m), ctx_(m.getContext()), b_(ctx_), math_(b_, m) {}
 
-  void emit(const KernelSpec& k, const detail::KernelDescription& d, const std::string& name) {
+  // `inlined`: an internal function always inlined into its caller (a native loop's body).
+  void emit(const KernelSpec& k, const detail::KernelDescription& d, const std::string& name,
+            bool inlined = false) {
     k_ = &k;
     local_.clear();
     for (size_t j = 0; j < d.bufs.size(); ++j) local_[d.bufs[j]] = static_cast<int>(j);
     auto* i64 = b_.getInt64Ty();
     auto* ptr = b_.getPtrTy();
     auto* fty = llvm::FunctionType::get(b_.getVoidTy(), {ptr, i64, i64}, false);
-    fn_ = llvm::Function::Create(fty, llvm::Function::ExternalLinkage, name, m_);
+    fn_ = llvm::Function::Create(
+        fty, inlined ? llvm::Function::InternalLinkage : llvm::Function::ExternalLinkage, name, m_);
     fn_->addFnAttr(llvm::Attribute::NoUnwind);
+    if (inlined) fn_->addFnAttr(llvm::Attribute::AlwaysInline);
     auto* entry = llvm::BasicBlock::Create(ctx_, "entry", fn_);
     b_.SetInsertPoint(entry);
     ptrs_.clear();
@@ -705,6 +709,33 @@ std::vector<CompiledKernel> compile_kernels(const ir::Graph& g, const Plan& plan
     if (fresh) cache().stats.compiled++;
   }
   return out;
+}
+
+// ---- native loops (native_loop.cpp) -------------------------------------------------------
+
+void detail::emit_inlined_kernel(llvm::Module& m, const ir::Graph& g, const Plan& p,
+                                 const KernelSpec& k, const KernelDescription& d,
+                                 const std::string& name) {
+  Emitter(g, p, m).emit(k, d, name, /*inlined=*/true);
+}
+
+KernelFn detail::cached_function(const std::string& text,
+                                 const std::function<void(llvm::Module&)>& emit) {
+  {
+    std::lock_guard lock(cache().mu);
+    auto it = cache().fns.find(text);
+    if (it != cache().fns.end()) {
+      cache().stats.hits++;
+      return it->second;
+    }
+  }
+  bool loaded = false;
+  std::vector<void*> fns = Jit::instance().compile(text + '\n', {"k0"}, emit, &loaded);
+  if (t_code_info) (loaded ? t_code_info->modules_loaded : t_code_info->modules_compiled)++;
+  std::lock_guard lock(cache().mu);
+  auto [it, fresh] = cache().fns.try_emplace(text, reinterpret_cast<KernelFn>(fns[0]));
+  if (fresh) cache().stats.compiled++;
+  return it->second;
 }
 
 KernelCacheStats kernel_cache_stats() {

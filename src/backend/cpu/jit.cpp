@@ -55,8 +55,11 @@ T take(llvm::Expected<T> v, const char* what) {
 // 3.6 ms, 500 elementwise/reduction nodes 48 -> 30 ms) with kernels as fast (memory-bound
 // loops at the STREAM triad, polynomial ones equal) and reductions faster (the vectorizer
 // may interleave: several partial sums).
+// always-inline first: a native loop's kernels are internal always-inline functions of the
+// loop's function (native_loop.cpp); in other modules it finds nothing to do.
 constexpr const char* kIrPipeline =
-    "function(sroa,early-cse,instcombine<no-verify-fixpoint>,simplifycfg,loop-simplify,lcssa,"
+    "always-inline,function(sroa,early-cse,instcombine<no-verify-fixpoint>,simplifycfg,loop-"
+    "simplify,lcssa,"
     "loop-mssa(licm),loop-rotate,indvars,loop-vectorize,instcombine<no-verify-fixpoint>,"
     "simplifycfg)";
 

@@ -4,10 +4,14 @@
 // the region's steps. Carries ping-pong between the node's result buffers and one scratch
 // set, so a step's outputs never overwrite the values it reads. The reference kernels in
 // src/backend/ref/control_flow.cpp are the specification.
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "backend/cpu/program.h"
 #include "loom/backend/ref_backend.h"
+#include "loom/core/config.h"
 #include "loom/core/error.h"
 
 namespace loom::cpu {
@@ -138,7 +142,75 @@ void run_while(const LoopProgram& l, void* const* ptr, char* scratch) {
     for (int64_t k = 0; k < n; ++k) copy_bytes(ptr[l.results[k]], state(cur, k), l.result_bytes[k]);
 }
 
+// Scratch: each carry's second buffer, then each region's frame.
+void lay_out_scratch(LoopProgram& l) {
+  int64_t at = 0;
+  l.carry_offset.clear();
+  l.region_offset.clear();
+  for (int64_t k = 0; k < l.carries; ++k) {
+    l.carry_offset.push_back(at);
+    at += align64(l.result_bytes[k]);
+  }
+  for (const Program& r : l.regions) {
+    l.region_offset.push_back(at);
+    at += align64(r.frame_bytes);
+  }
+  l.scratch_bytes = at;
+}
+
+// ---- native loops ------------------------------------------------------------------------
+// A loop goes native when one iteration's data stays in L1: both carry sets, one slice of each
+// xs and y, the regions' frames (temporaries) and the captured operands fit in kNativeBytes
+// (half of a 32 KiB L1d). That bound also keeps every body kernel below run_kernel's threading
+// threshold (kParallelWork elements), so the general path would run them on one thread too.
+// A few kernels only (kNativeKernels): each is inlined into the loop's function.
+constexpr int64_t kNativeBytes = 16 << 10;
+constexpr size_t kNativeKernels = 16;
+
+std::atomic<int> g_native{-1};  // -1: not read from the environment yet
+std::atomic<int64_t> g_native_count{0}, g_general_count{0};
+
+// Why l cannot go native, or nullptr when it can.
+const char* general_reason(const LoopProgram& l, const Plan& outer) {
+  if (!native_loops_enabled()) return "LOOM_NATIVE_LOOPS=0";
+  size_t kernels = 0;
+  int64_t bytes = 0;
+  for (const Program& r : l.regions) {
+    for (const Step& st : r.plan.steps) {
+      if (st.kind == Step::MatMul) return "a matrix product in the body";
+      if (st.kind == Step::Ref) return "a reference fallback in the body";
+      if (st.kind == Step::Loop) return "a nested loop in the body";
+      ++kernels;
+    }
+    bytes += r.frame_bytes;
+  }
+  if (kernels > kNativeKernels) return "more than 16 kernels";
+  for (int64_t k = 0; k < l.carries; ++k) bytes += 2 * l.result_bytes[k];
+  for (int64_t b : l.slice_bytes) bytes += b;
+  for (int64_t b : l.y_bytes) bytes += b;
+  const size_t captured = static_cast<size_t>(l.carries) + l.slice_bytes.size();
+  for (size_t k = captured; k < l.operands.size(); ++k)
+    bytes += outer.bufs[l.operands[k]].type.nbytes();
+  if (bytes > kNativeBytes) return "an iteration touches more than 16 KiB";
+  return nullptr;
+}
+
 }  // namespace
+
+bool native_loops_enabled() {
+  int v = g_native.load(std::memory_order_relaxed);
+  if (v < 0) {
+    const char* e = std::getenv("LOOM_NATIVE_LOOPS");
+    v = e && std::strcmp(e, "0") == 0 ? 0 : 1;
+    int expected = -1;
+    if (!g_native.compare_exchange_strong(expected, v)) v = expected;
+  }
+  return v != 0;
+}
+
+void set_native_loops(bool on) { g_native.store(on ? 1 : 0); }
+
+LoopStats loop_stats() { return {g_native_count.load(), g_general_count.load()}; }
 
 std::unique_ptr<LoopProgram> compile_loop(const Program& p, size_t si) {
   const Step& st = p.plan.steps[si];
@@ -148,7 +220,7 @@ std::unique_ptr<LoopProgram> compile_loop(const Program& p, size_t si) {
   for (const ir::Value& v : n.operands) l->operands.push_back(p.plan.buf_of[v.node]);
   l->results = st.outs;
   for (int b : st.outs) l->result_bytes.push_back(p.plan.bufs[b].type.nbytes());
-  for (const auto& r : n.regions) l->regions.push_back(compile_program(*r, /*region=*/true));
+  for (const auto& r : n.regions) l->regions.push_back(plan_program(*r, /*region=*/true));
   const Program& first = l->regions[0];
   if (n.op == ir::OpKind::Scan) {
     const ir::ScanAttrs a = ir::ScanAttrs::of(n);
@@ -164,20 +236,45 @@ std::unique_ptr<LoopProgram> compile_loop(const Program& p, size_t si) {
   } else if (n.op == ir::OpKind::While) {
     l->carries = ir::WhileAttrs::of(n).counts[0];
   }
-  int64_t at = 0;
-  for (int64_t k = 0; k < l->carries; ++k) {
-    l->carry_offset.push_back(at);
-    at += align64(l->result_bytes[k]);
+  lay_out_scratch(*l);
+  if (n.op != ir::OpKind::Scan && n.op != ir::OpKind::While) {
+    for (Program& r : l->regions) compile_steps(r, /*region=*/true);
+    lay_out_scratch(*l);
+    return l;
   }
-  for (const Program& r : l->regions) {
-    l->region_offset.push_back(at);
-    at += align64(r.frame_bytes);
+  const char* why = general_reason(*l, p.plan);
+  if (config().debug >= 2)
+    std::fprintf(stderr, "[loom]   %s loop %s\n", std::string(ir::op_name(n.op)).c_str(),
+                 why ? (std::string("general: ") + why).c_str() : "native");
+  if (why) {
+    g_general_count++;
+    for (Program& r : l->regions) compile_steps(r, /*region=*/true);
+    lay_out_scratch(*l);  // again: the frames grew by the nested loops' scratch
+    return l;
   }
-  l->scratch_bytes = at;
+  g_native_count++;
+  l->native = compile_native_loop(*l);
   return l;
 }
 
 void run_loop(const LoopProgram& l, void* const* ptr, char* scratch) {
+  if (l.native) {
+    constexpr size_t kInline = 32;
+    const size_t n = l.operands.size() + l.results.size() + 1;
+    void* inline_args[kInline];
+    std::vector<void*> heap;
+    void** args = inline_args;
+    if (n > kInline) {
+      heap.resize(n);
+      args = heap.data();
+    }
+    size_t j = 0;
+    for (int b : l.operands) args[j++] = ptr[b];
+    for (int b : l.results) args[j++] = ptr[b];
+    args[j] = scratch;
+    l.native(args, 0, l.length);
+    return;
+  }
   switch (l.op) {
     case ir::OpKind::Scan: run_scan(l, ptr, scratch); break;
     case ir::OpKind::While: run_while(l, ptr, scratch); break;

@@ -45,7 +45,7 @@ void lay_out_frame(Program& p) {
 
 }  // namespace
 
-Program compile_program(const ir::Graph& g, bool region) {
+Program plan_program(const ir::Graph& g, bool region) {
   Program p;
   std::vector<std::vector<ir::NodeId>> results;
   {
@@ -53,13 +53,23 @@ Program compile_program(const ir::Graph& g, bool region) {
     p.graph = split_results(g, &results);
     p.plan = make_plan(p.graph, results, /*allow_views=*/!region);
   }
-  p.kernels = compile_kernels(p.graph, p.plan);
   p.loops.resize(p.plan.steps.size());
   p.loop_offset.assign(p.plan.steps.size(), -1);
-  for (size_t si = 0; si < p.plan.steps.size(); ++si)
-    if (p.plan.steps[si].kind == Step::Loop) p.loops[si] = compile_loop(p, si);
   for (ir::NodeId id : p.graph.params()) p.param_bufs.push_back(p.plan.buf_of[id]);
   if (region) lay_out_frame(p);
+  return p;
+}
+
+void compile_steps(Program& p, bool region) {
+  p.kernels = compile_kernels(p.graph, p.plan);
+  for (size_t si = 0; si < p.plan.steps.size(); ++si)
+    if (p.plan.steps[si].kind == Step::Loop) p.loops[si] = compile_loop(p, si);
+  if (region) lay_out_frame(p);  // again: now with the nested loops' scratch
+}
+
+Program compile_program(const ir::Graph& g, bool region) {
+  Program p = plan_program(g, region);
+  compile_steps(p, region);
   return p;
 }
 

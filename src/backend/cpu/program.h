@@ -53,11 +53,34 @@ struct LoopProgram {
   std::vector<int64_t> carry_offset;   // scratch offset of each carry's second buffer
   std::vector<int64_t> region_offset;  // scratch offset of each region's frame
   int64_t scratch_bytes = 0;
+  // A native loop (native_loop.cpp): one generated function runs every trip, its regions'
+  // kernels inlined (the regions are planned, not compiled). Called as native(args, 0, length),
+  // args = the operands' pointers, the results', then the scratch block.
+  KernelFn native = nullptr;
 };
+
+// Native loops: a scan or while whose regions are only fused kernels on small data runs as one
+// generated function (see can_go_native in loops.cpp for the bound). On unless the
+// environment sets LOOM_NATIVE_LOOPS=0; tests switch it with set_native_loops (it affects
+// compiles that start later). loop_stats counts the scan and while loops compiled each way.
+bool native_loops_enabled();
+void set_native_loops(bool on);
+struct LoopStats {
+  int64_t native = 0, general = 0;
+};
+LoopStats loop_stats();
+
+// The generated function of a native loop (l's regions planned, l's layout set): from the
+// kernel cache, or compiled (native_loop.cpp).
+KernelFn compile_native_loop(const LoopProgram& l);
 
 // Splits, plans and compiles g (and, recursively, the regions of its control-flow nodes).
 // `region`: lay out a frame for g (a region run by a loop).
 Program compile_program(const ir::Graph& g, bool region);
+// compile_program in two halves: split and plan (the frame laid out for the temporaries),
+// then compile the kernels and nested loops. A native loop (loops.cpp) only plans its regions.
+Program plan_program(const ir::Graph& g, bool region);
+void compile_steps(Program& p, bool region);
 
 // The loop of Loop step `si` of p (p's plan and kernels are ready); in loops.cpp.
 std::unique_ptr<LoopProgram> compile_loop(const Program& p, size_t si);
