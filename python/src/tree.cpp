@@ -5,6 +5,7 @@
 #include <nanobind/stl/string.h>
 
 #include <mutex>
+#include <unordered_map>
 #include <unordered_set>
 
 namespace loom::py {
@@ -305,27 +306,42 @@ std::string& package_dir() {
 void set_package_dir(std::string dir) { package_dir() = std::move(dir); }
 
 CallSite python_site() {
+  // Per code object (the table holds a reference to each, so an address is never reused):
+  // its file and function names, interned. A site costs a walk of the frames, one lookup and
+  // one prefix compare per frame; no string is built after a code's first call.
+  struct Names {
+    const char* file;
+    const char* function;
+    std::unordered_map<int, int> line_at;  // bytecode offset -> line (decoding costs ~3k instr)
+  };
   static std::mutex mu;
-  static std::unordered_set<std::string> names;  // node-based: element addresses are stable
+  static std::unordered_set<std::string> interned;  // node-based: element addresses are stable
+  static std::unordered_map<PyCodeObject*, Names> by_code;
   const std::string& skip = package_dir();
   PyFrameObject* frame = PyEval_GetFrame();  // borrowed
   Py_XINCREF(frame);
+  std::lock_guard<std::mutex> lock(mu);
   while (frame) {                                 // the innermost frame outside the loom package
     PyCodeObject* code = PyFrame_GetCode(frame);  // new reference
-    const char* file = PyUnicode_AsUTF8(code->co_filename);
-    if (!file) PyErr_Clear();
-    if (!file || skip.empty() || std::string_view(file).substr(0, skip.size()) != skip) {
+    auto it = by_code.find(code);
+    if (it == by_code.end()) {
+      const char* file = PyUnicode_AsUTF8(code->co_filename);
+      if (!file) PyErr_Clear();
       const char* func = PyUnicode_AsUTF8(code->co_name);
       if (!func) PyErr_Clear();
-      const int line = PyFrame_GetLineNumber(frame);
-      Py_DECREF(code);
-      Py_DECREF(frame);
-      std::lock_guard<std::mutex> lock(mu);
-      const char* f = names.emplace(file ? file : "<python>").first->c_str();
-      const char* fn = names.emplace(func ? func : "<python>").first->c_str();
-      return CallSite(f, fn, static_cast<uint32_t>(line));
+      Names n;
+      n.file = interned.emplace(file ? file : "<python>").first->c_str();
+      n.function = interned.emplace(func ? func : "<python>").first->c_str();
+      Py_INCREF(code);  // the table's reference
+      it = by_code.emplace(code, std::move(n)).first;
     }
     Py_DECREF(code);
+    if (skip.empty() || std::string_view(it->second.file).substr(0, skip.size()) != skip) {
+      auto [at, fresh] = it->second.line_at.try_emplace(PyFrame_GetLasti(frame), 0);
+      if (fresh) at->second = PyFrame_GetLineNumber(frame);
+      Py_DECREF(frame);
+      return CallSite(it->second.file, it->second.function, static_cast<uint32_t>(at->second));
+    }
     PyFrameObject* back = PyFrame_GetBack(frame);  // new reference
     Py_DECREF(frame);
     frame = back;

@@ -157,7 +157,7 @@ std::vector<std::pair<ir::NodeId, std::shared_ptr<TensorImpl>>> GradTape::live_l
 std::vector<Tensor> GradTape::gradients(const Tensor& out, const Tensor& seed,
                                         const std::vector<Tensor>& wrt, const char* what) {
   LOOM_CHECK_T(TraceError, ctx_.scopes_.empty(), "[", what, "] cannot differentiate while tracing ",
-               ctx_.scopes_.empty() ? std::string() : ctx_.scopes_.back().where,
+               ctx_.scopes_.empty() ? std::string() : ctx_.scopes_.back().where(),
                "; differentiate the result of the call instead");
   LOOM_CHECK(out.defined(), "[", what, "] called on an undefined Tensor");
   TensorImpl& o = *out.impl();

@@ -299,13 +299,23 @@ void TraceContext::escaped(const TensorImpl& impl) const {
               "instead (scan ys, a carry, or the function's result)"));
 }
 
-Scope& TraceContext::push_scope(ScopeKind kind, std::string where, bool with_index) {
+std::string site_text(const char* api, const char* role, const CallSite& loc) {
+  return str_cat("the ", role, " of ", api, " called at ", file_line(loc), " (in ", loc.function,
+                 ")");
+}
+
+std::string Scope::where() const { return site_text(api, role, loc); }
+
+Scope& TraceContext::push_scope(ScopeKind kind, const char* api, const char* role,
+                                const CallSite& loc, bool with_index) {
   LOOM_CHECK_T(TraceError, scopes_.size() < 64, "[trace] more than 64 nested bodies while tracing ",
-               where);
+               site_text(api, role, loc));
   Scope& s = scopes_.emplace_back();
   s.id = next_scope_id_++;
   s.kind = kind;
-  s.where = std::move(where);
+  s.api = api;
+  s.role = role;
+  s.loc = loc;
   s.graph = std::make_shared<ir::Graph>();
   s.builder = std::make_unique<ir::Builder>(*s.graph);
   if (with_index) {
@@ -332,7 +342,7 @@ void TraceContext::check_readable(const char* what) const {
                 "a graph cut; return the tensor from the step and read it after"));
   if (scopes_.empty()) return;
   throw TraceError(str_cat("[", what, "] cannot read a tensor's value while tracing ",
-                           scopes_.back().where,
+                           scopes_.back().where(),
                            ": the body is traced once and its values do not exist yet; return "
                            "the tensor from the function and read it after the call"));
 }
@@ -442,7 +452,7 @@ void TraceContext::rebind(TensorImpl& impl, ir::Value v) {
   check_owner(impl, "in-place");
   if (!scopes_.empty()) {
     LOOM_CHECK_T(TraceError, impl.scope == scopes_.back().id, "[in-place] cannot update a tensor ",
-                 impl.type, " from outside ", scopes_.back().where,
+                 impl.type, " from outside ", scopes_.back().where(),
                  " in place inside it: pass it in the carry and return its new value");
     impl.buffer = Buffer();
     impl.value = v;

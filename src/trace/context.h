@@ -100,6 +100,9 @@ struct TraceSite {
   std::source_location loc;
 };
 
+// "the body of scan called at model.cpp:12 (in main)": a traced body, for error messages.
+std::string site_text(const char* api, const char* role, const CallSite& loc);
+
 // A body being traced: its own graph and builder, nested inside the pending graph or
 // another scope. Loop bodies (scan, while, fori) forward host scalars and random keys to the
 // enclosing scope as inputs; assume_pure bodies bake host scalars in as constants (they are
@@ -107,7 +110,11 @@ struct TraceSite {
 struct Scope {
   uint32_t id = 0;
   ScopeKind kind = ScopeKind::Loop;
-  std::string where;  // "the body of scan called at ..." for error messages
+  // Where the body's tracing tool was called, formatted only for error messages by where().
+  const char* api = "";
+  const char* role = "";
+  CallSite loc{"", "", 0};
+  std::string where() const;  // "the body of scan called at model.cpp:12 (in main)"
   std::shared_ptr<ir::Graph> graph;
   std::unique_ptr<ir::Builder> builder;
   std::vector<ir::Value> params;  // the explicit parameters, in order
@@ -146,7 +153,8 @@ class TraceContext {
 
   // Trace scopes. push_scope opens a body: later ops record into its graph. `with_index`:
   // the body's first parameter is a loop index (scan). pop_scope closes the innermost one.
-  Scope& push_scope(ScopeKind kind, std::string where, bool with_index);
+  Scope& push_scope(ScopeKind kind, const char* api, const char* role, const CallSite& loc,
+                    bool with_index);
   Scope pop_scope();
   bool in_scope() const { return !scopes_.empty(); }
   // Throws a TraceError naming `what` and the innermost body when a value is read while a

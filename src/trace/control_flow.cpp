@@ -16,10 +16,7 @@ namespace loom::detail {
 
 namespace {
 
-std::string where_text(const Site& site) {
-  return str_cat("the ", site.role, " of ", site.api, " called at ", file_line(site.loc), " (in ",
-                 site.loc.function, ")");
-}
+std::string where_text(const Site& site) { return site_text(site.api, site.role, site.loc); }
 
 // A closed scope: its graph, explicit parameters, captures and outputs.
 struct Traced {
@@ -45,7 +42,7 @@ struct ScopeGuard {
 Traced trace(ScopeKind kind, const Site& site, bool with_index,
              const std::vector<TensorType>& types, const FlatFn& fn) {
   TraceContext& ctx = TraceContext::get();
-  Scope& scope = ctx.push_scope(kind, where_text(site), with_index);
+  Scope& scope = ctx.push_scope(kind, site.api, site.role, site.loc, with_index);
   ScopeGuard guard{ctx};
   std::vector<Tensor> params;
   params.reserve(types.size() + 1);
