@@ -5,6 +5,7 @@
 #include "loom/core/error.h"
 #include "loom/core/profile.h"
 #include "loom/core/shape.h"
+#include "loom/dist/dist.h"
 #include "loom/nn/nn.h"
 #include "loom/nn/scan_layers.h"
 #include "loom/optim/optim.h"

@@ -254,6 +254,45 @@ std::vector<Adjoint> index_rule(Ctx& c) {
   return {d, std::nullopt};
 }
 
+// The collectives' adjoints (ops.def). The objective is the sum of the ranks' objectives, so
+// y = all_reduce_sum(x) gives dx = all_reduce_sum(dy) and all_gather and reduce_scatter_sum
+// are each other's adjoints; with `replicated` (every rank computes the same objective from y)
+// the adjoint is the rank's own share: dy itself, or its own block of an all_gather, written
+// reduce_scatter_sum(dy) / world so that the graph does not depend on the rank.
+std::vector<Adjoint> dist_rule(Ctx& c) {
+  const ir::Node& n = c.n;
+  ir::Attrs a;
+  a.i = n.attrs.i;
+  a.ints = n.attrs.ints;
+  auto make = [&](OpKind op, Value v, bool replicated = false) {
+    ir::Attrs at = a;
+    at.flag = replicated;
+    return c.b.make(op, std::span<const Value>(&v, 1), std::move(at));
+  };
+  const double world = static_cast<double>(n.attrs.i);
+  switch (n.op) {
+    case OpKind::AllReduceSum: return {n.attrs.flag ? c.g : make(OpKind::AllReduceSum, c.g)};
+    case OpKind::AllReduceMax:
+    case OpKind::AllReduceMin: {  // the ranks holding the extreme (all of them on a tie)
+      Value hit = c.b.convert(c.cmp(OpKind::Eq, c.x(0), c.y()), c.t(c.g).dtype);
+      return {c.mul(make(OpKind::AllReduceSum, c.g), hit)};
+    }
+    case OpKind::AllGather: {
+      Value d = make(OpKind::ReduceScatterSum, c.g);
+      return {n.attrs.flag ? c.div(d, c.c(world)) : d};
+    }
+    case OpKind::ReduceScatterSum: return {make(OpKind::AllGather, c.g)};
+    case OpKind::GradAllReduce: {
+      ir::Attrs at;
+      at.i = n.attrs.i;
+      at.flag = true;
+      return {c.b.make(OpKind::AllReduceSum, std::span<const Value>(&c.g, 1), std::move(at))};
+    }
+    default: LOOM_ASSERT(false);
+  }
+  return {};
+}
+
 }  // namespace
 
 Value zeros(ir::Builder& b, const TensorType t) {
@@ -327,6 +366,8 @@ std::vector<Adjoint> vjp(ir::Builder& b, ir::NodeId id, std::span<const Adjoint>
     r = layout_rule(c);
   } else if (traits & ir::kIndex) {
     r = index_rule(c);
+  } else if (traits & ir::kDist) {
+    r = dist_rule(c);
   } else {
     LOOM_ASSERT(false);
   }

@@ -56,6 +56,7 @@ TensorType infer_type(const Graph& g, OpKind op, std::span<const Value> xs, cons
   if (t & kLinalg) return detail::infer_linalg(g, op, xs, attrs);
   if (t & kLayout) return detail::infer_layout(g, op, xs, attrs);
   if (t & kIndex) return detail::infer_index(g, op, xs, attrs);
+  if (t & kDist) return detail::infer_collective(g, op, xs, attrs);
   throw Error(loom::detail::str_cat("[", in.name, "] has no type rule"));
 }
 

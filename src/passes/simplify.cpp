@@ -54,6 +54,7 @@ class Simplifier {
         break;
       case OpKind::Reshape: return reshape(n);
       case OpKind::Permute: return permute(n);
+      case OpKind::GradAllReduce: return x[0];  // grad_all_reduce(x) -> x: only its VJP differs
       default: break;
     }
     return std::nullopt;

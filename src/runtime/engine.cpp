@@ -17,6 +17,7 @@
 #include "loom/core/error.h"
 #include "loom/core/profile.h"
 #include "loom/passes/pass.h"
+#include "loom/runtime/dist_check.h"
 #include "runtime/metrics_impl.h"
 #include "runtime/names_impl.h"
 
@@ -168,6 +169,40 @@ void write_dump(const std::string& dir, const std::string& file, const std::stri
   if (!os) std::fprintf(stderr, "loom: cannot write IR dump %s\n", path.string().c_str());
 }
 
+// A graph holding collectives: before each run, the ranks compare its fingerprint
+// (dist_check.h), so that ranks running different graphs raise instead of hanging.
+class CollectiveExecutable final : public backend::Executable {
+ public:
+  CollectiveExecutable(std::shared_ptr<const backend::Executable> inner, const CacheKey& key,
+                       const ir::Graph& g)
+      : inner_(std::move(inner)),
+        tag_("graph " + key.fingerprint.hex() + "/" + std::to_string(key.signature)),
+        ir_(ir::to_text(g)) {}
+
+  std::vector<Buffer> run(std::span<const Buffer> inputs) const override {
+    check();
+    return inner_->run(inputs);
+  }
+  std::vector<Buffer> run(std::span<const Buffer> inputs,
+                          std::span<const uint8_t> donated) const override {
+    check();
+    return inner_->run(inputs, donated);
+  }
+  int64_t num_kernels() const override { return inner_->num_kernels(); }
+  int64_t num_library_calls() const override { return inner_->num_library_calls(); }
+  backend::CodeInfo code_info() const override { return inner_->code_info(); }
+
+ private:
+  void check() const {
+    dist::Communicator* c = dist::current();
+    if (!c) return;  // the collectives themselves raise "no communicator"
+    check_sync_point(*c, {tag_, "'" + detail::current_name().name + "'", ir_});
+  }
+
+  std::shared_ptr<const backend::Executable> inner_;
+  std::string tag_, ir_;
+};
+
 }  // namespace
 
 std::shared_ptr<const backend::Executable> compile_cached(const ir::Graph& g) {
@@ -208,6 +243,7 @@ std::shared_ptr<const backend::Executable> compile_cached(const ir::Graph& g) {
   {
     profile::Scope pb("compile", "backend");
     exe = be.compile(optimized, options);
+    if (has_collectives(g)) exe = std::make_shared<CollectiveExecutable>(exe, key, g);
   }
   double dt = loom::detail::now_seconds() - t0;
   backend::CodeInfo info = exe->code_info();

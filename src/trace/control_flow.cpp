@@ -7,6 +7,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "loom/core/communicator.h"
 #include "loom/core/config.h"
 #include "loom/core/hash.h"
 #include "loom/runtime/sync.h"
@@ -504,6 +505,10 @@ CallSignature call_signature(CallKey& key, const char* what) {
   CallSignature sig;
   sig.types.reserve(key.leaves.size());
   sig.grads.reserve(key.leaves.size());
+  // A body traced for one world size holds collectives of that size: the world is part of
+  // the key (tests run groups of several sizes in one process).
+  if (const dist::Communicator* c = dist::current())
+    key.signature += "|world=" + std::to_string(c->size());
   Hasher128 h;
   h.add_string(key.signature);
   for (const StaticArg& s : key.statics) h.add(s.hash);

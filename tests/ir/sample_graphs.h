@@ -158,6 +158,33 @@ inline Graph control_flow_graph() {
   return g;
 }
 
+// Every collective (world 2): built and printed here, run only with a communicator
+// (tests/dist/).
+inline Graph collective_graph() {
+  Graph g;
+  Builder b(g);
+  Value x = b.parameter({float32, {4, 6}});
+  Value n = b.parameter({int64, {3}});
+  auto one = [&](OpKind op, Value v, std::vector<int64_t> ints, bool flag) {
+    Attrs a;
+    a.i = 2;
+    a.ints.assign(ints.begin(), ints.end());
+    a.flag = flag;
+    return b.make(op, std::span<const Value>(&v, 1), a);
+  };
+  Value s = one(OpKind::AllReduceSum, x, {}, false);
+  Value r = one(OpKind::AllReduceSum, x, {}, true);
+  Value mx = one(OpKind::AllReduceMax, x, {}, false);
+  Value mn = one(OpKind::AllReduceMin, x, {}, false);
+  Value mni = one(OpKind::AllReduceMin, n, {}, false);
+  Value ag = one(OpKind::AllGather, x, {1}, false);
+  Value rs = one(OpKind::ReduceScatterSum, ag, {0}, false);
+  Value bc = one(OpKind::DistBroadcast, x, {1}, false);
+  Value ga = one(OpKind::GradAllReduce, x, {}, false);
+  g.outputs() = {s, r, mx, mn, mni, rs, bc, ga};
+  return g;
+}
+
 inline std::vector<Graph> sample_graphs() {
   std::vector<Graph> gs;
   gs.push_back(elementwise_graph());
@@ -165,6 +192,7 @@ inline std::vector<Graph> sample_graphs() {
   gs.push_back(constants_graph());
   gs.push_back(small_graph());
   gs.push_back(control_flow_graph());
+  gs.push_back(collective_graph());
   gs.push_back(Graph());  // no parameters, no outputs
   return gs;
 }

@@ -42,6 +42,13 @@ class ExecError : public Error {
  public:
   using Error::Error;
 };
+// A distributed failure: ranks that ran different graphs, a rank that died or did not answer
+// within the timeout, a store that never filled. The message names the op, the rank(s) and
+// the timeout.
+class DistError : public Error {
+ public:
+  using Error::Error;
+};
 // Malformed IR text; the message starts with "line:column:".
 class ParseError : public Error {
  public:

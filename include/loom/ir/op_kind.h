@@ -20,9 +20,11 @@ enum OpTrait : uint32_t {
   kLayout = 1u << 9,
   kIndex = 1u << 10,
   kRandom = 1u << 11,
-  kRegion = 1u << 12,  // owns regions (control flow)
-  kNoGrad = 1u << 13,  // not differentiable: operands get no adjoint
-  kCostly = 1u << 14,  // expands to many instructions (transcendentals, random draws)
+  kRegion = 1u << 12,      // owns regions (control flow)
+  kNoGrad = 1u << 13,      // not differentiable: operands get no adjoint
+  kCostly = 1u << 14,      // expands to many instructions (transcendentals, random draws)
+  kDist = 1u << 15,        // the dist family (type rules in src/ir/ops/collective.cpp)
+  kCollective = 1u << 16,  // talks to the other ranks when it runs (dist::Communicator)
 };
 
 enum class OpKind : uint8_t {

@@ -156,6 +156,13 @@ Lowering lowering(OpKind op, DType dt) {
     case OpKind::Gather:
     case OpKind::IndexSelect:  // data-dependent addresses, bounds checks
       return Lowering::Fallback;
+    case OpKind::AllReduceSum:  // the reference kernels call the dist::Communicator
+    case OpKind::AllReduceMax:
+    case OpKind::AllReduceMin:
+    case OpKind::AllGather:
+    case OpKind::ReduceScatterSum:
+    case OpKind::DistBroadcast:
+    case OpKind::GradAllReduce: return Lowering::Fallback;
     case OpKind::Call:
     case OpKind::Scan:
     case OpKind::While: return Lowering::Loop;

@@ -22,6 +22,7 @@ const KernelTable& kernel_table() {
     register_linalg_kernels(t);
     register_random_kernels(t);
     register_control_flow_kernels(t);
+    register_collective_kernels(t);
     return t;
   }();
   return table;

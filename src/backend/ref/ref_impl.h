@@ -111,5 +111,6 @@ void register_index_kernels(KernelTable& t);         // index.cpp
 void register_linalg_kernels(KernelTable& t);        // linalg.cpp
 void register_random_kernels(KernelTable& t);        // random.cpp
 void register_control_flow_kernels(KernelTable& t);  // control_flow.cpp: call scan while
+void register_collective_kernels(KernelTable& t);    // collective.cpp: dist::Communicator
 
 }  // namespace loom::detail::ref

@@ -17,6 +17,7 @@ TensorType infer_elementwise(const Graph& g, OpKind op, std::span<const Value> x
 TensorType infer_reduce(const Graph& g, OpKind op, std::span<const Value> xs, const Attrs& a);
 TensorType infer_layout(const Graph& g, OpKind op, std::span<const Value> xs, const Attrs& a);
 TensorType infer_index(const Graph& g, OpKind op, std::span<const Value> xs, const Attrs& a);
+TensorType infer_collective(const Graph& g, OpKind op, std::span<const Value> xs, const Attrs& a);
 TensorType infer_linalg(const Graph& g, OpKind op, std::span<const Value> xs, const Attrs& a);
 
 }  // namespace loom::ir::detail
