@@ -3,7 +3,8 @@ from . import _loom
 import os as _os
 _loom._set_package_dir(_os.path.dirname(_os.path.abspath(__file__)) + _os.sep)
 from ._loom import (Tensor, dtype, Error, ShapeError, DTypeError, TraceError, AutodiffError,
-                    CompileError, ExecError, ParseError, Metrics, no_grad, sync, metrics,
+                    CompileError, ExecError, ParseError, DistError, Metrics, no_grad, sync,
+                    metrics,
                     reset_metrics, metrics_report, manual_seed, promote_types,
                     recompile_reasons, graph_metrics, graph_name, set_explain_recompiles,
                     set_dump_ir_dir, set_cache_dir, cache_dir, RecompileReason, GraphMetrics,
@@ -35,3 +36,4 @@ from ._io import save_safetensors, load_safetensors, load_safetensors_metadata
 from . import nn  # noqa: E402  (after the names nn's modules use)
 from . import optim  # noqa: E402
 from .nn.scan_layers import scan_layers  # noqa: E402
+from . import distributed  # noqa: E402

@@ -17,6 +17,9 @@ class CompiledFunction:
 class DTypeError(Error, TypeError):
     """A dtype the op does not take (also a TypeError)."""
 
+class DistError(Error):
+    """A distributed run that cannot go on: ranks that run different graphs, a dead or missing rank, a collective past its timeout."""
+
 class Error(RuntimeError):
     """Every error loom raises (the C++ loom::Error's message)."""
 

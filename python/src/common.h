@@ -44,5 +44,6 @@ void register_interop(nb::module_& m);
 void register_transforms(nb::module_& m);
 void register_tracing(nb::module_& m);
 void register_io(nb::module_& m);
+void register_dist(nb::module_& m);
 
 }  // namespace loom::py

@@ -5,7 +5,7 @@ namespace loom::py {
 namespace {
 
 struct Classes {
-  PyObject *error, *shape, *dtype, *trace, *autodiff, *compile, *exec, *parse;
+  PyObject *error, *shape, *dtype, *trace, *autodiff, *compile, *exec, *parse, *dist;
 };
 Classes classes;
 
@@ -39,6 +39,10 @@ void register_errors(nb::module_& m) {
   c.compile = make(m, "CompileError", "The backend could not compile a graph.", c.error);
   c.exec = make(m, "ExecError", "A compiled graph failed while running.", c.error);
   c.parse = make(m, "ParseError", "Malformed IR text or file.", c.error);
+  c.dist = make(m, "DistError",
+                "A distributed run that cannot go on: ranks that run different graphs, a dead "
+                "or missing rank, a collective past its timeout.",
+                c.error);
   // Most derived first: one translator keeps the C++ hierarchy's order.
   nb::register_exception_translator([](const std::exception_ptr& p, void*) {
     try {
@@ -57,6 +61,8 @@ void register_errors(nb::module_& m) {
       PyErr_SetString(classes.exec, e.what());
     } catch (const ParseError& e) {
       PyErr_SetString(classes.parse, e.what());
+    } catch (const DistError& e) {
+      PyErr_SetString(classes.dist, e.what());
     } catch (const Error& e) {
       PyErr_SetString(classes.error, e.what());
     }

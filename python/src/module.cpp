@@ -19,4 +19,5 @@ NB_MODULE(_loom, m) {
   loom::py::register_transforms(m);
   loom::py::register_tracing(m);
   loom::py::register_io(m);
+  loom::py::register_dist(m);
 }

@@ -1,0 +1,191 @@
+"""loom.distributed: training across ranks (processes, over Gloo's TCP transport).
+
+    import loom.distributed as dist       # python -m loom.launch -n 2 train.py
+    dist.init()                           # LOOM_RANK, LOOM_WORLD_SIZE, LOOM_STORE
+    g = dist.all_reduce(t, op="mean")     # a lazy graph op, run when the graph runs
+
+Collectives are graph ops: they run when their graph runs (sync, item(), a compiled step),
+on every rank. Every rank must run the same graphs: before a graph that holds collectives
+runs, the ranks compare its fingerprint and raise a `loom.DistError` on every rank, naming
+the ranks and the first differing op, instead of hanging (ranks that traced different
+shapes; a rank that reads a collective's result that the others never evaluate). A dead
+rank makes the others raise within the timeout (LOOM_DIST_TIMEOUT seconds, default 60).
+After a DistError the communicator is broken: end the program.
+
+Gradients: the objective is the sum of the ranks' objectives (all_reduce's adjoint is the
+all_reduce of the adjoints; all_gather and reduce_scatter are each other's adjoints), unless
+`replicated=True` says that every rank computes the same objective from the result (tensor
+parallel), when the adjoint is the rank's own share.
+"""
+from . import _loom
+from ._loom import Tensor
+from .nn.module import Module
+
+__all__ = ["init", "finalize", "is_initialized", "rank", "world_size", "barrier", "all_reduce",
+           "all_gather", "reduce_scatter", "broadcast", "grad_all_reduce", "shard",
+           "DataParallel"]
+
+
+def _check(fn, t):
+    if not isinstance(t, Tensor):
+        raise TypeError(f"{fn}(): argument 'tensor' must be a loom.Tensor, got "
+                        f"{type(t).__name__}")
+
+
+def _int_arg(fn, name, v):
+    if not isinstance(v, int) or isinstance(v, bool):
+        raise TypeError(f"{fn}(): argument '{name}' must be an int, got {type(v).__name__}")
+    return v
+
+
+def init(rank=None, world_size=None, store=None, address=None, timeout=None):
+    """Connects this process to the other ranks and makes the connection the process's
+    communicator. Unset arguments come from the environment that `python -m loom.launch`
+    sets: LOOM_RANK, LOOM_WORLD_SIZE, LOOM_STORE (a directory every rank sees: the
+    rendezvous), LOOM_DIST_ADDR (the address Gloo binds; default 127.0.0.1) and
+    LOOM_DIST_TIMEOUT (seconds). A world of one needs no store."""
+    for name, v in (("rank", rank), ("world_size", world_size)):
+        if v is not None:
+            _int_arg("init", name, v)
+    for name, v in (("store", store), ("address", address)):
+        if v is not None and not isinstance(v, str):
+            raise TypeError(f"init(): argument '{name}' must be a str, got {type(v).__name__}")
+    _loom._dist_init(rank, world_size, None if store is None else str(store), address,
+                     None if timeout is None else float(timeout))
+
+
+def finalize():
+    """Drops the process's communicator (its connections close)."""
+    _loom._dist_finalize()
+
+
+def is_initialized():
+    """Whether a communicator is set (init() was called)."""
+    return _loom._dist_initialized()
+
+
+def rank():
+    """This process's rank (0 without a communicator)."""
+    return _loom._dist_rank()
+
+
+def world_size():
+    """The number of ranks (1 without a communicator)."""
+    return _loom._dist_world_size()
+
+
+def barrier():
+    """Waits for every rank; like a graph run, it checks that the ranks reach it together."""
+    _loom._dist_barrier()
+
+
+def all_reduce(tensor, op="sum", replicated=False):
+    """The elementwise reduction ("sum", "mean", "max" or "min") of every rank's tensor.
+    Unlike torch.distributed.all_reduce it returns the result (a lazy tensor) and leaves
+    `tensor` as it is."""
+    _check("all_reduce", tensor)
+    return _loom._all_reduce(tensor, op, bool(replicated))
+
+
+def all_gather(tensor, dim=0, replicated=False):
+    """Every rank's tensor, concatenated along `dim` in rank order."""
+    _check("all_gather", tensor)
+    return _loom._all_gather(tensor, _int_arg("all_gather", "dim", dim), bool(replicated))
+
+
+def reduce_scatter(tensor, dim=0, op="sum"):
+    """`tensor` split into world_size() blocks along `dim`; rank r gets the reduction ("sum"
+    or "mean") of block r over the ranks."""
+    _check("reduce_scatter", tensor)
+    return _loom._reduce_scatter(tensor, _int_arg("reduce_scatter", "dim", dim), op)
+
+
+def broadcast(tensor, root=0):
+    """Rank `root`'s tensor, on every rank (no gradient). Returns the result."""
+    _check("broadcast", tensor)
+    return _loom._broadcast(tensor, _int_arg("broadcast", "root", root))
+
+
+def grad_all_reduce(tensor):
+    """`tensor` unchanged, whose gradient is summed over the ranks (Megatron's f)."""
+    _check("grad_all_reduce", tensor)
+    return _loom._grad_all_reduce(tensor)
+
+
+def shard(n, rank=None, world_size=None):
+    """This rank's part of n items as (begin, end): n // world_size items each, the
+    remainder dropped, so that every rank traces the same shapes."""
+    _int_arg("shard", "n", n)
+    if (rank is None) != (world_size is None):
+        raise ValueError("shard(): give both rank and world_size, or neither")
+    if rank is None:
+        rank, world_size = _loom._dist_rank(), _loom._dist_world_size()
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise ValueError(f"shard(): rank {rank} is not in a world of {world_size}")
+    per = n // world_size
+    return rank * per, (rank + 1) * per
+
+
+class DataParallel(Module):
+    """Data parallel training: every rank holds the whole model and a shard of each batch;
+    the gradients are averaged over the ranks inside the step's graph, so forward, backward,
+    the all_reduces and the optimizer are one graph, compiled once.
+
+        model = dist.DataParallel(Model())     # rank 0's parameters and buffers, everywhere
+
+        @loom.compile(trace_once=True)
+        def step(x, y):
+            loss = F.mse_loss(model(x), y)     # the mean over this rank's shard
+            loss.backward()
+            model.average_gradients()          # every grad: its mean over the ranks
+            opt.step(); opt.zero_grad()
+            return loss
+
+    The gradients travel in buckets of `bucket_mib` MiB (one all_reduce each). The wrapped
+    module is `.module` (its state_dict keys gain the "module." prefix, as torch's DDP)."""
+
+    def __init__(self, module, bucket_mib=4.0):
+        super().__init__()
+        if not isinstance(module, Module):
+            raise TypeError(f"DataParallel(): argument 'module' must be a loom.nn.Module, got "
+                            f"{type(module).__name__}")
+        if not bucket_mib > 0:
+            raise ValueError(f"DataParallel(): bucket_mib must be positive, got {bucket_mib}")
+        self.module = module
+        self.bucket_mib = float(bucket_mib)
+        with _loom.no_grad():
+            state = list(module.parameters()) + list(module.buffers())
+            for t in state:
+                t.copy_(_loom._broadcast(t, 0))
+        _loom.sync()
+
+    def forward(self, *args, **kwargs):
+        return self.module(*args, **kwargs)
+
+    def average_gradients(self):
+        """Replaces every parameter's grad by its mean over the ranks (lazily: one all_reduce
+        per bucket of grads of one dtype, in the current graph). A parameter without a grad
+        on this rank must have none on every rank (the graphs would differ)."""
+        limit = self.bucket_mib * (1 << 20)
+        buckets, open_bucket = [], {}  # open_bucket: dtype -> [grads, bytes] being filled
+        for p in self.module.parameters():
+            g = p.grad
+            if g is None:
+                continue
+            nbytes = g.numel() * g.dtype.itemsize
+            b = open_bucket.get(g.dtype)
+            if b is None or (b[1] and b[1] + nbytes > limit):
+                b = open_bucket[g.dtype] = [[], 0]
+                buckets.append(b)
+            b[0].append(g)
+            b[1] += nbytes
+        with _loom.no_grad():
+            for grads, _ in buckets:
+                flat = grads[0].reshape(-1) if len(grads) == 1 else \
+                    _loom.cat([g.reshape(-1) for g in grads], 0)
+                mean = _loom._all_reduce(flat, "mean", False)
+                at = 0
+                for g in grads:
+                    n = g.numel()
+                    g.copy_(mean[at:at + n].reshape(*g.shape))
+                    at += n
