@@ -19,4 +19,8 @@ done
 echo
 .venv/bin/python examples/python/seed_table.py
 echo
+# The seed decoder trained data-parallel on 2 ranks (Gloo over 127.0.0.1).
+echo "== examples/python/data_parallel.py on 2 ranks"
+.venv/bin/python -m loom.launch -n 2 examples/python/data_parallel.py
+echo
 build/bench/loom-bench all

@@ -3,6 +3,7 @@
 #include "loom/trace/compile.h"
 
 #include <mutex>
+#include <unordered_map>
 
 #include "loom/runtime/diagnostics.h"
 #include "loom/runtime/sync.h"
@@ -43,6 +44,7 @@ class StepCache {
     size_t arg = SIZE_MAX;
     Tensor source;
     TensorType type;
+    size_t output = 0;  // else: its output of the executable
   };
   struct Entry {
     CallSignature sig;
@@ -50,6 +52,7 @@ class StepCache {
     std::vector<Input> inputs;
     std::vector<Result> results;
     std::vector<std::shared_ptr<TensorImpl>> updated;
+    std::vector<size_t> updated_output;  // each updated tensor's output of the executable
     std::shared_ptr<const void> like;
   };
   CompileOptions opts;
@@ -101,16 +104,15 @@ std::vector<Tensor> replay(TraceContext& ctx, const StepCache::Entry& e,
   }
   std::vector<Buffer> out = runtime::run_executable(*e.exe, inputs, donated);
   std::vector<Tensor> results;
-  size_t k = 0;
   for (const StepCache::Result& r : e.results) {
     if (r.passthrough)
       results.push_back(r.arg != SIZE_MAX ? leaves[r.arg] : r.source);
     else
-      results.push_back(from_buffer(out[k++], r.type));
+      results.push_back(from_buffer(out[r.output], r.type));
   }
-  for (auto& u : e.updated) {
-    u->buffer = out[k++];
-    u->data_epoch = 0;
+  for (size_t i = 0; i < e.updated.size(); ++i) {
+    e.updated[i]->buffer = out[e.updated_output[i]];
+    e.updated[i]->data_epoch = 0;
   }
   return results;
 }
@@ -122,11 +124,14 @@ void record(TraceContext& ctx, StepCache& c, CallSignature sig, const std::vecto
             std::shared_ptr<const void> like) {
   StepCache::Entry e;
   std::vector<TensorImpl*> impls;
-  for (const Tensor& t : out) {
+  std::vector<TensorImpl*> result_impls(out.size(), nullptr);
+  for (size_t i = 0; i < out.size(); ++i) {
+    const Tensor& t = out[i];
     StepCache::Result r;
     r.type = TensorType{t.dtype(), t.shape()};
     if (t.is_pending() && t.impl()->scope == 0) {
       impls.push_back(t.impl());
+      result_impls[i] = t.impl();
     } else {
       r.passthrough = true;
       for (size_t a = 0; a < leaves.size(); ++a)
@@ -143,6 +148,20 @@ void record(TraceContext& ctx, StepCache& c, CallSignature sig, const std::vecto
       impls.push_back(u.get());
     }
   }
+  // The graph's outputs in the order of the context's pending list: the sync that ends this
+  // first call then cuts the same graph when nothing else is pending, and hits its compile.
+  std::unordered_map<const TensorImpl*, size_t> output_of;
+  for (TensorImpl* p : impls) output_of.emplace(p, 0);
+  impls.clear();
+  for (TensorImpl* p : ctx.pending_impls())
+    if (auto it = output_of.find(p); it != output_of.end()) {
+      it->second = impls.size();
+      impls.push_back(p);
+    }
+  LOOM_ASSERT(impls.size() == output_of.size());  // every pending tensor is on the list
+  for (size_t i = 0; i < out.size(); ++i)
+    if (result_impls[i]) e.results[i].output = output_of.at(result_impls[i]);
+  for (const auto& u : e.updated) e.updated_output.push_back(output_of.at(u.get()));
   std::vector<uint32_t> slot_ids;
   ir::Graph g = ctx.cut(impls, &slot_ids);
   std::vector<Buffer> bound = ctx.bind_slots(slot_ids);
