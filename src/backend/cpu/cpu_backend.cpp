@@ -32,6 +32,12 @@ class CpuExecutable final : public Executable {
       for (const auto& k : plan.kernels)
         std::fprintf(stderr, "[loom]   %s outer%s chunk %lld, %zu stages\n", k.name.c_str(),
                      k.outer.str().c_str(), static_cast<long long>(k.chunk), k.stages.size());
+      const std::string products = cpu::describe_products(prog_.graph, plan);
+      for (size_t at = 0; at < products.size();) {  // one "[loom]   matmul ..." line each
+        size_t end = products.find('\n', at);
+        std::fprintf(stderr, "[loom]   %.*s\n", static_cast<int>(end - at), products.data() + at);
+        at = end + 1;
+      }
     }
     first_use_.assign(plan.steps.size(), {});
     std::vector<bool> seen(plan.bufs.size(), false);
