@@ -349,22 +349,41 @@ TEST_F(CpuOnednn, BackwardProductsMatchTheReference) {
 
 // ---- the library per shape --------------------------------------------------------------
 
-TEST(CpuOnednnTable, LibraryPerShapeClass) {
-  using loom::cpu::choose_library;
-  const auto f32 = loom::DType::Float32;
+TEST(CpuOnednnTable, LibraryPerShapeClassOnAvx2) {
+  auto table = [](int64_t m, int64_t n, int64_t k, bool a_trans, bool epilogue) {
+    return loom::cpu::library_table(false, loom::DType::Float32, m, n, k, 1, a_trans, epilogue);
+  };
   // Tiny output width (an MLP's last layer): OpenBLAS.
-  EXPECT_EQ(choose_library(f32, 64, 10, 256, 1, false, false), Library::OpenBlas);
+  EXPECT_EQ(table(64, 10, 256, false, false), Library::OpenBlas);
   // MLP hidden layers, forward and backward: oneDNN.
-  EXPECT_EQ(choose_library(f32, 64, 256, 784, 1, false, false), Library::Onednn);
-  EXPECT_EQ(choose_library(f32, 784, 256, 64, 1, true, false), Library::Onednn);
+  EXPECT_EQ(table(64, 256, 784, false, false), Library::Onednn);
+  EXPECT_EQ(table(784, 256, 64, true, false), Library::Onednn);
   // A weight gradient with a long k (dY^T X over 2048 rows): OpenBLAS.
-  EXPECT_EQ(choose_library(f32, 512, 512, 2048, 1, true, false), Library::OpenBlas);
+  EXPECT_EQ(table(512, 512, 2048, true, false), Library::OpenBlas);
   // The decoder's [2048,512]x[512,512]: a tie without an epilogue, oneDNN with one.
-  EXPECT_EQ(choose_library(f32, 2048, 512, 512, 1, false, false), Library::OpenBlas);
-  EXPECT_EQ(choose_library(f32, 2048, 512, 512, 1, false, true), Library::Onednn);
-  // oneDNN 2.6 has no f64 matmul; k = 0 is a memset.
-  EXPECT_EQ(choose_library(loom::DType::Float64, 64, 256, 784, 1, false, false), Library::OpenBlas);
-  EXPECT_EQ(choose_library(f32, 64, 256, 0, 1, false, false), Library::OpenBlas);
+  EXPECT_EQ(table(2048, 512, 512, false, false), Library::OpenBlas);
+  EXPECT_EQ(table(2048, 512, 512, false, true), Library::Onednn);
+}
+
+TEST(CpuOnednnTable, LibraryPerShapeClassOnAvx512) {
+  auto table = [](int64_t m, int64_t n, int64_t k, bool a_trans) {
+    return loom::cpu::library_table(true, loom::DType::Float32, m, n, k, 1, a_trans, false);
+  };
+  EXPECT_EQ(table(64, 10, 256, false), Library::OpenBlas);
+  EXPECT_EQ(table(64, 256, 784, false), Library::Onednn);
+  EXPECT_EQ(table(512, 512, 2048, true), Library::Onednn);
+  EXPECT_EQ(table(2048, 512, 512, false), Library::Onednn);
+}
+
+TEST(CpuOnednnTable, OtherDTypesAndEmptyKStayOnOpenBlas) {
+  // oneDNN 2.6 has no f64 matmul; k = 0 is a memset. Forcing oneDNN does not change either.
+  ForcedLibrary forced(Library::Onednn);
+  EXPECT_EQ(loom::cpu::choose_library(loom::DType::Float64, 64, 256, 784, 1, false, false),
+            Library::OpenBlas);
+  EXPECT_EQ(loom::cpu::choose_library(loom::DType::Float32, 64, 256, 0, 1, false, false),
+            Library::OpenBlas);
+  EXPECT_EQ(loom::cpu::choose_library(loom::DType::Float32, 64, 10, 256, 1, false, false),
+            Library::Onednn);
 }
 
 TEST(CpuOnednnTable, ChoiceIsInTheDebugLog) {

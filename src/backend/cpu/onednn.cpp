@@ -280,6 +280,19 @@ void run_task(const OnednnProduct& p, const Task& t, void* const* ptr) {
 
 }  // namespace
 
+bool onednn_avx512() {
+  static const bool on = [] {
+    switch (dnnl::get_effective_cpu_isa()) {
+      case dnnl::cpu_isa::avx512_core:
+      case dnnl::cpu_isa::avx512_core_vnni:
+      case dnnl::cpu_isa::avx512_core_bf16:
+      case dnnl::cpu_isa::avx512_core_amx: return true;
+      default: return false;
+    }
+  }();
+  return on;
+}
+
 bool onednn_fused(const OnednnProduct& prod) {
   return std::all_of(prod.parts.begin(), prod.parts.end(), [](const auto& p) { return p->fused; });
 }

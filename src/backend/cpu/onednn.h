@@ -23,6 +23,8 @@ std::shared_ptr<const OnednnProduct> make_onednn_product(const ir::Graph& g, con
                                                          const Step& st);
 // Runs it on the plan's buffer table.
 void run_onednn(const OnednnProduct& prod, void* const* ptr);
+// Whether oneDNN runs its AVX-512 kernels here (brgemm: the table of choose_library differs).
+bool onednn_avx512();
 // Whether `prod` runs its post-ops inside oneDNN (false: oneDNN refused them and a plain loop
 // applies them after the product; tests check this).
 bool onednn_fused(const OnednnProduct& prod);

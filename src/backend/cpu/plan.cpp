@@ -11,6 +11,7 @@
 #include <set>
 #include <span>
 
+#include "backend/cpu/onednn.h"
 #include "loom/core/error.h"
 
 namespace loom::cpu {
@@ -282,20 +283,29 @@ void force_library(std::optional<Library> l) {
   forced_library().store(!l ? 0 : *l == Library::OpenBlas ? 1 : 2);
 }
 
-// Probes on this machine (AMD EPYC, AVX2: oneDNN 2.6 runs gemm:jit), one thread per part,
-// min of 15 interleaved runs: oneDNN / OpenBLAS throughput 1.04-1.45 on mid-size and
-// small-K products, 0.84-0.96 below 16 columns, 0.67-0.69 with A transposed and k >= 512,
-// 0.90-1.02 at 2^27 multiply-adds and up (docs/architecture.md, "Products").
+// Measured per CPU class (docs/architecture.md, "Products: OpenBLAS or oneDNN"). AVX2 (AMD
+// EPYC, oneDNN 2.6's gemm:jit), one thread per part, min of 15 interleaved runs: oneDNN /
+// OpenBLAS 1.04-1.45 on mid-size and small-k products, 0.84-0.96 below 16 columns,
+// 0.67-0.69 with A transposed and k >= 512, 0.90-1.02 from 2^27 multiply-adds. AVX-512
+// (brg:avx512_core; shared/reference/peers_setup.md): 1.05 at [2048,512]x[512,512], 1.4-2.5
+// on weight-gradient and MLP shapes, 0.86 at [64,256]x[256,10].
+Library library_table(bool avx512, DType dt, int64_t m, int64_t n, int64_t k, int64_t batches,
+                      bool a_trans, bool epilogue) {
+  if (dt != DType::Float32 || k == 0) return Library::OpenBlas;
+  if (n < 16) return Library::OpenBlas;
+  if (avx512) return Library::Onednn;
+  if (a_trans && k >= 512) return Library::OpenBlas;
+  const int64_t work = batches * m * n * k;
+  if (work >= (int64_t{1} << 27)) return epilogue ? Library::Onednn : Library::OpenBlas;
+  return Library::Onednn;
+}
+
 Library choose_library(DType dt, int64_t m, int64_t n, int64_t k, int64_t batches, bool a_trans,
                        bool epilogue) {
   if (dt != DType::Float32 || k == 0) return Library::OpenBlas;
   if (int f = forced_library().load(std::memory_order_relaxed); f != 0)
     return f == 2 ? Library::Onednn : Library::OpenBlas;
-  if (n < 16) return Library::OpenBlas;
-  if (a_trans && k >= 512) return Library::OpenBlas;
-  const int64_t work = batches * m * n * k;
-  if (work >= (int64_t{1} << 27)) return epilogue ? Library::Onednn : Library::OpenBlas;
-  return Library::Onednn;
+  return library_table(onednn_avx512(), dt, m, n, k, batches, a_trans, epilogue);
 }
 
 std::string describe_products(const ir::Graph& g, const Plan& plan) {

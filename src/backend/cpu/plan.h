@@ -104,8 +104,12 @@ enum class Library { OpenBlas, Onednn };
 const char* library_name(Library l);
 // m, n, k of one product, `batches` of them; a_trans: A read transposed (a weight gradient's
 // dY^T); `epilogue`: elementwise consumers could be folded in as post-ops.
+// The table of this CPU (onednn_avx512()), after LOOM_MATMUL / force_library.
 Library choose_library(DType dt, int64_t m, int64_t n, int64_t k, int64_t batches, bool a_trans,
                        bool epilogue);
+// The table itself, for CPUs where oneDNN runs AVX-512 kernels (avx512) or AVX2 ones.
+Library library_table(bool avx512, DType dt, int64_t m, int64_t n, int64_t k, int64_t batches,
+                      bool a_trans, bool epilogue);
 // For tests and probes: every float32 product on one library (std::nullopt: the table).
 // Also set by LOOM_MATMUL=openblas|onednn, read once. Plans made after the call see it.
 void force_library(std::optional<Library> l);
