@@ -7,9 +7,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <functional>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "backend/cpu/onednn.h"
@@ -345,6 +347,35 @@ TEST_F(CpuOnednn, BackwardProductsMatchTheReference) {
         return Outs{loss, x.grad(), w.grad(), b.grad()};
       },
       1e-4);
+}
+
+// Threads of this process (Linux: one entry per thread under /proc/self/task).
+int process_threads() {
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/task")) n += e.exists();
+  return n;
+}
+
+TEST_F(CpuOnednn, StartsNoOpenMpThreads) {
+  // oneDNN's calls run one per pool thread, single-threaded: its OpenMP team (one thread per
+  // core) is never started, neither when a primitive is created nor when it runs. A fresh
+  // thread compiles and runs the product: its OpenMP settings are the process defaults.
+  ForcedLibrary forced(Library::Onednn);
+  {
+    ForcedLibrary warm(Library::OpenBlas);  // the pool and the JIT started
+    loom::matmul(data({8, 8}, 1), data({8, 8}, 2)).to_vector<double>();
+  }
+  loom::cpu::force_library(Library::Onednn);
+  int before = 0, during = 0;
+  std::thread t([&] {
+    before = process_threads();
+    // A fresh shape (a new primitive) split in row parts across the pool, with a post-op.
+    Tensor y = loom::tanh(loom::matmul(data({256, 96}, 3), data({96, 136}, 4)));
+    y.to_vector<double>();
+    during = process_threads();
+  });
+  t.join();
+  EXPECT_EQ(during, before);
 }
 
 // ---- the library per shape --------------------------------------------------------------

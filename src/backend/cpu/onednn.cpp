@@ -99,10 +99,21 @@ dnnl::algorithm binary_alg(PostOp::Kind k) {
   }
 }
 
+// Each thread that creates or runs a primitive runs it alone: oneDNN sizes a primitive's
+// parallel loops when it is created (brgemm) and would otherwise start an OpenMP team of
+// every core beside loom's pool. (This sets the calling thread's OpenMP thread count.)
+void ensure_one_omp_thread() {
+  thread_local bool done = false;
+  if (done) return;
+  omp_set_num_threads(1);
+  done = true;
+}
+
 std::shared_ptr<const Part> build_part(int64_t rows, int64_t cols, int64_t k, const Operand& a,
                                        const Operand& b, int64_t ldc,
                                        const std::vector<PostOp>& post,
                                        const std::vector<Operand>& bin) {
+  ensure_one_omp_thread();
   auto part = std::make_shared<Part>();
   part->a = matrix_md(rows, k, a.sr, a.sc);
   part->b = matrix_md(k, cols, b.sr, b.sc);
@@ -225,13 +236,6 @@ float apply_binary(PostOp::Kind k, float x, float y) {
     case PostOp::Max: return std::max(x, y);
     default: return std::min(x, y);
   }
-}
-
-void ensure_one_omp_thread() {
-  thread_local bool done = false;
-  if (done) return;
-  omp_set_num_threads(1);
-  done = true;
 }
 
 void run_task(const OnednnProduct& p, const Task& t, void* const* ptr) {
