@@ -86,11 +86,18 @@ void expect_close(const std::vector<std::vector<double>>& got,
   }
 }
 
-// The libraries of the program's MatMul steps, in order.
+// The libraries of the program's MatMul steps, in order, those of loop bodies included.
+void collect_libraries(const loom::cpu::Program& p, std::vector<Library>* r) {
+  for (size_t si = 0; si < p.plan.steps.size(); ++si) {
+    const loom::cpu::Step& st = p.plan.steps[si];
+    if (st.kind == loom::cpu::Step::MatMul) r->push_back(st.lib);
+    if (st.kind == loom::cpu::Step::Loop)
+      for (const loom::cpu::Program& region : p.loops[si]->regions) collect_libraries(region, r);
+  }
+}
 std::vector<Library> libraries(const loom::cpu::Program& p) {
   std::vector<Library> r;
-  for (const loom::cpu::Step& st : p.plan.steps)
-    if (st.kind == loom::cpu::Step::MatMul) r.push_back(st.lib);
+  collect_libraries(p, &r);
   return r;
 }
 
@@ -345,6 +352,27 @@ TEST_F(CpuOnednn, BackwardProductsMatchTheReference) {
                                 data({48, 40}, 4));
         loss.backward();
         return Outs{loss, x.grad(), w.grad(), b.grad()};
+      },
+      1e-4);
+}
+
+TEST_F(CpuOnednn, ProductsInAScanBodyAndTheirGradients) {
+  // Region plans (a scan over stacked layers, as scan_layers runs): the body's product with
+  // bias, gelu and residual as post-ops, and the reverse scan of the backward.
+  expect_onednn_matches_ref(
+      [] {
+        Tensor w = data({3, 24, 24}, 1).requires_grad_(), b = data({3, 24}, 2).requires_grad_();
+        Tensor x = data({2, 8, 24}, 3);
+        auto [h, ys] = loom::scan(
+            [](const Tensor& h, const std::pair<Tensor, Tensor>& wb) {
+              Tensor y =
+                  loom::gelu(loom::matmul(h, loom::transpose(wb.first, 0, 1)) + wb.second) + h;
+              return std::pair{y, loom::sum(y)};
+            },
+            x, std::pair{w, b});
+        Tensor loss = loom::sum(h * data({2, 8, 24}, 4)) + loom::sum(ys);
+        loss.backward();
+        return Outs{loss, h, w.grad(), b.grad()};
       },
       1e-4);
 }
