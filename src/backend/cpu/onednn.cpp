@@ -3,9 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <dnnl.hpp>
-#include <map>
 #include <mutex>
 #include <string>
 #include <unordered_map>

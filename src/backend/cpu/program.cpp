@@ -219,7 +219,9 @@ struct GemmJob {
 
 void run_matmul(const Program& p, const Step& st, void* const* ptr) {
   if (st.lib == Library::Onednn) {
-    run_onednn(*p.onednn[static_cast<size_t>(&st - p.plan.steps.data())], ptr);
+    const size_t si = static_cast<size_t>(&st - p.plan.steps.data());
+    LOOM_ASSERT(si < p.onednn.size() && p.onednn[si]);
+    run_onednn(*p.onednn[si], ptr);
     return;
   }
   const ir::NodeId id = st.node;
