@@ -23,6 +23,10 @@
 #include "loom/runtime/engine.h"
 #include "loom/trace/interop.h"
 
+// libgomp's (linked with oneDNN).
+extern "C" void omp_set_num_threads(int);
+extern "C" int omp_get_max_threads();
+
 namespace {
 
 using loom::Shape;
@@ -404,6 +408,21 @@ TEST_F(CpuOnednn, StartsNoOpenMpThreads) {
   });
   t.join();
   EXPECT_EQ(during, before);
+}
+
+TEST_F(CpuOnednn, KeepsTheCallersOpenMpSetting) {
+  // The caller's thread count for its own OpenMP code (PyTorch's, say) survives the calls
+  // that compile and run oneDNN products on that thread.
+  ForcedLibrary forced(Library::Onednn);
+  int after = 0;
+  std::thread t([&] {
+    omp_set_num_threads(3);
+    Tensor y = loom::matmul(data({200, 72}, 5), data({72, 88}, 6)) + data({88}, 7);
+    y.to_vector<double>();
+    after = omp_get_max_threads();
+  });
+  t.join();
+  EXPECT_EQ(after, 3);
 }
 
 // ---- the library per shape --------------------------------------------------------------

@@ -14,6 +14,7 @@
 
 // libgomp's (oneDNN runs on it): each thread that calls oneDNN runs its call alone.
 extern "C" void omp_set_num_threads(int);
+extern "C" int omp_get_max_threads();
 
 namespace loom::cpu {
 
@@ -99,19 +100,28 @@ dnnl::algorithm binary_alg(PostOp::Kind k) {
 
 // Each thread that creates or runs a primitive runs it alone: oneDNN sizes a primitive's
 // parallel loops when it is created (brgemm) and would otherwise start an OpenMP team of
-// every core beside loom's pool. (This sets the calling thread's OpenMP thread count.)
-void ensure_one_omp_thread() {
-  thread_local bool done = false;
-  if (done) return;
-  omp_set_num_threads(1);
-  done = true;
-}
+// every core beside loom's pool. The thread's own OpenMP setting comes back afterwards (a
+// caller's thread may run OpenMP code of its own, PyTorch's for one).
+class OneOmpThread {
+ public:
+  OneOmpThread() : saved_(omp_get_max_threads()) {
+    if (saved_ != 1) omp_set_num_threads(1);
+  }
+  ~OneOmpThread() {
+    if (saved_ != 1) omp_set_num_threads(saved_);
+  }
+  OneOmpThread(const OneOmpThread&) = delete;
+  OneOmpThread& operator=(const OneOmpThread&) = delete;
+
+ private:
+  int saved_;
+};
 
 std::shared_ptr<const Part> build_part(int64_t rows, int64_t cols, int64_t k, const Operand& a,
                                        const Operand& b, int64_t ldc,
                                        const std::vector<PostOp>& post,
                                        const std::vector<Operand>& bin) {
-  ensure_one_omp_thread();
+  OneOmpThread one;
   auto part = std::make_shared<Part>();
   part->a = matrix_md(rows, k, a.sr, a.sc);
   part->b = matrix_md(k, cols, b.sr, b.sc);
@@ -238,7 +248,7 @@ float apply_binary(PostOp::Kind k, float x, float y) {
 
 void run_task(const OnednnProduct& p, const Task& t, void* const* ptr) {
   if (t.rows == 0 || t.cols == 0) return;
-  ensure_one_omp_thread();
+  OneOmpThread one;
   const Part& part = *p.parts[t.part];
   dnnl::engine& eng = engine();
   thread_local dnnl::stream stream(engine());
