@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <functional>
 #include <optional>
@@ -475,6 +476,32 @@ TEST(CpuOnednnTable, ChoiceIsInTheDebugLog) {
       << log;
   EXPECT_NE(log.find("f32[64,256] x f32[256,10] on openblas"), std::string::npos) << log;
   loom::sync();
+}
+
+// Run by CpuOnednnTable.ChoiceIsInTheDebugLogOfAProcess in a child process under LOOM_DEBUG=2:
+// an MLP's two products, one per library.
+TEST(CpuOnednnDebugChild, DISABLED_Run) {
+  loom::runtime::set_backend("cpu");
+  Tensor x = data({64, 256}, 1), w1 = data({256, 256}, 2), w2 = data({256, 10}, 3);
+  Tensor h = loom::relu(loom::matmul(x, w1) + data({256}, 4));
+  loom::matmul(h, w2).to_vector<double>();
+}
+
+TEST(CpuOnednnTable, ChoiceIsInTheDebugLogOfAProcess) {
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+  const std::string cmd = "env -u LOOM_MATMUL LOOM_DEBUG=2 '" + self +
+                          "' --gtest_also_run_disabled_tests "
+                          "--gtest_filter=CpuOnednnDebugChild.DISABLED_Run 2>&1";
+  std::string log;
+  FILE* f = popen(cmd.c_str(), "r");
+  ASSERT_NE(f, nullptr);
+  char buf[4096];
+  for (size_t n; (n = fread(buf, 1, sizeof buf, f)) > 0;) log.append(buf, n);
+  ASSERT_EQ(pclose(f), 0) << log;
+  EXPECT_NE(log.find("[loom]   matmul %"), std::string::npos) << log;
+  EXPECT_NE(log.find("f32[64,256] x f32[256,256] on onednn post-ops add relu"), std::string::npos)
+      << log;
+  EXPECT_NE(log.find("f32[64,256] x f32[256,10] on openblas"), std::string::npos) << log;
 }
 
 }  // namespace
