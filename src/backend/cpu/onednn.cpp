@@ -36,6 +36,7 @@ struct Part {
   std::vector<int> bin_index;  // post-op position of each binary operand
   size_t scratch = 0;
   md scratch_md;
+  std::string impl;   // oneDNN's implementation ("gemm:jit", "brg:avx512_core", "ref:any")
   bool fused = true;  // false: the post-ops are applied by a loop after the product
 };
 
@@ -147,14 +148,25 @@ std::shared_ptr<const Part> build_part(int64_t rows, int64_t cols, int64_t k, co
     if (with_post) attr.set_post_ops(ops);
     dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(part->a, part->b, part->c), attr, engine());
     part->scratch_md = pd.scratchpad_desc();
+    part->impl = pd.impl_info_str();
     part->scratch = part->scratch_md.get_size();
     part->prim = dnnl::matmul(pd);
   };
+  auto refused = [&](const dnnl::error& e) {
+    return CompileError(detail::str_cat("[matmul] oneDNN refused the f32 product [", rows, ",", k,
+                                        "]x[", k, ",", cols, "] (A strides ", a.sr, ",", a.sc,
+                                        "; B strides ", b.sr, ",", b.sc, "): ", e.what(),
+                                        "; LOOM_MATMUL=openblas runs products on OpenBLAS"));
+  };
   try {
     make(!post.empty());
-  } catch (const dnnl::error&) {
-    if (post.empty()) throw;
-    make(false);  // oneDNN refused the post-ops here: run them as a loop after the product
+  } catch (const dnnl::error& e) {
+    if (post.empty()) throw refused(e);
+    try {
+      make(false);  // oneDNN refused the post-ops here: run them as a loop after the product
+    } catch (const dnnl::error& e2) {
+      throw refused(e2);
+    }
     part->fused = false;
   }
   return part;
@@ -303,6 +315,15 @@ bool onednn_avx512() {
     }
   }();
   return on;
+}
+
+std::string onednn_describe(const OnednnProduct& prod) {
+  std::string impls;
+  for (const auto& part : prod.parts)
+    if (impls.find(part->impl) == std::string::npos)
+      impls += (impls.empty() ? "" : ",") + part->impl;
+  return detail::str_cat(impls.empty() ? "nothing to compute" : impls, ", ", prod.tasks.size(),
+                         " parts", onednn_fused(prod) ? "" : ", post-ops in a loop");
 }
 
 bool onednn_fused(const OnednnProduct& prod) {

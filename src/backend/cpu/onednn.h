@@ -10,6 +10,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "backend/cpu/plan.h"
 
@@ -28,5 +29,7 @@ bool onednn_avx512();
 // Whether `prod` runs its post-ops inside oneDNN (false: oneDNN refused them and a plain loop
 // applies them after the product; tests check this).
 bool onednn_fused(const OnednnProduct& prod);
+// "gemm:jit, 2 parts" (and ", post-ops in a loop" when not fused): for LOOM_DEBUG=2.
+std::string onednn_describe(const OnednnProduct& prod);
 
 }  // namespace loom::cpu
