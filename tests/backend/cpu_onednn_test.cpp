@@ -224,6 +224,8 @@ std::vector<EpilogueCase> epilogue_cases() {
            [](const Tensor& y) { return loom::gelu(y + bias()) + residual(); }},
           {"relu", {K::Add, K::Relu}, [](const Tensor& y) { return loom::relu(y + bias()); }},
           {"tanh", {K::Tanh}, [](const Tensor& y) { return loom::tanh(y); }},
+          // A negation that is the output itself (no sigmoid behind it): a linear -x.
+          {"bias, negated", {K::Add, K::Linear}, [](const Tensor& y) { return -(y + bias()); }},
           {"sigmoid", {K::Sigmoid}, [](const Tensor& y) { return loom::sigmoid(y); }},
           // Scalars from the caller are 0-d inputs: binary post-ops broadcast from [1,1].
           {"scale and shift", {K::Mul, K::Add}, [](const Tensor& y) { return y * 0.25f + 3.0f; }},

@@ -562,45 +562,78 @@ class Planner {
     return {users_.data() + user_start_[x], users_.data() + user_start_[x + 1]};
   }
 
+  // gelu (composite.cpp) on x, read by us = its two users: returns the end node (0: none).
+  NodeId match_gelu(NodeId x, std::span<const NodeId> us, const TensorType& t) const {
+    // mul(mul(x, 0.5), add(erf(mul(x, 1/sqrt(2))), 1))
+    for (int swap = 0; swap < 2; ++swap) {
+      NodeId h = us[swap], e = us[1 - swap];
+      const ir::Node &hn = g_.node(h), &en = g_.node(e);
+      if (hn.op != OpKind::Mul || en.op != OpKind::Mul || !same_type(h, t) || !same_type(e, t))
+        continue;
+      auto other = [&](const ir::Node& n) {
+        return n.operands[0].node == x ? n.operands[1].node : n.operands[0].node;
+      };
+      if (!is_const(other(hn), 0.5, 1e-12) || !is_const(other(en), M_SQRT1_2, 1e-7)) continue;
+      if (!private_value(h, 1) || !private_value(e, 1)) continue;
+      NodeId erf = users(e)[0];
+      if (g_.node(erf).op != OpKind::Erf || !private_value(erf, 1)) continue;
+      NodeId a = users(erf)[0];
+      const ir::Node& an = g_.node(a);
+      if (an.op != OpKind::Add || !private_value(a, 1) || !same_type(a, t)) continue;
+      if (!is_const(an.operands[0].node == erf ? an.operands[1].node : an.operands[0].node, 1, 0))
+        continue;
+      NodeId m = users(a)[0];
+      const ir::Node& mn = g_.node(m);
+      if (users(h)[0] != m || mn.op != OpKind::Mul || !same_type(m, t)) continue;
+      return m;
+    }
+    return 0;
+  }
+
+  // relu (composite.cpp) on x, read by its two users us: where(le(x, 0), 0, x).
+  NodeId match_relu(NodeId x, std::span<const NodeId> us, const TensorType& t) const {
+    for (int swap = 0; swap < 2; ++swap) {
+      NodeId l = us[swap], w = us[1 - swap];
+      const ir::Node &ln = g_.node(l), &wn = g_.node(w);
+      if (ln.op != OpKind::Le || wn.op != OpKind::Where || !same_type(w, t)) continue;
+      if (ln.operands[0].node != x || !is_const(ln.operands[1].node, 0, 0)) continue;
+      if (!private_value(l, 1) || wn.operands[0].node != l || wn.operands[2].node != x ||
+          !is_const(wn.operands[1].node, 0, 0))
+        continue;
+      return w;
+    }
+    return 0;
+  }
+
+  // sigmoid (composite.cpp) from its negation u of x: div(1, add(exp(neg(x)), 1)).
+  NodeId match_sigmoid(NodeId u, const TensorType& t) const {
+    if (!private_value(u, 1)) return 0;
+    NodeId e = users(u)[0];
+    if (g_.node(e).op != OpKind::Exp || !private_value(e, 1)) return 0;
+    NodeId a = users(e)[0];
+    const ir::Node& an = g_.node(a);
+    if (an.op != OpKind::Add || !private_value(a, 1) || !same_type(a, t) ||
+        !is_const(an.operands[0].node == e ? an.operands[1].node : an.operands[0].node, 1, 0))
+      return 0;
+    NodeId d = users(a)[0];
+    const ir::Node& dn = g_.node(d);
+    if (dn.op != OpKind::Div || dn.operands[1].node != a || !is_const(dn.operands[0].node, 1, 0) ||
+        !same_type(d, t))
+      return 0;
+    return d;
+  }
+
   // One consumer pattern at x: appends its post-op, returns the node it ends at (0: none).
   NodeId match_post_op(NodeId x, const TensorType& t, std::vector<PostOp>* post,
                        std::vector<NodeId>* binaries) const {
     if (is_out_[x] || stand_in_[x]) return 0;
     auto us = users(x);
     if (uses_[x] == 2 && us.size() == 2) {
-      // gelu (composite.cpp): mul(mul(x, 0.5), add(erf(mul(x, 1/sqrt(2))), 1))
-      for (int swap = 0; swap < 2; ++swap) {
-        NodeId h = us[swap], e = us[1 - swap];
-        const ir::Node &hn = g_.node(h), &en = g_.node(e);
-        if (hn.op != OpKind::Mul || en.op != OpKind::Mul || !same_type(h, t) || !same_type(e, t))
-          continue;
-        auto other = [&](const ir::Node& n) {
-          return n.operands[0].node == x ? n.operands[1].node : n.operands[0].node;
-        };
-        if (!is_const(other(hn), 0.5, 1e-12) || !is_const(other(en), M_SQRT1_2, 1e-7)) continue;
-        if (!private_value(h, 1) || !private_value(e, 1)) continue;
-        NodeId erf = users(e)[0];
-        if (g_.node(erf).op != OpKind::Erf || !private_value(erf, 1)) continue;
-        NodeId a = users(erf)[0];
-        const ir::Node& an = g_.node(a);
-        if (an.op != OpKind::Add || !private_value(a, 1) || !same_type(a, t)) continue;
-        if (!is_const(an.operands[0].node == erf ? an.operands[1].node : an.operands[0].node, 1, 0))
-          continue;
-        NodeId m = users(a)[0];
-        const ir::Node& mn = g_.node(m);
-        if (users(h)[0] != m || mn.op != OpKind::Mul || !same_type(m, t)) continue;
+      if (NodeId m = match_gelu(x, us, t)) {
         post->push_back(PostOp{PostOp::Gelu});
         return m;
       }
-      // relu (composite.cpp): where(le(x, 0), 0, x)
-      for (int swap = 0; swap < 2; ++swap) {
-        NodeId l = us[swap], w = us[1 - swap];
-        const ir::Node &ln = g_.node(l), &wn = g_.node(w);
-        if (ln.op != OpKind::Le || wn.op != OpKind::Where || !same_type(w, t)) continue;
-        if (ln.operands[0].node != x || !is_const(ln.operands[1].node, 0, 0)) continue;
-        if (!private_value(l, 1) || wn.operands[0].node != l || wn.operands[2].node != x ||
-            !is_const(wn.operands[1].node, 0, 0))
-          continue;
+      if (NodeId w = match_relu(x, us, t)) {
         post->push_back(PostOp{PostOp::Relu});
         return w;
       }
@@ -612,22 +645,13 @@ class Planner {
     if (!same_type(u, t)) return 0;
     switch (un.op) {
       case OpKind::Tanh: post->push_back(PostOp{PostOp::Tanh}); return u;
-      case OpKind::Neg: {  // sigmoid (composite.cpp): div(1, add(exp(neg(x)), 1))
-        NodeId e = users(u)[0];
-        if (!private_value(u, 1) || g_.node(e).op != OpKind::Exp || !private_value(e, 1)) return 0;
-        NodeId a = users(e)[0];
-        const ir::Node& an = g_.node(a);
-        if (an.op != OpKind::Add || !private_value(a, 1) || !same_type(a, t) ||
-            !is_const(an.operands[0].node == e ? an.operands[1].node : an.operands[0].node, 1, 0))
-          return 0;
-        NodeId d = users(a)[0];
-        const ir::Node& dn = g_.node(d);
-        if (dn.op != OpKind::Div || dn.operands[1].node != a ||
-            !is_const(dn.operands[0].node, 1, 0) || !same_type(d, t))
-          return 0;
-        post->push_back(PostOp{PostOp::Sigmoid});
-        return d;
-      }
+      case OpKind::Neg:
+        if (NodeId d = match_sigmoid(u, t)) {
+          post->push_back(PostOp{PostOp::Sigmoid});
+          return d;
+        }
+        post->push_back(PostOp{PostOp::Linear, -1, 0});  // -x
+        return u;
       case OpKind::Add:
       case OpKind::Sub:
       case OpKind::Mul:
