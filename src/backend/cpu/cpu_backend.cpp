@@ -7,6 +7,7 @@
 #include <cstdio>
 
 #include "backend/cpu/jit.h"
+#include "backend/cpu/onednn.h"
 #include "backend/cpu/program.h"
 #include "loom/backend/ref_backend.h"
 #include "loom/core/config.h"
@@ -20,19 +21,35 @@ namespace {
 using cpu::Plan;
 using cpu::Step;
 
+// LOOM_DEBUG=2: the plan's kernels, then one line per product (library, post-ops, oneDNN's
+// implementation and parts).
+void log_plan(const cpu::Program& prog) {
+  const Plan& plan = prog.plan;
+  std::fprintf(stderr, "[loom] cpu plan: %zu steps, %zu kernels, %lld products\n",
+               plan.steps.size(), plan.kernels.size(), static_cast<long long>(plan.blas_calls));
+  for (const auto& k : plan.kernels)
+    std::fprintf(stderr, "[loom]   %s outer%s chunk %lld, %zu stages\n", k.name.c_str(),
+                 k.outer.str().c_str(), static_cast<long long>(k.chunk), k.stages.size());
+  const std::string products = cpu::describe_products(prog.graph, plan);
+  size_t at = 0;
+  for (size_t si = 0; si < plan.steps.size(); ++si) {
+    if (plan.steps[si].kind != Step::MatMul) continue;
+    const size_t end = products.find('\n', at);
+    std::fprintf(stderr, "[loom]   %.*s", static_cast<int>(end - at), products.data() + at);
+    if (prog.onednn[si])
+      std::fprintf(stderr, " (%s)", cpu::onednn_describe(*prog.onednn[si]).c_str());
+    std::fprintf(stderr, "\n");
+    at = end + 1;
+  }
+}
+
 // Thread-safety: immutable after construction; each run keeps its buffers and pointer table
 // (and each loop its scratch) to itself.
 class CpuExecutable final : public Executable {
  public:
   explicit CpuExecutable(const ir::Graph& g) : prog_(compile_counted(g, &info_)) {
     const Plan& plan = prog_.plan;
-    if (config().debug >= 2) {
-      std::fprintf(stderr, "[loom] cpu plan: %zu steps, %zu kernels, %lld products\n",
-                   plan.steps.size(), plan.kernels.size(), static_cast<long long>(plan.blas_calls));
-      for (const auto& k : plan.kernels)
-        std::fprintf(stderr, "[loom]   %s outer%s chunk %lld, %zu stages\n", k.name.c_str(),
-                     k.outer.str().c_str(), static_cast<long long>(k.chunk), k.stages.size());
-    }
+    if (config().debug >= 2) log_plan(prog_);
     first_use_.assign(plan.steps.size(), {});
     std::vector<bool> seen(plan.bufs.size(), false);
     auto touch = [&](size_t step, int b) {

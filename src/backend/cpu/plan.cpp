@@ -2,10 +2,16 @@
 #include "backend/cpu/plan.h"
 
 #include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <set>
+#include <span>
 
+#include "backend/cpu/onednn.h"
 #include "loom/core/error.h"
 
 namespace loom::cpu {
@@ -244,9 +250,93 @@ bool blas_view(const ir::Graph& g, const std::vector<bool>& has_buf, NodeId oper
   return no_trans || trans;
 }
 
+const char* post_op_name(PostOp::Kind k) {
+  switch (k) {
+    case PostOp::Relu: return "relu";
+    case PostOp::Tanh: return "tanh";
+    case PostOp::Sigmoid: return "sigmoid";
+    case PostOp::Gelu: return "gelu_erf";
+    case PostOp::Linear: return "linear";
+    case PostOp::Add: return "add";
+    case PostOp::Sub: return "sub";
+    case PostOp::Mul: return "mul";
+    case PostOp::Div: return "div";
+    case PostOp::Max: return "max";
+    case PostOp::Min: return "min";
+  }
+  return "?";
+}
+
+const char* library_name(Library l) { return l == Library::Onednn ? "onednn" : "openblas"; }
+
+namespace {
+
+// 0: the table; 1: OpenBLAS; 2: oneDNN. LOOM_MATMUL sets the first value.
+int initial_forced_library() {
+  const char* e = std::getenv("LOOM_MATMUL");
+  if (e == nullptr) return 0;
+  if (std::strcmp(e, "openblas") == 0) return 1;
+  if (std::strcmp(e, "onednn") == 0) return 2;
+  return 0;
+}
+std::atomic<int>& forced_library() {
+  static std::atomic<int> f{initial_forced_library()};
+  return f;
+}
+
+}  // namespace
+
+void force_library(std::optional<Library> l) {
+  forced_library().store(!l ? 0 : *l == Library::OpenBlas ? 1 : 2);
+}
+
+// Measured per CPU class (docs/architecture.md, "Products: OpenBLAS or oneDNN"). AVX2 (AMD
+// EPYC, oneDNN 2.6's gemm:jit), one thread per part, min of 15 interleaved runs: oneDNN /
+// OpenBLAS 1.04-1.45 on mid-size and small-k products, 0.84-0.96 below 16 columns,
+// 0.67-0.69 with A transposed and k >= 512, 0.90-1.02 from 2^27 multiply-adds. AVX-512
+// (brg:avx512_core; shared/reference/peers_setup.md): 1.05 at [2048,512]x[512,512], 1.4-2.5
+// on weight-gradient and MLP shapes, 0.86 at [64,256]x[256,10].
+Library library_table(bool avx512, DType dt, int64_t m, int64_t n, int64_t k, int64_t batches,
+                      bool a_trans, bool epilogue) {
+  if (dt != DType::Float32 || k == 0) return Library::OpenBlas;
+  if (n < 16) return Library::OpenBlas;
+  if (avx512) return Library::Onednn;
+  if (a_trans && k >= 512) return Library::OpenBlas;
+  const int64_t work = batches * m * n * k;
+  if (work >= (int64_t{1} << 27)) return epilogue ? Library::Onednn : Library::OpenBlas;
+  return Library::Onednn;
+}
+
+Library choose_library(DType dt, int64_t m, int64_t n, int64_t k, int64_t batches, bool a_trans,
+                       bool epilogue) {
+  if (dt != DType::Float32 || k == 0) return Library::OpenBlas;
+  if (int f = forced_library().load(std::memory_order_relaxed); f != 0)
+    return f == 2 ? Library::Onednn : Library::OpenBlas;
+  return library_table(onednn_avx512(), dt, m, n, k, batches, a_trans, epilogue);
+}
+
+std::string describe_products(const ir::Graph& g, const Plan& plan) {
+  std::string out;
+  for (const Step& st : plan.steps) {
+    if (st.kind != Step::MatMul) continue;
+    const ir::Node& n = g.node(st.node);
+    out += "matmul %" + std::to_string(st.node) + " " + g.type(n.operands[0]).str() + " x " +
+           g.type(n.operands[1]).str() + (st.views[0].trans ? " A^T" : "") +
+           (st.views[1].trans ? " B^T" : "") + " on " + library_name(st.lib);
+    if (!st.post.empty()) {
+      out += " post-ops";
+      for (const PostOp& po : st.post) out += std::string(" ") + post_op_name(po.kind);
+      out += " -> %" + std::to_string(st.out);
+    }
+    out += "\n";
+  }
+  return out;
+}
+
 namespace {
 
 constexpr size_t kMaxStages = 6;
+constexpr size_t kMaxPostOps = 8;
 
 class Planner {
  public:
@@ -272,7 +362,8 @@ class Planner {
  private:
   void decide_buffers() {
     has_buf_.assign(n_, false);
-    std::vector<int> uses(n_, 0);
+    std::vector<int>& uses = uses_;
+    uses.assign(n_, 0);
     std::vector<int64_t> cost(n_, 0), depth(n_, 0);
     for (NodeId id = 0; id < n_; ++id)
       for (const ir::Value& v : g_.node(id).operands) uses[v.node]++;
@@ -312,6 +403,7 @@ class Planner {
         cost[id] = 0;
       }
     }
+    plan_epilogues();
     // Slices that are contiguous blocks of a buffer: views into it, not computed.
     view_.assign(n_, 0);
     if (!allow_views_) return;
@@ -337,7 +429,7 @@ class Planner {
       plan_.buf_of[id] = add_buf(BufferInfo::Input, g_.node(id).type, static_cast<int>(p));
     }
     for (NodeId id = 0; id < n_; ++id) {
-      if (!has_buf_[id] || plan_.buf_of[id] >= 0) continue;
+      if (!has_buf_[id] || plan_.buf_of[id] >= 0 || epilogue_of_product(id)) continue;
       if (view_[id]) {
         const ir::Node& node = g_.node(id);
         int base = plan_.buf_of[node.operands[0].node];
@@ -367,6 +459,7 @@ class Planner {
         output_copies_.push_back({id, nb});
       }
     }
+    for (const auto& [product, e] : epilogues_) plan_.buf_of[product] = plan_.buf_of[e.end];
   }
 
   int add_buf(BufferInfo::Kind kind, const TensorType& t, int index) {
@@ -376,15 +469,11 @@ class Planner {
 
   void plan_node(NodeId id) {
     const ir::Node& node = g_.node(id);
-    if (stand_in_[id]) return;
-    if (node.op == OpKind::MatMul && codegen_supports(g_, id)) {
-      Step st{Step::MatMul, -1, id, {}, {}, {}};
-      for (const ir::Value& v : node.operands) {
-        st.views.emplace_back();
-        LOOM_ASSERT(blas_view(g_, has_buf_, v.node, &st.views.back()));
-      }
-      plan_.steps.push_back(std::move(st));
-      plan_.blas_calls++;
+    if (stand_in_[id] || epilogue_of_product(id)) return;  // a product runs at its epilogue's end
+    if (auto it = epilogue_end_of_.find(id); it != epilogue_end_of_.end()) {
+      plan_product(it->second);
+    } else if (node.op == OpKind::MatMul && codegen_supports(g_, id)) {
+      plan_product(id);
     } else if (!codegen_supports(g_, id)) {
       Step::Kind kind = ir::has_trait(node.op, ir::kRegion) ? Step::Loop : Step::Ref;
       Step st{kind, -1, id, {}, {plan_.buf_of[id]}};
@@ -400,6 +489,287 @@ class Planner {
     } else {
       Stage s = elementwise_stage(id, plan_.buf_of[id]);
       add_stage(std::move(s));
+    }
+  }
+
+  void plan_product(NodeId id) {
+    const ir::Node& node = g_.node(id);
+    Step st{Step::MatMul, -1, id, {}, {}, {}};
+    for (const ir::Value& v : node.operands) {
+      st.views.emplace_back();
+      LOOM_ASSERT(blas_view(g_, has_buf_, v.node, &st.views.back()));
+    }
+    st.out = id;
+    if (auto it = epilogues_.find(id); it != epilogues_.end()) {
+      st.lib = Library::Onednn;
+      st.post = it->second.post;
+      st.out = it->second.end;
+    } else {
+      st.lib = product_library(id, st.views[0].trans, false);
+    }
+    plan_.steps.push_back(std::move(st));
+    plan_.blas_calls++;
+  }
+
+  Library product_library(NodeId id, bool a_trans, bool epilogue) const {
+    const ir::Node& node = g_.node(id);
+    const Shape& os = node.type.shape;
+    const size_t r = os.size();
+    int64_t batches = 1;
+    for (size_t d = 0; d + 2 < r; ++d) batches *= os[d];
+    return choose_library(node.type.dtype, os[r - 2], os[r - 1],
+                          g_.type(node.operands[0]).shape.back(), batches, a_trans, epilogue);
+  }
+
+  // -- Epilogues: elementwise consumers of a oneDNN product folded into it as post-ops. --
+
+  struct Epilogue {
+    NodeId end = 0;            // the last consumer folded in: the step writes its buffer
+    std::vector<PostOp> post;  // in order
+  };
+
+  bool epilogue_of_product(NodeId id) const { return epilogues_.count(id) != 0; }
+
+  // The value of a constant read through expands and size-1 reshapes.
+  bool const_value(NodeId y, double* v) const {
+    for (int i = 0; i < 8; ++i) {
+      const ir::Node& n = g_.node(y);
+      if (n.op == OpKind::Constant) {
+        *v = n.attrs.f;
+        return true;
+      }
+      if (n.op != OpKind::Expand && !(n.op == OpKind::Reshape && trivial_reshape(g_, y)))
+        return false;
+      y = n.operands[0].node;
+    }
+    return false;
+  }
+  bool is_const(NodeId y, double want, double tol) const {
+    double v = 0;
+    return const_value(y, &v) && std::abs(v - want) <= tol;
+  }
+  // x is read only by the pattern being matched (`count` reads) and is no graph output.
+  bool private_value(NodeId x, int count) const {
+    return uses_[x] == count && !is_out_[x] && !stand_in_[x];
+  }
+  // A float32 value of the product's shape (post-ops keep the destination's shape and type).
+  bool same_type(NodeId x, const TensorType& t) const { return g_.node(x).type == t; }
+
+  void build_users() {
+    user_start_.assign(n_ + 1, 0);
+    for (NodeId id = 0; id < n_; ++id)
+      for (const ir::Value& v : g_.node(id).operands) user_start_[v.node + 1]++;
+    for (size_t i = 0; i < n_; ++i) user_start_[i + 1] += user_start_[i];
+    users_.assign(user_start_[n_], 0);
+    std::vector<int> at(user_start_.begin(), user_start_.end() - 1);
+    for (NodeId id = 0; id < n_; ++id)
+      for (const ir::Value& v : g_.node(id).operands) users_[at[v.node]++] = id;
+  }
+  std::span<const NodeId> users(NodeId x) const {
+    return {users_.data() + user_start_[x], users_.data() + user_start_[x + 1]};
+  }
+
+  // gelu (composite.cpp) on x, read by us = its two users: returns the end node (0: none).
+  NodeId match_gelu(NodeId x, std::span<const NodeId> us, const TensorType& t) const {
+    // mul(mul(x, 0.5), add(erf(mul(x, 1/sqrt(2))), 1))
+    for (int swap = 0; swap < 2; ++swap) {
+      NodeId h = us[swap], e = us[1 - swap];
+      const ir::Node &hn = g_.node(h), &en = g_.node(e);
+      if (hn.op != OpKind::Mul || en.op != OpKind::Mul || !same_type(h, t) || !same_type(e, t))
+        continue;
+      auto other = [&](const ir::Node& n) {
+        return n.operands[0].node == x ? n.operands[1].node : n.operands[0].node;
+      };
+      if (!is_const(other(hn), 0.5, 1e-12) || !is_const(other(en), M_SQRT1_2, 1e-7)) continue;
+      if (!private_value(h, 1) || !private_value(e, 1)) continue;
+      NodeId erf = users(e)[0];
+      if (g_.node(erf).op != OpKind::Erf || !private_value(erf, 1)) continue;
+      NodeId a = users(erf)[0];
+      const ir::Node& an = g_.node(a);
+      if (an.op != OpKind::Add || !private_value(a, 1) || !same_type(a, t)) continue;
+      if (!is_const(an.operands[0].node == erf ? an.operands[1].node : an.operands[0].node, 1, 0))
+        continue;
+      NodeId m = users(a)[0];
+      const ir::Node& mn = g_.node(m);
+      if (users(h)[0] != m || mn.op != OpKind::Mul || !same_type(m, t)) continue;
+      return m;
+    }
+    return 0;
+  }
+
+  // relu (composite.cpp) on x, read by its two users us: where(le(x, 0), 0, x).
+  NodeId match_relu(NodeId x, std::span<const NodeId> us, const TensorType& t) const {
+    for (int swap = 0; swap < 2; ++swap) {
+      NodeId l = us[swap], w = us[1 - swap];
+      const ir::Node &ln = g_.node(l), &wn = g_.node(w);
+      if (ln.op != OpKind::Le || wn.op != OpKind::Where || !same_type(w, t)) continue;
+      if (ln.operands[0].node != x || !is_const(ln.operands[1].node, 0, 0)) continue;
+      if (!private_value(l, 1) || wn.operands[0].node != l || wn.operands[2].node != x ||
+          !is_const(wn.operands[1].node, 0, 0))
+        continue;
+      return w;
+    }
+    return 0;
+  }
+
+  // sigmoid (composite.cpp) from its negation u of x: div(1, add(exp(neg(x)), 1)).
+  NodeId match_sigmoid(NodeId u, const TensorType& t) const {
+    if (!private_value(u, 1)) return 0;
+    NodeId e = users(u)[0];
+    if (g_.node(e).op != OpKind::Exp || !private_value(e, 1)) return 0;
+    NodeId a = users(e)[0];
+    const ir::Node& an = g_.node(a);
+    if (an.op != OpKind::Add || !private_value(a, 1) || !same_type(a, t) ||
+        !is_const(an.operands[0].node == e ? an.operands[1].node : an.operands[0].node, 1, 0))
+      return 0;
+    NodeId d = users(a)[0];
+    const ir::Node& dn = g_.node(d);
+    if (dn.op != OpKind::Div || dn.operands[1].node != a || !is_const(dn.operands[0].node, 1, 0) ||
+        !same_type(d, t))
+      return 0;
+    return d;
+  }
+
+  // One consumer pattern at x: appends its post-op, returns the node it ends at (0: none).
+  NodeId match_post_op(NodeId x, const TensorType& t, std::vector<PostOp>* post,
+                       std::vector<NodeId>* binaries) const {
+    if (is_out_[x] || stand_in_[x]) return 0;
+    auto us = users(x);
+    if (uses_[x] == 2 && us.size() == 2) {
+      if (NodeId m = match_gelu(x, us, t)) {
+        post->push_back(PostOp{PostOp::Gelu});
+        return m;
+      }
+      if (NodeId w = match_relu(x, us, t)) {
+        post->push_back(PostOp{PostOp::Relu});
+        return w;
+      }
+      return 0;
+    }
+    if (uses_[x] != 1 || us.size() != 1) return 0;
+    const NodeId u = us[0];
+    const ir::Node& un = g_.node(u);
+    if (!same_type(u, t)) return 0;
+    switch (un.op) {
+      case OpKind::Tanh: post->push_back(PostOp{PostOp::Tanh}); return u;
+      case OpKind::Neg:
+        if (NodeId d = match_sigmoid(u, t)) {
+          post->push_back(PostOp{PostOp::Sigmoid});
+          return d;
+        }
+        post->push_back(PostOp{PostOp::Linear, -1, 0});  // -x
+        return u;
+      case OpKind::Add:
+      case OpKind::Sub:
+      case OpKind::Mul:
+      case OpKind::Div:
+      case OpKind::Maximum:
+      case OpKind::Minimum: {
+        const int k = un.operands[0].node == x ? 0 : 1;
+        const NodeId y = un.operands[1 - k].node;
+        if (y == x) return 0;
+        const bool ordered = un.op == OpKind::Sub || un.op == OpKind::Div;
+        if (ordered && k != 0) return 0;
+        double c = 0;
+        if (const_value(y, &c)) {
+          const float cf = static_cast<float>(c);
+          switch (un.op) {
+            case OpKind::Add: post->push_back(PostOp{PostOp::Linear, 1, cf}); return u;
+            case OpKind::Sub: post->push_back(PostOp{PostOp::Linear, 1, -cf}); return u;
+            case OpKind::Mul: post->push_back(PostOp{PostOp::Linear, cf, 0}); return u;
+            case OpKind::Maximum:
+              if (c != 0) return 0;
+              post->push_back(PostOp{PostOp::Relu});
+              return u;
+            default: break;  // x / c, min(x, c): a binary post-op on the constant's buffer
+          }
+        }
+        const TensorType& yt = g_.node(y).type;
+        if (yt.dtype != DType::Float32 || yt.shape.rank() > t.shape.rank()) return 0;
+        PostOp po;
+        switch (un.op) {
+          case OpKind::Add: po.kind = PostOp::Add; break;
+          case OpKind::Sub: po.kind = PostOp::Sub; break;
+          case OpKind::Mul: po.kind = PostOp::Mul; break;
+          case OpKind::Div: po.kind = PostOp::Div; break;
+          case OpKind::Maximum: po.kind = PostOp::Max; break;
+          default: po.kind = PostOp::Min; break;
+        }
+        po.operand = y;
+        post->push_back(po);
+        binaries->push_back(y);
+        return u;
+      }
+      default: return 0;
+    }
+  }
+
+  // Nodes strictly between x and end that a matched pattern computes (all private to it).
+  void pattern_nodes(NodeId x, NodeId end, std::vector<NodeId>* out) const {
+    std::vector<NodeId> stack(users(x).begin(), users(x).end());
+    while (!stack.empty()) {
+      NodeId n = stack.back();
+      stack.pop_back();
+      if (n == end || std::find(out->begin(), out->end(), n) != out->end()) continue;
+      out->push_back(n);
+      for (NodeId u : users(n)) stack.push_back(u);
+    }
+  }
+
+  void plan_epilogues() {
+    bool any = false;
+    for (NodeId id = 0; id < n_ && !any; ++id)
+      any = g_.node(id).op == OpKind::MatMul && g_.node(id).type.dtype == DType::Float32;
+    if (!any) return;
+    is_out_.assign(n_, false);
+    for (const ir::Value& v : g_.outputs()) is_out_[v.node] = true;
+    build_users();
+    for (NodeId id = 0; id < n_; ++id) {
+      const ir::Node& node = g_.node(id);
+      if (node.op != OpKind::MatMul || node.type.dtype != DType::Float32 || !has_buf_[id]) continue;
+      const TensorType& t = node.type;
+      const Shape& os = t.shape;
+      if (os.numel() == 0 || g_.type(node.operands[0]).shape.back() == 0) continue;
+      Epilogue e;
+      std::vector<NodeId> binaries, inner;
+      NodeId x = id;
+      while (e.post.size() < kMaxPostOps) {
+        // Binary operands are operands of the pattern's nodes, which only the product reaches:
+        // they never depend on it, and the step runs at the pattern's end, after them.
+        NodeId end = match_post_op(x, t, &e.post, &binaries);
+        if (end == 0) break;
+        // Two linear post-ops in a row come out wrong from oneDNN 2.6's gemm:jit (the pair
+        // (x + 1) * 2 gives 3.5 for x = 1.5): one linear does both.
+        if (size_t np = e.post.size(); np >= 2 && e.post[np - 1].kind == PostOp::Linear &&
+                                       e.post[np - 2].kind == PostOp::Linear) {
+          PostOp& first = e.post[np - 2];
+          const PostOp& second = e.post[np - 1];
+          first.beta = second.alpha * first.beta + second.beta;  // a2 (a1 x + b1) + b2
+          first.alpha *= second.alpha;
+          e.post.pop_back();
+        }
+        if (x != id) inner.push_back(x);
+        pattern_nodes(x, end, &inner);
+        x = end;
+      }
+      if (e.post.empty()) continue;
+      BlasView a;
+      LOOM_ASSERT(blas_view(g_, has_buf_, node.operands[0].node, &a));
+      if (product_library(id, a.trans, true) != Library::Onednn) continue;
+      e.end = x;
+      for (NodeId n : inner) has_buf_[n] = false;
+      has_buf_[x] = true;
+      for (size_t i = 0, b = 0; i < e.post.size(); ++i) {
+        PostOp& po = e.post[i];
+        if (!po.binary()) continue;
+        NodeId y = binaries[b++];
+        if (!view_of(g_, has_buf_, y, &po.view, 0)) {
+          has_buf_[y] = true;
+          LOOM_ASSERT(view_of(g_, has_buf_, y, &po.view, 0));
+        }
+      }
+      epilogue_end_of_[x] = id;
+      epilogues_[id] = std::move(e);
     }
   }
 
@@ -601,6 +971,8 @@ class Planner {
         used.push_back(plan_.buf_of[st.node]);
         used.insert(used.end(), st.outs.begin(), st.outs.end());
         for (const BlasView& bv : st.views) used.push_back(plan_.buf_of[bv.base]);
+        for (const PostOp& po : st.post)
+          if (po.binary()) used.push_back(plan_.buf_of[po.view.base]);
         if (st.kind != Step::MatMul)
           for (const ir::Value& v : g_.node(st.node).operands) used.push_back(plan_.buf_of[v.node]);
       }
@@ -724,6 +1096,12 @@ class Planner {
   bool allow_views_ = false;
   std::vector<uint8_t> view_;  // per node: a View buffer
   std::vector<bool> has_buf_;
+  std::vector<int> uses_;        // per node: operand slots that read it
+  std::vector<bool> is_out_;     // per node: a graph output (epilogue matching only)
+  std::vector<int> user_start_;  // users of node x: users_[user_start_[x] .. user_start_[x+1])
+  std::vector<NodeId> users_;
+  std::map<NodeId, Epilogue> epilogues_;      // per product folded with its consumers
+  std::map<NodeId, NodeId> epilogue_end_of_;  // epilogue end -> its product
   std::vector<bool> mergeable_kernel_;
   std::vector<std::pair<NodeId, int>> output_copies_;
   Plan plan_;

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -83,17 +84,52 @@ struct BlasView {
   int64_t ld = 1;
 };
 
+// An elementwise consumer of a product folded into it (a oneDNN post-op): out = f(out) for an
+// eltwise kind, out = out (op) operand for a binary kind, the operand read in place through
+// `view` (strides over the operand's dims; broadcast dims are size 1).
+struct PostOp {
+  enum Kind { Relu, Tanh, Sigmoid, Gelu, Linear, Add, Sub, Mul, Div, Max, Min };
+  Kind kind = Linear;
+  float alpha = 1, beta = 0;  // Linear: alpha * x + beta
+  NodeId operand = 0;         // binary kinds
+  BlasView view = {};         // binary kinds: how the operand is read (base, offset, strides)
+  bool binary() const { return kind >= Add; }
+};
+const char* post_op_name(PostOp::Kind k);
+
+// The library that runs a product, chosen per shape by choose_library (the table in
+// docs/architecture.md, "Products"): oneDNN's matmul primitive (float32 only: Debian's 2.6
+// has no f64 matmul, and no bf16 one without AVX512-BF16) or OpenBLAS.
+enum class Library { OpenBlas, Onednn };
+const char* library_name(Library l);
+// m, n, k of one product, `batches` of them; a_trans: A read transposed (a weight gradient's
+// dY^T); `epilogue`: elementwise consumers could be folded in as post-ops.
+// The table of this CPU (onednn_avx512()), after LOOM_MATMUL / force_library.
+Library choose_library(DType dt, int64_t m, int64_t n, int64_t k, int64_t batches, bool a_trans,
+                       bool epilogue);
+// The table itself, for CPUs where oneDNN runs AVX-512 kernels (avx512) or AVX2 ones.
+Library library_table(bool avx512, DType dt, int64_t m, int64_t n, int64_t k, int64_t batches,
+                      bool a_trans, bool epilogue);
+// For tests and probes: every float32 product on one library (std::nullopt: the table).
+// Also set by LOOM_MATMUL=openblas|onednn, read once. Plans made after the call see it.
+void force_library(std::optional<Library> l);
+
 // Kernel: a fused loop kernel. MatMul: a BLAS product. Ref: the reference kernel of an op
 // the code generator lacks (gather, index_select). Loop: a control-flow node (call, scan,
 // while) whose regions are compiled as nested plans and run natively (cpu/program.h).
 struct Step {
   enum Kind { Kernel, MatMul, Ref, Loop };
   Kind kind;
-  int kernel = -1;              // Kernel
-  NodeId node = 0;              // MatMul, Ref, Loop
-  std::vector<int> release;     // temp buffers whose last use is this step
-  std::vector<int> outs;        // Ref, Loop: the buffers of the node's results, in order
-  std::vector<BlasView> views;  // MatMul: how BLAS reads each operand (no walks at run time)
+  int kernel = -1;                  // Kernel
+  NodeId node = 0;                  // MatMul, Ref, Loop
+  std::vector<int> release;         // temp buffers whose last use is this step
+  std::vector<int> outs;            // Ref, Loop: the buffers of the node's results, in order
+  std::vector<BlasView> views;      // MatMul: how BLAS reads each operand (no walks at run time)
+  Library lib = Library::OpenBlas;  // MatMul
+  // MatMul on oneDNN: consumers folded in, in order; the step writes the buffer of the last
+  // one, `out` (buf_of[node] is that buffer too), and no kernel computes them.
+  std::vector<PostOp> post = {};
+  NodeId out = 0;
 };
 
 struct Plan {
@@ -108,6 +144,9 @@ struct Plan {
   // element, at the addresses it writes).
   std::vector<std::vector<int>> donors;
 };
+
+// One line per MatMul step of the plan: shape, library, post-ops (LOOM_DEBUG=2 prints them).
+std::string describe_products(const ir::Graph& g, const Plan& plan);
 
 // How the CPU backend runs an op of ops.def with result dtype `dt`: computed inline in a
 // fused loop kernel, a BLAS product, a native loop (regions), or the reference kernel as a

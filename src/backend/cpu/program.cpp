@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "backend/cpu/onednn.h"
 #include "backend/cpu/thread_pool.h"
 #include "loom/core/error.h"
 #include "loom/core/profile.h"
@@ -54,6 +55,7 @@ Program plan_program(const ir::Graph& g, bool region) {
     p.plan = make_plan(p.graph, results, /*allow_views=*/!region);
   }
   p.loops.resize(p.plan.steps.size());
+  p.onednn.resize(p.plan.steps.size());
   p.loop_offset.assign(p.plan.steps.size(), -1);
   for (ir::NodeId id : p.graph.params()) p.param_bufs.push_back(p.plan.buf_of[id]);
   if (region) lay_out_frame(p);
@@ -62,8 +64,14 @@ Program plan_program(const ir::Graph& g, bool region) {
 
 void compile_steps(Program& p, bool region) {
   p.kernels = compile_kernels(p.graph, p.plan);
-  for (size_t si = 0; si < p.plan.steps.size(); ++si)
-    if (p.plan.steps[si].kind == Step::Loop) p.loops[si] = compile_loop(p, si);
+  for (size_t si = 0; si < p.plan.steps.size(); ++si) {
+    const Step& st = p.plan.steps[si];
+    if (st.kind == Step::Loop) p.loops[si] = compile_loop(p, si);
+    if (st.kind == Step::MatMul && st.lib == Library::Onednn) {
+      profile::Scope ps("compile", "onednn");
+      p.onednn[si] = make_onednn_product(p.graph, p.plan, st);
+    }
+  }
   if (region) lay_out_frame(p);  // again: now with the nested loops' scratch
 }
 
@@ -220,6 +228,12 @@ struct GemmJob {
 }  // namespace
 
 void run_matmul(const Program& p, const Step& st, void* const* ptr) {
+  if (st.lib == Library::Onednn) {
+    const size_t si = static_cast<size_t>(&st - p.plan.steps.data());
+    LOOM_ASSERT(si < p.onednn.size() && p.onednn[si]);
+    run_onednn(*p.onednn[si], ptr);
+    return;
+  }
   const ir::NodeId id = st.node;
   const ir::Node& n = p.graph.node(id);
   const Shape& os = n.type.shape;

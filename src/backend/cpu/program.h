@@ -20,12 +20,15 @@
 namespace loom::cpu {
 
 struct LoopProgram;
+struct OnednnProduct;  // onednn.h
 
 struct Program {
   ir::Graph graph;  // split_results of the source graph
   Plan plan;
   std::vector<CompiledKernel> kernels;
   std::vector<std::unique_ptr<LoopProgram>> loops;  // per step: its loop (Loop steps only)
+  // Per step: its oneDNN primitives (MatMul steps on Library::Onednn only).
+  std::vector<std::shared_ptr<const OnednnProduct>> onednn;
   // Frame layout (regions): the pointer table at 0, then each Temp buffer at temp_offset[b]
   // (-1 for parameters and outputs, which the loop binds), then each loop's scratch.
   std::vector<int64_t> temp_offset;

@@ -1,0 +1,438 @@
+// Products on oneDNN's matmul primitive: descriptors, parts and post-ops (onednn.h).
+#include "backend/cpu/onednn.h"
+
+#include <algorithm>
+#include <cmath>
+#include <dnnl.hpp>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "backend/cpu/thread_pool.h"
+#include "loom/core/error.h"
+#include "loom/core/profile.h"
+
+// libgomp's (oneDNN runs on it): each thread that calls oneDNN runs its call alone.
+extern "C" void omp_set_num_threads(int);
+extern "C" int omp_get_max_threads();
+
+namespace loom::cpu {
+
+namespace {
+
+using dims = dnnl::memory::dims;
+using md = dnnl::memory::desc;
+
+dnnl::engine& engine() {
+  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
+  return e;
+}
+
+// One part's primitive: a [rows, k] x [k, cols] product with its post-ops.
+struct Part {
+  dnnl::matmul prim;
+  md a, b, c;
+  std::vector<md> bin;         // per binary post-op, in post-op order
+  std::vector<int> bin_index;  // post-op position of each binary operand
+  size_t scratch = 0;
+  md scratch_md;
+  std::string impl;   // oneDNN's implementation ("gemm:jit", "brg:avx512_core", "ref:any")
+  bool fused = true;  // false: the post-ops are applied by a loop after the product
+};
+
+// A matrix operand of the product: element strides of its rows and columns and of each batch
+// dim of the output (0: broadcast).
+struct Operand {
+  int buf = -1;
+  int64_t offset = 0;
+  int64_t sr = 0, sc = 0;
+  std::vector<int64_t> batch;
+  bool bcast_rows = false, bcast_cols = false;  // binary operands
+};
+
+struct Task {
+  int part = 0;
+  int64_t rows = 0, cols = 0;
+  int64_t a = 0, b = 0, c = 0;  // element offsets into their buffers
+  std::vector<int64_t> bin;
+};
+
+}  // namespace
+
+struct OnednnProduct {
+  std::vector<std::shared_ptr<const Part>> parts;
+  std::vector<Task> tasks;
+  Operand a, b;
+  int c_buf = -1;
+  int64_t ldc = 0;
+  std::vector<Operand> bin;
+  std::vector<PostOp> post;
+  std::string name;
+};
+
+namespace {
+
+md matrix_md(int64_t rows, int64_t cols, int64_t sr, int64_t sc) {
+  // Strides of size-1 dims do not address anything: give them dense values.
+  if (rows == 1) sr = cols * std::max<int64_t>(sc, 1);
+  if (cols == 1) sc = 1;
+  return md({rows, cols}, dnnl::memory::data_type::f32, dims{sr, sc});
+}
+
+dnnl::algorithm eltwise_alg(PostOp::Kind k) {
+  switch (k) {
+    case PostOp::Relu: return dnnl::algorithm::eltwise_relu;
+    case PostOp::Tanh: return dnnl::algorithm::eltwise_tanh;
+    case PostOp::Sigmoid: return dnnl::algorithm::eltwise_logistic;
+    case PostOp::Gelu: return dnnl::algorithm::eltwise_gelu_erf;
+    default: return dnnl::algorithm::eltwise_linear;
+  }
+}
+dnnl::algorithm binary_alg(PostOp::Kind k) {
+  switch (k) {
+    case PostOp::Add: return dnnl::algorithm::binary_add;
+    case PostOp::Sub: return dnnl::algorithm::binary_sub;
+    case PostOp::Mul: return dnnl::algorithm::binary_mul;
+    case PostOp::Div: return dnnl::algorithm::binary_div;
+    case PostOp::Max: return dnnl::algorithm::binary_max;
+    default: return dnnl::algorithm::binary_min;
+  }
+}
+
+// Each thread that creates or runs a primitive runs it alone: oneDNN sizes a primitive's
+// parallel loops when it is created (brgemm) and would otherwise start an OpenMP team of
+// every core beside loom's pool. The thread's own OpenMP setting comes back afterwards (a
+// caller's thread may run OpenMP code of its own, PyTorch's for one).
+class OneOmpThread {
+ public:
+  OneOmpThread() : saved_(omp_get_max_threads()) {
+    if (saved_ != 1) omp_set_num_threads(1);
+  }
+  ~OneOmpThread() {
+    if (saved_ != 1) omp_set_num_threads(saved_);
+  }
+  OneOmpThread(const OneOmpThread&) = delete;
+  OneOmpThread& operator=(const OneOmpThread&) = delete;
+
+ private:
+  int saved_;
+};
+
+std::shared_ptr<const Part> build_part(int64_t rows, int64_t cols, int64_t k, const Operand& a,
+                                       const Operand& b, int64_t ldc,
+                                       const std::vector<PostOp>& post,
+                                       const std::vector<Operand>& bin) {
+  OneOmpThread one;
+  auto part = std::make_shared<Part>();
+  part->a = matrix_md(rows, k, a.sr, a.sc);
+  part->b = matrix_md(k, cols, b.sr, b.sc);
+  part->c = matrix_md(rows, cols, ldc, 1);
+  dnnl::post_ops ops;
+  for (size_t i = 0, j = 0; i < post.size(); ++i) {
+    const PostOp& po = post[i];
+    if (!po.binary()) {
+      // alpha and beta mean something only to linear (relu's alpha is its negative slope).
+      const bool linear = po.kind == PostOp::Linear;
+      ops.append_eltwise(1.f, eltwise_alg(po.kind), linear ? po.alpha : 0.f,
+                         linear ? po.beta : 0.f);
+      continue;
+    }
+    const Operand& y = bin[j++];
+    part->bin.push_back(matrix_md(y.bcast_rows ? 1 : rows, y.bcast_cols ? 1 : cols, y.sr, y.sc));
+    part->bin_index.push_back(static_cast<int>(i));
+    ops.append_binary(binary_alg(po.kind), part->bin.back());
+  }
+  auto make = [&](bool with_post) {
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    if (with_post) attr.set_post_ops(ops);
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(part->a, part->b, part->c), attr, engine());
+    part->scratch_md = pd.scratchpad_desc();
+    part->impl = pd.impl_info_str();
+    part->scratch = part->scratch_md.get_size();
+    part->prim = dnnl::matmul(pd);
+  };
+  auto refused = [&](const dnnl::error& e) {
+    return CompileError(detail::str_cat("[matmul] oneDNN refused the f32 product [", rows, ",", k,
+                                        "]x[", k, ",", cols, "] (A strides ", a.sr, ",", a.sc,
+                                        "; B strides ", b.sr, ",", b.sc, "): ", e.what(),
+                                        "; LOOM_MATMUL=openblas runs products on OpenBLAS"));
+  };
+  try {
+    make(!post.empty());
+  } catch (const dnnl::error& e) {
+    if (post.empty()) throw refused(e);
+    try {
+      make(false);  // oneDNN refused the post-ops here: run them as a loop after the product
+    } catch (const dnnl::error& e2) {
+      throw refused(e2);
+    }
+    part->fused = false;
+  }
+  return part;
+}
+
+// Primitives shared by descriptor: the L layers of a model build each shape once (a lookup
+// here costs well under a microsecond; oneDNN's own cache answers in 5-6 us, a fresh
+// primitive 20-30 us). Cleared when full; programs keep the parts they hold.
+std::shared_ptr<const Part> cached_part(int64_t rows, int64_t cols, int64_t k, const Operand& a,
+                                        const Operand& b, int64_t ldc,
+                                        const std::vector<PostOp>& post,
+                                        const std::vector<Operand>& bin) {
+  std::string key = detail::str_cat(rows, ",", cols, ",", k, ";", a.sr, ",", a.sc, ";", b.sr, ",",
+                                    b.sc, ";", ldc);
+  for (size_t i = 0, j = 0; i < post.size(); ++i) {
+    key +=
+        detail::str_cat(";", static_cast<int>(post[i].kind), ",", post[i].alpha, ",", post[i].beta);
+    if (post[i].binary()) {
+      const Operand& y = bin[j++];
+      key += detail::str_cat(",", y.sr, ",", y.sc, ",", y.bcast_rows, y.bcast_cols);
+    }
+  }
+  static std::mutex mu;
+  static std::unordered_map<std::string, std::shared_ptr<const Part>> table;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (auto it = table.find(key); it != table.end()) return it->second;
+  }
+  auto part = build_part(rows, cols, k, a, b, ldc, post, bin);
+  std::lock_guard<std::mutex> lock(mu);
+  if (table.size() >= 1024) table.clear();
+  table.emplace(std::move(key), part);
+  return part;
+}
+
+// A's or B's matrix layout from its BLAS view, batch strides aligned to the output's batch dims.
+Operand matrix_operand(const ir::Graph& g, const Plan& plan, ir::NodeId operand, const BlasView& v,
+                       size_t br) {
+  const Shape& s = g.node(operand).type.shape;
+  const size_t r = s.size();
+  Operand o;
+  o.buf = plan.buf_of[v.base];
+  o.offset = v.offset;
+  o.sr = v.trans ? 1 : v.ld;
+  o.sc = v.trans ? v.ld : 1;
+  o.batch.assign(br, 0);
+  for (size_t d = 0; d + 2 < r; ++d) o.batch[br - (r - 2) + d] = s[d] == 1 ? 0 : v.strides[d];
+  return o;
+}
+
+// A binary post-op's operand, broadcast to the output's shape `os`.
+Operand binary_operand(const ir::Graph& g, const Plan& plan, const PostOp& po, const Shape& os) {
+  const Shape& s = g.node(po.operand).type.shape;
+  const size_t r = os.size(), ry = s.size();
+  Operand o;
+  o.buf = plan.buf_of[po.view.base];
+  o.offset = po.view.offset;
+  std::vector<int64_t> st(r, 0);
+  for (size_t d = 0; d < r; ++d) {
+    if (d + ry < r) continue;
+    const size_t dy = d + ry - r;
+    st[d] = s[dy] == 1 ? 0 : po.view.strides[dy];
+  }
+  o.bcast_rows = ry < 2 || s[ry - 2] == 1;
+  o.bcast_cols = ry < 1 || s[ry - 1] == 1;
+  o.sr = st[r - 2];
+  o.sc = st[r - 1];
+  o.batch.assign(st.begin(), st.end() - 2);
+  return o;
+}
+
+float apply_eltwise(const PostOp& po, float x) {
+  switch (po.kind) {
+    case PostOp::Relu: return x > 0 ? x : 0.f;
+    case PostOp::Tanh: return std::tanh(x);
+    case PostOp::Sigmoid: return 1.f / (1.f + std::exp(-x));
+    case PostOp::Gelu: return 0.5f * x * (1.f + std::erf(x * static_cast<float>(M_SQRT1_2)));
+    default: return po.alpha * x + po.beta;
+  }
+}
+float apply_binary(PostOp::Kind k, float x, float y) {
+  switch (k) {
+    case PostOp::Add: return x + y;
+    case PostOp::Sub: return x - y;
+    case PostOp::Mul: return x * y;
+    case PostOp::Div: return x / y;
+    case PostOp::Max: return std::max(x, y);
+    default: return std::min(x, y);
+  }
+}
+
+void run_task(const OnednnProduct& p, const Task& t, void* const* ptr) {
+  if (t.rows == 0 || t.cols == 0) return;
+  OneOmpThread one;
+  const Part& part = *p.parts[t.part];
+  dnnl::engine& eng = engine();
+  thread_local dnnl::stream stream(engine());
+  auto at = [&](int buf, int64_t off) { return static_cast<float*>(ptr[buf]) + off; };
+  float* c = at(p.c_buf, t.c);
+  std::unordered_map<int, dnnl::memory> args;
+  args.emplace(DNNL_ARG_SRC, dnnl::memory(part.a, eng, at(p.a.buf, t.a)));
+  args.emplace(DNNL_ARG_WEIGHTS, dnnl::memory(part.b, eng, at(p.b.buf, t.b)));
+  args.emplace(DNNL_ARG_DST, dnnl::memory(part.c, eng, c));
+  if (part.fused)
+    for (size_t j = 0; j < part.bin.size(); ++j)
+      args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(part.bin_index[j]) | DNNL_ARG_SRC_1,
+                   dnnl::memory(part.bin[j], eng, at(p.bin[j].buf, t.bin[j])));
+  thread_local std::vector<char> scratch;
+  if (part.scratch > 0) {
+    if (scratch.size() < part.scratch + 64) scratch.resize(part.scratch + 64);
+    char* s = scratch.data() + (64 - reinterpret_cast<uintptr_t>(scratch.data()) % 64) % 64;
+    args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(part.scratch_md, eng, s));
+  }
+  part.prim.execute(stream, args);
+  stream.wait();
+  if (part.fused || p.post.empty()) return;
+  for (int64_t i = 0; i < t.rows; ++i) {
+    float* row = c + i * p.ldc;
+    for (int64_t j = 0; j < t.cols; ++j) {
+      float x = row[j];
+      for (size_t q = 0, bq = 0; q < p.post.size(); ++q) {
+        if (!p.post[q].binary()) {
+          x = apply_eltwise(p.post[q], x);
+          continue;
+        }
+        const Operand& y = p.bin[bq];
+        const float* yp = at(y.buf, t.bin[bq++]);
+        x = apply_binary(p.post[q].kind, x,
+                         yp[(y.bcast_rows ? 0 : i * y.sr) + (y.bcast_cols ? 0 : j * y.sc)]);
+      }
+      row[j] = x;
+    }
+  }
+}
+
+}  // namespace
+
+bool onednn_avx512() {
+  static const bool on = [] {
+    switch (dnnl::get_effective_cpu_isa()) {
+      case dnnl::cpu_isa::avx512_core:
+      case dnnl::cpu_isa::avx512_core_vnni:
+      case dnnl::cpu_isa::avx512_core_bf16:
+      case dnnl::cpu_isa::avx512_core_amx: return true;
+      default: return false;
+    }
+  }();
+  return on;
+}
+
+std::string onednn_describe(const OnednnProduct& prod) {
+  std::string impls;
+  for (const auto& part : prod.parts)
+    if (impls.find(part->impl) == std::string::npos)
+      impls += (impls.empty() ? "" : ",") + part->impl;
+  return detail::str_cat(impls.empty() ? "nothing to compute" : impls, ", ", prod.tasks.size(),
+                         " parts", onednn_fused(prod) ? "" : ", post-ops in a loop");
+}
+
+bool onednn_fused(const OnednnProduct& prod) {
+  return std::all_of(prod.parts.begin(), prod.parts.end(), [](const auto& p) { return p->fused; });
+}
+
+std::shared_ptr<const OnednnProduct> make_onednn_product(const ir::Graph& g, const Plan& plan,
+                                                         const Step& st) {
+  auto p = std::make_shared<OnednnProduct>();
+  const ir::Node& n = g.node(st.node);
+  const Shape& os = n.type.shape;
+  size_t br = os.size() - 2;
+  int64_t m = os[br], nn = os[br + 1];
+  const int64_t k = g.type(n.operands[0]).shape.back();
+  LOOM_ASSERT(n.type.dtype == DType::Float32 && k > 0);
+  p->a = matrix_operand(g, plan, n.operands[0].node, st.views[0], br);
+  p->b = matrix_operand(g, plan, n.operands[1].node, st.views[1], br);
+  p->c_buf = plan.buf_of[st.node];
+  p->ldc = nn;
+  p->post = st.post;
+  for (const PostOp& po : st.post)
+    if (po.binary()) p->bin.push_back(binary_operand(g, plan, po, os));
+  p->name = detail::str_cat("onednn [", m, ",", k, "]x[", k, ",", nn, "]");
+  if (m == 0 || nn == 0) return p;
+  int64_t nb = 1;
+  for (size_t d = 0; d < br; ++d) nb *= os[d];
+  // Batches that share B, with A's (and each binary operand's) rows evenly spaced across
+  // them, are one tall product (as run_matmul does for OpenBLAS).
+  auto even = [&](const Operand& o, bool rows_in_order) {
+    bool ok = rows_in_order;
+    for (size_t d = br, span = 1; ok && d-- > 0;) {
+      ok = os[d] == 1 || o.batch[d] == static_cast<int64_t>(span) * m * o.sr;
+      span *= static_cast<size_t>(os[d]);
+    }
+    return ok;
+  };
+  bool merge =
+      nb > 1 && std::all_of(p->b.batch.begin(), p->b.batch.end(), [](int64_t s) { return s == 0; });
+  merge = merge && even(p->a, p->a.sc == 1);
+  for (const Operand& y : p->bin) merge = merge && even(y, true);
+  std::vector<int64_t> batch(os.begin(), os.begin() + static_cast<int64_t>(br));
+  if (merge) {
+    m *= nb;
+    nb = 1;
+    br = 0;
+    batch.clear();
+  }
+  const int64_t pool = ThreadPool::instance().size();
+  int64_t row_parts = nb >= 2 * pool ? 1 : std::min<int64_t>(pool, std::max<int64_t>(1, m / 64));
+  int64_t col_parts = 1;
+  if (nb == 1 && row_parts == 1 && nn >= 128 && m * nn * k >= (int64_t{1} << 20))
+    col_parts = std::min<int64_t>(pool, nn / 64);
+  auto part_of = [&](int64_t rows, int64_t cols) {
+    for (size_t i = 0; i < p->tasks.size(); ++i)
+      if (p->tasks[i].rows == rows && p->tasks[i].cols == cols) return p->tasks[i].part;
+    p->parts.push_back(cached_part(rows, cols, k, p->a, p->b, p->ldc, p->post, p->bin));
+    return static_cast<int>(p->parts.size() - 1);
+  };
+  for (int64_t bi = 0; bi < nb; ++bi) {
+    int64_t oa = p->a.offset, ob = p->b.offset, rest = bi;
+    std::vector<int64_t> oy;
+    for (const Operand& y : p->bin) oy.push_back(y.offset);
+    for (size_t d = br; d-- > 0;) {
+      int64_t coord = rest % batch[d];
+      rest /= batch[d];
+      oa += coord * p->a.batch[d];
+      ob += coord * p->b.batch[d];
+      for (size_t j = 0; j < p->bin.size(); ++j) oy[j] += coord * p->bin[j].batch[d];
+    }
+    for (int64_t rp = 0; rp < row_parts; ++rp) {
+      for (int64_t cp = 0; cp < col_parts; ++cp) {
+        int64_t r0 = m * rp / row_parts, r1 = m * (rp + 1) / row_parts;
+        int64_t c0 = nn * cp / col_parts, c1 = nn * (cp + 1) / col_parts;
+        if (r0 == r1 || c0 == c1) continue;
+        Task t;
+        t.rows = r1 - r0;
+        t.cols = c1 - c0;
+        t.a = oa + r0 * p->a.sr;
+        t.b = ob + c0 * p->b.sc;
+        t.c = bi * m * nn + r0 * nn + c0;
+        for (size_t j = 0; j < p->bin.size(); ++j) {
+          const Operand& y = p->bin[j];
+          t.bin.push_back(oy[j] + (y.bcast_rows ? 0 : r0 * y.sr) + (y.bcast_cols ? 0 : c0 * y.sc));
+        }
+        t.part = part_of(t.rows, t.cols);
+        p->tasks.push_back(std::move(t));
+      }
+    }
+  }
+  return p;
+}
+
+void run_onednn(const OnednnProduct& p, void* const* ptr) {
+  const int64_t tasks = static_cast<int64_t>(p.tasks.size());
+  if (tasks == 0) return;
+  auto one = [&](int t) {
+    if (!profile::enabled()) [[likely]] {
+      run_task(p, p.tasks[t], ptr);
+      return;
+    }
+    double t0 = profile::now_us();
+    run_task(p, p.tasks[t], ptr);
+    profile::record("matmul", p.name, t0, profile::now_us(),
+                    "\"task\": " + std::to_string(t) + ", \"tasks\": " + std::to_string(tasks));
+  };
+  if (tasks == 1)
+    one(0);
+  else
+    ThreadPool::instance().run(static_cast<int>(tasks), one);
+}
+
+}  // namespace loom::cpu

@@ -1,0 +1,35 @@
+// Products on oneDNN's matmul primitive (float32), with a product's folded elementwise
+// consumers as post-ops (plan.h: Step::post). The primitives are built when the program is
+// compiled and kept with it; the product is split into parts (batches, row or column ranges)
+// run on loom's thread pool, one single-threaded oneDNN call per part, as loom splits
+// OpenBLAS products: oneDNN's OpenMP threads are never started, so they never spin beside
+// the pool (docs/architecture.md, "Products"). No oneDNN header here: only onednn.cpp sees it.
+//
+// Thread-safety: an OnednnProduct is immutable after make_onednn_product; several threads may
+// run it at once (each part call takes its own stream, memory objects and scratchpad).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "backend/cpu/plan.h"
+
+namespace loom::cpu {
+
+struct OnednnProduct;
+
+// The primitives and parts of MatMul step `st` (st.lib == Library::Onednn) of `plan`.
+// Primitives with the same descriptor are shared through a process-wide table.
+std::shared_ptr<const OnednnProduct> make_onednn_product(const ir::Graph& g, const Plan& plan,
+                                                         const Step& st);
+// Runs it on the plan's buffer table.
+void run_onednn(const OnednnProduct& prod, void* const* ptr);
+// Whether oneDNN runs its AVX-512 kernels here (brgemm: the table of choose_library differs).
+bool onednn_avx512();
+// Whether `prod` runs its post-ops inside oneDNN (false: oneDNN refused them and a plain loop
+// applies them after the product; tests check this).
+bool onednn_fused(const OnednnProduct& prod);
+// "gemm:jit, 2 parts" (and ", post-ops in a loop" when not fused): for LOOM_DEBUG=2.
+std::string onednn_describe(const OnednnProduct& prod);
+
+}  // namespace loom::cpu

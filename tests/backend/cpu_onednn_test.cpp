@@ -1,0 +1,509 @@
+// Products on oneDNN (backend_cpu's onednn.cpp) against the reference backend: every shape
+// class (transposes, batches, broadcast batches, 0-size, 1-row, strided views), the fused
+// epilogues against the reference and against the unfused OpenBLAS plan, backward products,
+// and the library the planner picks per shape. Each case also checks, in the CPU plan, that
+// the product really ran on the library under test (and its post-ops), so a path that
+// silently fell back to OpenBLAS or to a loop kernel fails.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "backend/cpu/onednn.h"
+#include "backend/cpu/plan.h"
+#include "backend/cpu/program.h"
+#include "loom/ir/graph.h"
+#include "loom/loom.h"
+#include "loom/passes/pass.h"
+#include "loom/runtime/engine.h"
+#include "loom/trace/interop.h"
+
+// libgomp's (linked with oneDNN).
+extern "C" void omp_set_num_threads(int);
+extern "C" int omp_get_max_threads();
+
+namespace {
+
+using loom::Shape;
+using loom::Tensor;
+using loom::cpu::Library;
+using loom::cpu::PostOp;
+using Outs = std::vector<Tensor>;
+
+// Selects the library of every float32 product (or the table) for one scope; compiled
+// executables are dropped on both ends, since the compile cache does not key on it.
+class ForcedLibrary {
+ public:
+  explicit ForcedLibrary(std::optional<Library> l) {
+    loom::sync();
+    loom::cpu::force_library(l);
+    loom::runtime::clear_compile_cache();
+  }
+  ~ForcedLibrary() {
+    loom::cpu::force_library(std::nullopt);
+    loom::runtime::clear_compile_cache();
+  }
+};
+
+// Fixed values in about [-1, 1], different per salt.
+Tensor data(Shape s, int salt) {
+  std::vector<float> v(static_cast<size_t>(s.numel()));
+  for (size_t i = 0; i < v.size(); ++i)
+    v[i] = static_cast<float>(std::sin(0.731 * static_cast<double>(i) + 1.37 * salt));
+  return loom::tensor(v, s);
+}
+
+// The CPU program of the graph that materializing `outs` runs (after the default passes, as
+// the runtime compiles it).
+loom::cpu::Program program_of(const Outs& outs) {
+  loom::ir::Graph g = loom::ir::parse(loom::pending_ir(outs));
+  loom::passes::default_pipeline().run(g);
+  return loom::cpu::compile_program(g, /*region=*/false);
+}
+
+std::vector<std::vector<double>> values_on(const char* backend,
+                                           const std::function<Outs()>& program) {
+  loom::sync();
+  loom::runtime::set_backend(backend);
+  Outs outs = program();
+  loom::sync();
+  std::vector<std::vector<double>> v;
+  for (const Tensor& t : outs) v.push_back(t.to_vector<double>());
+  loom::runtime::set_backend("cpu");
+  return v;
+}
+
+// |got - want| <= tol * (1 + |want|) element by element, outputs of equal sizes.
+void expect_close(const std::vector<std::vector<double>>& got,
+                  const std::vector<std::vector<double>>& want, double tol, const char* what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t o = 0; o < got.size(); ++o) {
+    ASSERT_EQ(got[o].size(), want[o].size()) << what << " output " << o;
+    for (size_t i = 0; i < got[o].size(); ++i)
+      ASSERT_NEAR(got[o][i], want[o][i], tol * (1 + std::abs(want[o][i])))
+          << what << " output " << o << " element " << i;
+  }
+}
+
+// The libraries of the program's MatMul steps, in order, those of loop bodies included.
+void collect_libraries(const loom::cpu::Program& p, std::vector<Library>* r) {
+  for (size_t si = 0; si < p.plan.steps.size(); ++si) {
+    const loom::cpu::Step& st = p.plan.steps[si];
+    if (st.kind == loom::cpu::Step::MatMul) r->push_back(st.lib);
+    if (st.kind == loom::cpu::Step::Loop)
+      for (const loom::cpu::Program& region : p.loops[si]->regions) collect_libraries(region, r);
+  }
+}
+std::vector<Library> libraries(const loom::cpu::Program& p) {
+  std::vector<Library> r;
+  collect_libraries(p, &r);
+  return r;
+}
+
+class CpuOnednn : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    loom::sync();
+    previous_ = std::string(loom::runtime::current_backend().name());
+    loom::runtime::set_backend("cpu");
+  }
+  void TearDown() override {
+    loom::sync();
+    loom::runtime::set_backend(previous_);
+  }
+
+  // Runs `program` forced onto oneDNN and checks every product ran there, then compares its
+  // values with the reference backend's.
+  void expect_onednn_matches_ref(const std::function<Outs()>& program, double tol = 2e-5) {
+    std::vector<std::vector<double>> want = values_on("ref", program);
+    ForcedLibrary forced(Library::Onednn);
+    {
+      Outs outs = program();
+      loom::cpu::Program p = program_of(outs);
+      std::vector<Library> libs = libraries(p);
+      ASSERT_FALSE(libs.empty());
+      for (Library l : libs) EXPECT_EQ(l, Library::Onednn);
+      loom::sync();
+    }
+    expect_close(values_on("cpu", program), want, tol, "onednn vs ref");
+  }
+
+ private:
+  std::string previous_;
+};
+
+TEST_F(CpuOnednn, PlainAndTransposedOperandsMatchTheReference) {
+  for (int ta = 0; ta < 2; ++ta) {
+    for (int tb = 0; tb < 2; ++tb) {
+      SCOPED_TRACE("A transposed " + std::to_string(ta) + ", B transposed " + std::to_string(tb));
+      expect_onednn_matches_ref([&] {
+        // Transposes are strides of the stored matrices (no copies): [37,53] x [53,29].
+        Tensor a = ta ? loom::transpose(data({53, 37}, 1), 0, 1) : data({37, 53}, 1);
+        Tensor b = tb ? loom::transpose(data({29, 53}, 2), 0, 1) : data({53, 29}, 2);
+        return Outs{loom::matmul(a, b)};
+      });
+    }
+  }
+}
+
+TEST_F(CpuOnednn, SplitProductsMatchTheReference) {
+  // Rows split across the pool ([300,64]x[64,96]) and columns split for one row
+  // ([1,200]x[200,300] and a 1-row batch).
+  expect_onednn_matches_ref(
+      [] { return Outs{loom::matmul(data({300, 64}, 3), data({64, 96}, 4))}; });
+  expect_onednn_matches_ref(
+      [] { return Outs{loom::matmul(data({1, 200}, 5), data({200, 300}, 6))}; });
+  expect_onednn_matches_ref(
+      [] { return Outs{loom::matmul(data({3, 1, 40}, 7), data({3, 40, 50}, 8))}; });
+}
+
+TEST_F(CpuOnednn, BatchedAndBroadcastBatchesMatchTheReference) {
+  expect_onednn_matches_ref(
+      [] { return Outs{loom::matmul(data({3, 17, 23}, 1), data({3, 23, 19}, 2))}; });
+  // B shared by every batch: one tall product.
+  expect_onednn_matches_ref(
+      [] { return Outs{loom::matmul(data({3, 17, 23}, 3), data({23, 19}, 4))}; });
+  // A shared by every batch.
+  expect_onednn_matches_ref(
+      [] { return Outs{loom::matmul(data({17, 23}, 5), data({3, 23, 19}, 6))}; });
+  // Broadcast on both sides over two batch dims, with transposed B.
+  expect_onednn_matches_ref([] {
+    Tensor b = loom::transpose(data({1, 3, 4, 6}, 8), 2, 3);
+    return Outs{loom::matmul(data({2, 1, 5, 6}, 7), b)};
+  });
+}
+
+TEST_F(CpuOnednn, StridedViewsMatchTheReference) {
+  expect_onednn_matches_ref([] {
+    // A column block of a wider matrix (row stride 60), a batch read through a permute (batch
+    // stride 24, row stride 72), and a row slice with a step.
+    Tensor a = loom::slice(data({33, 60}, 1), 1, 7, 31);
+    Tensor x = loom::transpose(data({20, 3, 24}, 2), 0, 1);  // [3,20,24]
+    Tensor b = loom::slice(data({48, 18}, 3), 0, 0, 48, 2);  // rows 0, 2, ... : [24,18]
+    return Outs{loom::matmul(a, b), loom::matmul(x, b)};
+  });
+}
+
+TEST_F(CpuOnednn, EmptyProducts) {
+  // No rows, no columns: nothing to compute; k = 0: zeros (declared to stay on OpenBLAS's
+  // memset path, checked below).
+  expect_onednn_matches_ref([] { return Outs{loom::matmul(data({0, 8}, 1), data({8, 5}, 2))}; });
+  expect_onednn_matches_ref([] { return Outs{loom::matmul(data({2, 0, 8}, 1), data({8, 5}, 2))}; });
+  expect_onednn_matches_ref([] { return Outs{loom::matmul(data({4, 8}, 1), data({8, 0}, 2))}; });
+  std::vector<std::vector<double>> want =
+      values_on("ref", [] { return Outs{loom::matmul(data({4, 0}, 1), data({0, 5}, 2))}; });
+  ForcedLibrary forced(Library::Onednn);
+  Outs outs{loom::matmul(data({4, 0}, 1), data({0, 5}, 2))};
+  EXPECT_EQ(libraries(program_of(outs)), std::vector<Library>{Library::OpenBlas});
+  loom::sync();
+  expect_close({outs[0].to_vector<double>()}, want, 0, "k = 0");
+}
+
+// ---- fused epilogues ------------------------------------------------------------------
+
+struct EpilogueCase {
+  const char* name;
+  std::vector<PostOp::Kind> post;            // expected post-ops, in order
+  std::function<Tensor(const Tensor& y)> f;  // the consumers of the product y ([2,24,40])
+};
+
+Tensor bias() { return data({40}, 11); }
+Tensor residual() { return data({2, 24, 40}, 12); }
+
+std::vector<EpilogueCase> epilogue_cases() {
+  using K = PostOp::Kind;
+  return {{"bias", {K::Add}, [](const Tensor& y) { return y + bias(); }},
+          {"decoder: bias, exact gelu, residual",
+           {K::Add, K::Gelu, K::Add},
+           [](const Tensor& y) { return loom::gelu(y + bias()) + residual(); }},
+          {"relu", {K::Add, K::Relu}, [](const Tensor& y) { return loom::relu(y + bias()); }},
+          {"tanh", {K::Tanh}, [](const Tensor& y) { return loom::tanh(y); }},
+          // A negation that is the output itself (no sigmoid behind it): a linear -x.
+          {"bias, negated", {K::Add, K::Linear}, [](const Tensor& y) { return -(y + bias()); }},
+          {"sigmoid", {K::Sigmoid}, [](const Tensor& y) { return loom::sigmoid(y); }},
+          // Scalars from the caller are 0-d inputs: binary post-ops broadcast from [1,1].
+          {"scale and shift", {K::Mul, K::Add}, [](const Tensor& y) { return y * 0.25f + 3.0f; }},
+
+          {"residual times a row, minus a column",
+           {K::Mul, K::Sub},
+           [](const Tensor& y) { return y * data({1, 1, 40}, 13) - data({2, 24, 1}, 14); }},
+          {"divide by a tensor, max and min", {K::Div, K::Max, K::Min}, [](const Tensor& y) {
+             Tensor d = loom::exp(data({24, 40}, 15)) + 1.0f;
+             return loom::minimum(loom::maximum(y / d, data({40}, 16)), residual());
+           }}};
+}
+
+TEST_F(CpuOnednn, FusedEpiloguesMatchTheReferenceAndTheUnfusedPlan) {
+  for (const EpilogueCase& c : epilogue_cases()) {
+    SCOPED_TRACE(c.name);
+    auto program = [&] {
+      Tensor x = data({2, 24, 32}, 1), w = data({40, 32}, 2);
+      return Outs{c.f(loom::matmul(x, loom::transpose(w, 0, 1)))};
+    };
+    std::vector<std::vector<double>> want = values_on("ref", program);
+    std::vector<std::vector<double>> unfused;
+    {
+      ForcedLibrary forced(Library::OpenBlas);
+      Outs outs = program();
+      loom::cpu::Program p = program_of(outs);
+      ASSERT_EQ(libraries(p), std::vector<Library>{Library::OpenBlas});
+      EXPECT_GE(p.plan.kernels.size(), 1u);  // the consumers run as a loop kernel
+      loom::sync();
+      unfused = values_on("cpu", program);
+    }
+    // The table's own choice: this product (and its epilogue) goes to oneDNN.
+    Outs outs = program();
+    loom::cpu::Program p = program_of(outs);
+    ASSERT_EQ(libraries(p), std::vector<Library>{Library::Onednn});
+    const loom::cpu::Step* st = nullptr;
+    for (const loom::cpu::Step& s : p.plan.steps)
+      if (s.kind == loom::cpu::Step::MatMul) st = &s;
+    std::vector<PostOp::Kind> kinds;
+    for (const PostOp& po : st->post) kinds.push_back(po.kind);
+    EXPECT_EQ(kinds, c.post);
+    // The product writes the epilogue's value: no kernel computes it (the operands that are
+    // expressions, like exp(d) + 1, still get theirs).
+    EXPECT_EQ(p.plan.buf_of[st->out], p.plan.output_bufs[0]);
+    EXPECT_TRUE(loom::cpu::onednn_fused(*p.onednn[static_cast<size_t>(st - p.plan.steps.data())]));
+    loom::sync();
+    std::vector<std::vector<double>> got = values_on("cpu", program);
+    expect_close(got, want, 3e-5, "fused vs ref");
+    expect_close(got, unfused, 3e-5, "fused vs unfused");
+  }
+}
+
+TEST_F(CpuOnednn, GraphConstantsAreLinearPostOps) {
+  // Constants of the graph itself (as composites write them) become a linear eltwise
+  // post-op: (a b) * 2 - 0.5 as one (oneDNN 2.6 gets two linear post-ops in a row wrong),
+  // then 3 - that (not folded: the constant comes first).
+  loom::ir::Graph g = loom::ir::parse(R"(graph(%0: f32[24,32], %1: f32[32,40]) {
+  %2 = matmul(%0, %1) : f32[24,40]
+  %3 = constant() {value=2} : f32[]
+  %4 = expand(%3) {shape=[24,40]} : f32[24,40]
+  %5 = mul(%2, %4) : f32[24,40]
+  %6 = constant() {value=0.5} : f32[]
+  %7 = expand(%6) {shape=[24,40]} : f32[24,40]
+  %8 = sub(%5, %7) : f32[24,40]
+  %9 = constant() {value=3} : f32[]
+  %10 = expand(%9) {shape=[24,40]} : f32[24,40]
+  %11 = sub(%10, %8) : f32[24,40]
+  return %11
+}
+)");
+  loom::cpu::Program p = loom::cpu::compile_program(g, false);
+  std::vector<PostOp::Kind> kinds;
+  for (const loom::cpu::Step& s : p.plan.steps)
+    for (const PostOp& po : s.post) kinds.push_back(po.kind);
+  EXPECT_EQ(kinds, (std::vector<PostOp::Kind>{PostOp::Linear}));
+  EXPECT_EQ(p.plan.kernels.size(), 1u);  // 3 - x stays a loop kernel
+  std::vector<loom::Buffer> in = {loom::tensor_buffer(data({24, 32}, 1)),
+                                  loom::tensor_buffer(data({32, 40}, 2))};
+  loom::runtime::set_backend("ref");
+  std::vector<loom::Buffer> want = loom::runtime::run_graph(g, in);
+  loom::runtime::set_backend("cpu");
+  std::vector<loom::Buffer> got = loom::runtime::run_graph(g, in);
+  const float* w = static_cast<const float*>(want[0].data());
+  const float* o = static_cast<const float*>(got[0].data());
+  for (int64_t i = 0; i < 24 * 40; ++i) ASSERT_NEAR(o[i], w[i], 3e-5 * (1 + std::abs(w[i]))) << i;
+}
+
+TEST_F(CpuOnednn, DecoderLayerHasNoLoopKernel) {
+  Tensor x = data({4, 64, 128}, 1), w = data({128, 128}, 2), b = data({128}, 3);
+  Tensor y = loom::gelu(loom::matmul(x, loom::transpose(w, 0, 1)) + b) + x;
+  loom::cpu::Program p = program_of({y});
+  EXPECT_EQ(p.plan.kernels.size(), 0u);
+  EXPECT_EQ(p.plan.steps.size(), 1u);
+  loom::sync();
+}
+
+TEST_F(CpuOnednn, EpilogueStopsAtAValueUsedElsewhere) {
+  // The pre-activation is also an output (as when the backward keeps it): only the bias is
+  // folded; gelu reads the product's buffer in a kernel.
+  auto program = [] {
+    Tensor h = loom::matmul(data({24, 32}, 1), loom::transpose(data({40, 32}, 2), 0, 1)) + bias();
+    return Outs{h, loom::gelu(h)};
+  };
+  std::vector<std::vector<double>> want = values_on("ref", program);
+  Outs outs = program();
+  loom::cpu::Program p = program_of(outs);
+  ASSERT_EQ(libraries(p), std::vector<Library>{Library::Onednn});
+  for (const loom::cpu::Step& s : p.plan.steps)
+    if (s.kind == loom::cpu::Step::MatMul) EXPECT_EQ(s.post.size(), 1u);
+  loom::sync();
+  expect_close(values_on("cpu", program), want, 3e-5, "partial epilogue vs ref");
+}
+
+TEST_F(CpuOnednn, BatchedProductWithPerBatchOperands) {
+  // Operands that differ per batch keep the batches apart (no tall product).
+  expect_onednn_matches_ref(
+      [] {
+        Tensor y = loom::matmul(data({3, 17, 23}, 1), data({3, 23, 19}, 2));
+        return Outs{loom::tanh(y + data({3, 1, 19}, 3)) * data({3, 17, 19}, 4)};
+      },
+      3e-5);
+}
+
+TEST_F(CpuOnednn, BackwardProductsMatchTheReference) {
+  // dW = dY^T X and dX = dY W of a Linear + GELU, on oneDNN.
+  expect_onednn_matches_ref(
+      [] {
+        Tensor x = data({48, 32}, 1).requires_grad_(), w = data({40, 32}, 2).requires_grad_();
+        Tensor b = data({40}, 3).requires_grad_();
+        Tensor loss = loom::sum(loom::gelu(loom::matmul(x, loom::transpose(w, 0, 1)) + b) *
+                                data({48, 40}, 4));
+        loss.backward();
+        return Outs{loss, x.grad(), w.grad(), b.grad()};
+      },
+      1e-4);
+}
+
+TEST_F(CpuOnednn, ProductsInAScanBodyAndTheirGradients) {
+  // Region plans (a scan over stacked layers, as scan_layers runs): the body's product with
+  // bias, gelu and residual as post-ops, and the reverse scan of the backward.
+  expect_onednn_matches_ref(
+      [] {
+        Tensor w = data({3, 24, 24}, 1).requires_grad_(), b = data({3, 24}, 2).requires_grad_();
+        Tensor x = data({2, 8, 24}, 3);
+        auto [h, ys] = loom::scan(
+            [](const Tensor& h, const std::pair<Tensor, Tensor>& wb) {
+              Tensor y =
+                  loom::gelu(loom::matmul(h, loom::transpose(wb.first, 0, 1)) + wb.second) + h;
+              return std::pair{y, loom::sum(y)};
+            },
+            x, std::pair{w, b});
+        Tensor loss = loom::sum(h * data({2, 8, 24}, 4)) + loom::sum(ys);
+        loss.backward();
+        return Outs{loss, h, w.grad(), b.grad()};
+      },
+      1e-4);
+}
+
+// Threads of this process (Linux: one entry per thread under /proc/self/task).
+int process_threads() {
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/task")) n += e.exists();
+  return n;
+}
+
+TEST_F(CpuOnednn, StartsNoOpenMpThreads) {
+  // oneDNN's calls run one per pool thread, single-threaded: its OpenMP team (one thread per
+  // core) is never started, neither when a primitive is created nor when it runs. A fresh
+  // thread compiles and runs the product: its OpenMP settings are the process defaults.
+  ForcedLibrary forced(Library::Onednn);
+  {
+    ForcedLibrary warm(Library::OpenBlas);  // the pool and the JIT started
+    loom::matmul(data({8, 8}, 1), data({8, 8}, 2)).to_vector<double>();
+  }
+  loom::cpu::force_library(Library::Onednn);
+  int before = 0, during = 0;
+  std::thread t([&] {
+    before = process_threads();
+    // A fresh shape (a new primitive) split in row parts across the pool, with a post-op.
+    Tensor y = loom::tanh(loom::matmul(data({256, 96}, 3), data({96, 136}, 4)));
+    y.to_vector<double>();
+    during = process_threads();
+  });
+  t.join();
+  EXPECT_EQ(during, before);
+}
+
+TEST_F(CpuOnednn, KeepsTheCallersOpenMpSetting) {
+  // The caller's thread count for its own OpenMP code (PyTorch's, say) survives the calls
+  // that compile and run oneDNN products on that thread.
+  ForcedLibrary forced(Library::Onednn);
+  int after = 0;
+  std::thread t([&] {
+    omp_set_num_threads(3);
+    Tensor y = loom::matmul(data({200, 72}, 5), data({72, 88}, 6)) + data({88}, 7);
+    y.to_vector<double>();
+    after = omp_get_max_threads();
+  });
+  t.join();
+  EXPECT_EQ(after, 3);
+}
+
+// ---- the library per shape --------------------------------------------------------------
+
+TEST(CpuOnednnTable, LibraryPerShapeClassOnAvx2) {
+  auto table = [](int64_t m, int64_t n, int64_t k, bool a_trans, bool epilogue) {
+    return loom::cpu::library_table(false, loom::DType::Float32, m, n, k, 1, a_trans, epilogue);
+  };
+  // Tiny output width (an MLP's last layer): OpenBLAS.
+  EXPECT_EQ(table(64, 10, 256, false, false), Library::OpenBlas);
+  // MLP hidden layers, forward and backward: oneDNN.
+  EXPECT_EQ(table(64, 256, 784, false, false), Library::Onednn);
+  EXPECT_EQ(table(784, 256, 64, true, false), Library::Onednn);
+  // A weight gradient with a long k (dY^T X over 2048 rows): OpenBLAS.
+  EXPECT_EQ(table(512, 512, 2048, true, false), Library::OpenBlas);
+  // The decoder's [2048,512]x[512,512]: a tie without an epilogue, oneDNN with one.
+  EXPECT_EQ(table(2048, 512, 512, false, false), Library::OpenBlas);
+  EXPECT_EQ(table(2048, 512, 512, false, true), Library::Onednn);
+}
+
+TEST(CpuOnednnTable, LibraryPerShapeClassOnAvx512) {
+  auto table = [](int64_t m, int64_t n, int64_t k, bool a_trans) {
+    return loom::cpu::library_table(true, loom::DType::Float32, m, n, k, 1, a_trans, false);
+  };
+  EXPECT_EQ(table(64, 10, 256, false), Library::OpenBlas);
+  EXPECT_EQ(table(64, 256, 784, false), Library::Onednn);
+  EXPECT_EQ(table(512, 512, 2048, true), Library::Onednn);
+  EXPECT_EQ(table(2048, 512, 512, false), Library::Onednn);
+}
+
+TEST(CpuOnednnTable, OtherDTypesAndEmptyKStayOnOpenBlas) {
+  // oneDNN 2.6 has no f64 matmul; k = 0 is a memset. Forcing oneDNN does not change either.
+  ForcedLibrary forced(Library::Onednn);
+  EXPECT_EQ(loom::cpu::choose_library(loom::DType::Float64, 64, 256, 784, 1, false, false),
+            Library::OpenBlas);
+  EXPECT_EQ(loom::cpu::choose_library(loom::DType::Float32, 64, 256, 0, 1, false, false),
+            Library::OpenBlas);
+  EXPECT_EQ(loom::cpu::choose_library(loom::DType::Float32, 64, 10, 256, 1, false, false),
+            Library::Onednn);
+}
+
+TEST(CpuOnednnTable, ChoiceIsInTheDebugLog) {
+  loom::sync();
+  // The lines LOOM_DEBUG=2 prints for each product of a plan.
+  Tensor x = data({64, 256}, 1), w1 = data({256, 256}, 2), w2 = data({256, 10}, 3);
+  Tensor h = loom::relu(loom::matmul(x, w1) + data({256}, 4));
+  loom::cpu::Program p = program_of({loom::matmul(h, w2)});
+  std::string log = loom::cpu::describe_products(p.graph, p.plan);
+  EXPECT_NE(log.find("f32[64,256] x f32[256,256] on onednn post-ops add relu"), std::string::npos)
+      << log;
+  EXPECT_NE(log.find("f32[64,256] x f32[256,10] on openblas"), std::string::npos) << log;
+  loom::sync();
+}
+
+// Run by CpuOnednnTable.ChoiceIsInTheDebugLogOfAProcess in a child process under LOOM_DEBUG=2:
+// an MLP's two products, one per library.
+TEST(CpuOnednnDebugChild, DISABLED_Run) {
+  loom::runtime::set_backend("cpu");
+  Tensor x = data({64, 256}, 1), w1 = data({256, 256}, 2), w2 = data({256, 10}, 3);
+  Tensor h = loom::relu(loom::matmul(x, w1) + data({256}, 4));
+  loom::matmul(h, w2).to_vector<double>();
+}
+
+TEST(CpuOnednnTable, ChoiceIsInTheDebugLogOfAProcess) {
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+  const std::string cmd = "env -u LOOM_MATMUL LOOM_DEBUG=2 '" + self +
+                          "' --gtest_also_run_disabled_tests "
+                          "--gtest_filter=CpuOnednnDebugChild.DISABLED_Run 2>&1";
+  std::string log;
+  FILE* f = popen(cmd.c_str(), "r");
+  ASSERT_NE(f, nullptr);
+  char buf[4096];
+  for (size_t n; (n = fread(buf, 1, sizeof buf, f)) > 0;) log.append(buf, n);
+  ASSERT_EQ(pclose(f), 0) << log;
+  EXPECT_NE(log.find("[loom]   matmul %"), std::string::npos) << log;
+  EXPECT_NE(log.find("f32[64,256] x f32[256,256] on onednn post-ops add relu"), std::string::npos)
+      << log;
+  EXPECT_NE(log.find("f32[64,256] x f32[256,10] on openblas"), std::string::npos) << log;
+}
+
+}  // namespace
