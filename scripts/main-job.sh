@@ -8,6 +8,11 @@ build/examples/loom-examples
 echo
 build/examples/loom-train-lm
 echo
+# Distributed: the seed decoder data-parallel and train_lm tensor-parallel, 2 ranks each.
+build/tools/loom-launch -n 2 build/examples/loom-dist-examples decoder-dp
+echo
+build/tools/loom-launch -n 2 build/examples/loom-dist-examples train-lm-tp
+echo
 # The same from Python: the seed's six examples, train_lm, and the seed's compile-time table.
 export PYTHONPATH=build/python
 for ex in examples/python/example*.py; do

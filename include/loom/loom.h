@@ -6,6 +6,8 @@
 #include "loom/core/profile.h"
 #include "loom/core/shape.h"
 #include "loom/dist/dist.h"
+#include "loom/dist/parallel.h"
+#include "loom/dist/tensor_parallel.h"
 #include "loom/nn/nn.h"
 #include "loom/nn/scan_layers.h"
 #include "loom/optim/optim.h"

@@ -100,8 +100,12 @@ inline void gloo_ranks(int n, double timeout_s, const std::function<void(int)>& 
                        double deadline_s = 60) {
   const int me = child_rank();
   if (me >= 0) {
-    loom::dist::init();  // from the environment spawn_ranks set
-    body(me);
+    try {
+      loom::dist::init();  // from the environment spawn_ranks set
+      body(me);
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "rank " << me << " threw: " << e.what();
+    }
     loom::dist::finalize();
     const bool ok = !::testing::Test::HasFailure();
     std::fflush(stdout);
@@ -109,15 +113,17 @@ inline void gloo_ranks(int n, double timeout_s, const std::function<void(int)>& 
   }
   const std::string store = fresh_store();
   std::vector<Child> kids = spawn_ranks(n, store, timeout_s);
-  {
+  try {  // whatever happens here, the children are reaped below
     loom::dist::InitOptions o;
     o.rank = 0;
     o.world_size = n;
     o.store = store;
     o.timeout_s = timeout_s;
     loom::dist::set_communicator(loom::dist::make_gloo_communicator(o));
+    body(0);
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "rank 0 threw: " << e.what();
   }
-  body(0);
   loom::dist::finalize();
   reap(kids, deadline_s);
   for (size_t k = 0; k < kids.size(); ++k)

@@ -1,0 +1,162 @@
+// Distributed figures, each rank a child process (`loom-bench --child ...`) over Gloo on
+// 127.0.0.1 with a fresh file store:
+//   dist_all_reduce     float32 all_reduce(sum) of 1, 16 and 256 MiB between 2 local ranks
+//                       (LOOM_BENCH_DIST_MIB="1,16,256"), against memcpy of the same size
+//                       in the same run
+//   dist_data_parallel  the seed decoder's training step (DataParallel, compile trace_once),
+//                       2 ranks x 1 thread against 1 rank x 1 thread, at the same per-rank
+//                       batch: samples per second (LOOM_BENCH_DP_LAYERS, default 4)
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <sstream>
+
+#include "bench.h"
+#include "loom/loom.h"
+
+namespace loom::bench {
+namespace {
+
+std::string self() { return std::filesystem::read_symlink("/proc/self/exe").string(); }
+
+std::string fresh_dir() {
+  std::string t = (std::filesystem::temp_directory_path() / "loom-bench-XXXXXX").string();
+  std::vector<char> b(t.begin(), t.end());
+  b.push_back(0);
+  return ::mkdtemp(b.data()) ? std::string(b.data()) : std::string("/tmp");
+}
+
+// Runs `world` ranks of the child `name` with `args`; returns rank 0's output.
+std::string run_ranks(const std::string& name, int world, const std::string& args,
+                      const std::string& env = "") {
+  const std::string store = fresh_dir();
+  std::string cmd;
+  for (int r = world - 1; r >= 0; --r) {
+    cmd += env + " LOOM_RANK=" + std::to_string(r) + " LOOM_WORLD_SIZE=" + std::to_string(world) +
+           " LOOM_STORE='" + store + "' '" + self() + "' --child " + name + " " + args;
+    cmd += r > 0 ? " >/dev/null 2>&1 & " : " 2>/dev/null; wait";
+  }
+  std::string out = command_output(cmd);
+  std::error_code ec;
+  std::filesystem::remove_all(store, ec);
+  return out;
+}
+
+std::vector<int64_t> sizes_mib() {
+  const char* s = std::getenv("LOOM_BENCH_DIST_MIB");
+  std::stringstream in(s && *s ? s : "1,16,256");
+  std::vector<int64_t> v;
+  for (std::string w; std::getline(in, w, ',');) v.push_back(std::atoll(w.c_str()));
+  return v;
+}
+
+int all_reduce_rank(int argc, char** argv) {
+  dist::init();
+  dist::Communicator& c = dist::require("bench");
+  for (int64_t mib : sizes_mib()) {
+    const int64_t n = mib * 1024 * 1024 / 4;
+    std::vector<float> a(static_cast<size_t>(n), 1.0f), b(a.size());
+    const int reps = mib >= 256 ? 3 : mib >= 16 ? 5 : 10;
+    c.all_reduce(a.data(), n, DType::Float32, dist::ReduceOp::Sum);  // warm the connections
+    c.barrier();
+    double t = median_seconds(
+        reps, [&] { c.all_reduce(a.data(), n, DType::Float32, dist::ReduceOp::Sum); });
+    double m = median_seconds(reps, [&] { std::memcpy(b.data(), a.data(), a.size() * 4); });
+    std::printf("all_reduce_%lld %.9f\nmemcpy_%lld %.9f\n", static_cast<long long>(mib), t,
+                static_cast<long long>(mib), m);
+  }
+  dist::finalize();
+  return 0;
+}
+RegisterChild all_reduce_child("dist_all_reduce_rank", all_reduce_rank);
+
+Register all_reduce_bench(
+    "dist_all_reduce", "Gloo all_reduce(sum) of float32 buffers between 2 local ranks vs memcpy",
+    [] {
+      std::vector<Figure> f;
+      std::string out = run_ranks("dist_all_reduce_rank", 2, "");
+      for (int64_t mib : sizes_mib()) {
+        const std::string k = std::to_string(mib);
+        double t = figure_in(out, "all_reduce_" + k), m = figure_in(out, "memcpy_" + k);
+        if (t <= 0 || m <= 0) {
+          f.push_back(
+              {"failed_" + k, 0, "", "a rank failed (loom-bench --child dist_all_reduce_rank)"});
+          continue;
+        }
+        const double gb = static_cast<double>(mib) / 1024;
+        f.push_back({"all_reduce_ms_" + k + "MiB", t * 1e3, "ms", "one all_reduce, 2 ranks"});
+        f.push_back({"all_reduce_GBps_" + k + "MiB", gb / t, "GB/s", "buffer size / time"});
+        f.push_back({"memcpy_GBps_" + k + "MiB", gb / m, "GB/s", "the same size, same run"});
+        f.push_back(
+            {"all_reduce_over_memcpy_" + k + "MiB", t / m, "x", "all_reduce time / memcpy time"});
+      }
+      return f;
+    });
+
+struct Layer : nn::Module {
+  std::shared_ptr<nn::Linear> linear;
+  explicit Layer(int64_t d) {
+    linear = register_module("linear", std::make_shared<nn::Linear>(d, d));
+  }
+  Tensor forward(const Tensor& x) override { return gelu((*linear)(x)) + x; }
+};
+
+int dp_rank(int argc, char** argv) {
+  dist::init();
+  const char* ls = std::getenv("LOOM_BENCH_DP_LAYERS");
+  const int layers_n = ls ? std::atoi(ls) : 4;
+  const int steps = argc > 0 ? std::atoi(argv[0]) : 20;
+  const int64_t dim = 512, per_rank = 4, seq = 64;
+  manual_seed(0);
+  nn::ModuleList layers;
+  for (int i = 0; i < layers_n; ++i) layers.push_back(std::make_shared<Layer>(dim));
+  dist::DataParallel dp(layers);
+  optim::SGD opt(layers.parameters(), 1e-3);
+  auto step = compile(
+      [&](const Tensor& x) {
+        opt.zero_grad();
+        Tensor loss = mean(scan_layers(layers, x) * 1.0);
+        loss.backward();
+        dp.average_gradients();
+        opt.step();
+        return loss;
+      },
+      {.name = "dp_bench", .trace_once = true});
+  Tensor x = randn({per_rank, seq, dim});
+  step(x).item<float>();  // compile
+  dist::barrier();
+  const double t0 = seconds();
+  for (int s = 0; s < steps; ++s) step(x).item<float>();
+  const double dt = seconds() - t0;
+  std::printf("samples_per_s %.6f\nstep_ms %.6f\n", per_rank * dist::world_size() * steps / dt,
+              dt / steps * 1e3);
+  dist::finalize();
+  return 0;
+}
+RegisterChild dp_child("dist_dp_rank", dp_rank);
+
+Register dp_bench("dist_data_parallel",
+                  "decoder training step: 2 ranks x 1 thread vs 1 rank x 1 thread (DataParallel)",
+                  [] {
+                    const char* st = std::getenv("LOOM_BENCH_DP_STEPS");
+                    const std::string steps = st ? st : "20";
+                    std::string one = run_ranks("dist_dp_rank", 1, steps, "LOOM_NUM_THREADS=1");
+                    std::string two = run_ranks("dist_dp_rank", 2, steps, "LOOM_NUM_THREADS=1");
+                    const double s1 = figure_in(one, "samples_per_s"),
+                                 s2 = figure_in(two, "samples_per_s");
+                    if (s1 <= 0 || s2 <= 0)
+                      return std::vector<Figure>{
+                          {"failed", 0, "", "a rank failed (loom-bench --child dist_dp_rank)"}};
+                    return std::vector<Figure>{
+                        {"samples_per_s_1rank", s1, "1/s", "1 rank x 1 thread, batch 4"},
+                        {"samples_per_s_2ranks", s2, "1/s", "2 ranks x 1 thread, batch 4 each"},
+                        {"scaling_2_over_1", s2 / s1, "x", "goal >= 1.8"},
+                        {"step_ms_2ranks", figure_in(two, "step_ms"), "ms",
+                         "the all_reduce runs after the backward (no overlap)"},
+                    };
+                  });
+
+}  // namespace
+}  // namespace loom::bench
