@@ -17,13 +17,17 @@ all_reduce of the adjoints; all_gather and reduce_scatter are each other's adjoi
 `replicated=True` says that every rank computes the same objective from the result (tensor
 parallel), when the adjoint is the rank's own share.
 """
+import numpy as np
+
 from . import _loom
 from ._loom import Tensor
-from .nn.module import Module
+from .nn.layers import CausalSelfAttention, Linear
+from .nn.module import Module, Parameter
 
 __all__ = ["init", "finalize", "is_initialized", "rank", "world_size", "barrier", "all_reduce",
            "all_gather", "reduce_scatter", "broadcast", "grad_all_reduce", "shard",
-           "DataParallel"]
+           "DataParallel", "ColumnParallelLinear", "RowParallelLinear",
+           "ShardedCausalSelfAttention"]
 
 
 def _check(fn, t):
@@ -189,3 +193,125 @@ class DataParallel(Module):
                     n = g.numel()
                     g.copy_(mean[at:at + n].reshape(*g.shape))
                     at += n
+
+
+# ---- tensor parallel (Megatron-style) -------------------------------------------------------
+# Weights split across the ranks; the collectives inserted for the user, with the gradients of
+# a replicated objective (every rank computes the same loss from the layers' outputs). The
+# graphs do not depend on the rank (shards are data), so every rank traces the same graph and
+# the layers work inside scan_layers. load(full) copies this rank's share of an unsharded
+# layer (tests, checkpoints).
+
+def _split(fn, n, what):
+    w = _loom._dist_world_size()
+    if n % w:
+        raise _loom.ShapeError(f"[{fn}] {what} {n} is not a multiple of the world size {w}")
+    return n // w, _loom._dist_rank()
+
+
+def _load(dst, src, key):
+    """dst = src[key], the slicing done on the host: the graph every rank runs then has the
+    same structure (a rank's share is data, not a different slice op)."""
+    from ._creation import tensor
+    share = tensor(src.detach().numpy()[key], dtype=dst.dtype)
+    with _loom.no_grad():
+        dst.copy_(share)
+
+
+class ColumnParallelLinear(Module):
+    """y = x W^T + b with W's rows (output features) split: weight [out / world, in], bias
+    [out / world]. The input is replicated (its gradient is summed over the ranks); the output
+    is all_gathered on the last dim (gather_output=True) or left as this rank's features."""
+
+    def __init__(self, in_features, out_features, bias=True, gather_output=True, dtype=None):
+        super().__init__()
+        local, _ = _split("ColumnParallelLinear", int(out_features), "out_features")
+        shard = Linear(in_features, local, bias=bias, dtype=dtype)
+        self.in_features, self.out_features = int(in_features), int(out_features)
+        self.gather_output = bool(gather_output)
+        self.weight = shard.weight
+        if bias:
+            self.bias = shard.bias
+        else:
+            self.register_parameter("bias", None)
+
+    def forward(self, x):
+        y = _loom.matmul(_loom._grad_all_reduce(x), _loom.transpose(self.weight, 0, 1))
+        if self.bias is not None:
+            y = y + self.bias
+        return _loom._all_gather(y, y.ndim - 1, True) if self.gather_output else y
+
+    def load(self, full):
+        """This rank's rows of an unsharded Linear(in_features, out_features)."""
+        local, r = _split("ColumnParallelLinear", self.out_features, "out_features")
+        _load(self.weight, full.weight, slice(r * local, (r + 1) * local))
+        if self.bias is not None:
+            _load(self.bias, full.bias, slice(r * local, (r + 1) * local))
+
+
+class RowParallelLinear(Module):
+    """y = x W^T + b with W's columns (input features) split: weight [out, in / world]; x holds
+    this rank's in / world input features (a ColumnParallelLinear's output with
+    gather_output=False); the partial products are all_reduced; the bias is replicated."""
+
+    def __init__(self, in_features, out_features, bias=True, dtype=None):
+        super().__init__()
+        local, _ = _split("RowParallelLinear", int(in_features), "in_features")
+        shard = Linear(local, out_features, bias=False, dtype=dtype)
+        full_bias = Linear(in_features, out_features, bias=True, dtype=dtype).bias
+        self.in_features, self.out_features = int(in_features), int(out_features)
+        self.weight = shard.weight
+        if bias:  # replicated: rank 0's draw on every rank
+            self.bias = Parameter(_loom._broadcast(full_bias.detach(), 0))
+            _loom.sync()
+        else:
+            self.register_parameter("bias", None)
+
+    def forward(self, x):
+        y = _loom._all_reduce(_loom.matmul(x, _loom.transpose(self.weight, 0, 1)), "sum", True)
+        return y if self.bias is None else y + self.bias
+
+    def load(self, full):
+        """This rank's columns of an unsharded Linear(in_features, out_features)."""
+        local, r = _split("RowParallelLinear", self.in_features, "in_features")
+        _load(self.weight, full.weight, (slice(None), slice(r * local, (r + 1) * local)))
+        if self.bias is not None:
+            _load(self.bias, full.bias, slice(None))
+
+
+class ShardedCausalSelfAttention(Module):
+    """loom.nn.CausalSelfAttention with its heads split across the ranks: qkv column-parallel
+    by heads (this rank's q, k and v rows), attention over the local heads, proj row-parallel.
+    Same parameter names as the unsharded layer (qkv.weight, qkv.bias, proj.weight, ...)."""
+
+    def __init__(self, dim, heads, dtype=None):
+        super().__init__()
+        local_heads, _ = _split("ShardedCausalSelfAttention", int(heads), "heads")
+        if dim % heads:
+            raise _loom.ShapeError(f"[ShardedCausalSelfAttention] dim {dim} is not a multiple "
+                                   f"of heads {heads}")
+        self.dim, self.heads, self.local_heads = int(dim), int(heads), local_heads
+        self.qkv = ColumnParallelLinear(dim, 3 * dim, gather_output=False, dtype=dtype)
+        self.proj = RowParallelLinear(dim, dim, dtype=dtype)
+
+    def forward(self, x):
+        if not isinstance(x, Tensor) or x.ndim != 3 or x.shape[2] != self.dim:
+            got = f"{x.dtype!r}{list(x.shape)}" if isinstance(x, Tensor) else type(x).__name__
+            raise _loom.ShapeError(f"[ShardedCausalSelfAttention] expected [batch, seq, "
+                                   f"{self.dim}], got {got}")
+        local_dim = self.dim // self.heads * self.local_heads
+        y = CausalSelfAttention.attend(self.qkv(x), local_dim, self.local_heads)
+        return self.proj(y)
+
+    def load(self, full):
+        """This rank's heads of an unsharded CausalSelfAttention(dim, heads)."""
+        local_dim = self.dim // self.heads * self.local_heads
+        r = _loom._dist_rank()
+        rows = np.concatenate([np.arange(k * self.dim + r * local_dim,
+                                         k * self.dim + (r + 1) * local_dim) for k in range(3)])
+        _load(self.qkv.weight, full.qkv.weight, rows)
+        _load(self.qkv.bias, full.qkv.bias, rows)
+        self.proj.load(full.proj)
+
+    def extra_repr(self):
+        return f"dim={self.dim}, heads={self.heads}, local_heads={self.local_heads}"

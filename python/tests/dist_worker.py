@@ -147,10 +147,106 @@ def dead_rank():
     raise AssertionError("no DistError")
 
 
+def close(got, want, what, tol=1e-10):
+    g, w_ = np.asarray(got.numpy()), np.asarray(want.numpy())
+    if g.shape != w_.shape or not np.allclose(g, w_, rtol=tol, atol=tol):
+        raise AssertionError(f"rank {dist.rank()}: {what}: max |diff| "
+                             f"{np.max(np.abs(g - w_)) if g.shape == w_.shape else g.shape}")
+
+
+def tensor_parallel():
+    """The sharded layers against the unsharded ones on the same weights, float64: outputs,
+    the input's gradient and each shard's gradient (the rows or columns of the full one),
+    for a replicated objective sum(out * R); and two sharded blocks through scan_layers."""
+    r, w = dist.rank(), dist.world_size()
+    f64 = loom.float64
+    loom.manual_seed(5)  # the same unsharded layers and data on every rank
+    full_col, full_row = nn.Linear(8, 12, dtype=f64), nn.Linear(12, 6, dtype=f64)
+    full_attn = nn.CausalSelfAttention(8, 4, dtype=f64)
+    x0 = loom.randn(2, 5, 8, dtype=f64)
+    r_col, r_row = loom.randn(2, 5, 12, dtype=f64), loom.randn(2, 5, 6, dtype=f64)
+    col = dist.ColumnParallelLinear(8, 12, dtype=f64)
+    col_local = dist.ColumnParallelLinear(8, 12, gather_output=False, dtype=f64)
+    row = dist.RowParallelLinear(12, 6, dtype=f64)
+    attn = dist.ShardedCausalSelfAttention(8, 4, dtype=f64)
+    col.load(full_col)
+    col_local.load(full_col)
+    row.load(full_row)
+    attn.load(full_attn)
+    n, k = 12 // w, 12 // w
+
+    def grads(model_fn, params, rr):
+        x = x0.detach().requires_grad_()
+        out = model_fn(x)
+        (out * rr).sum().backward()
+        return out, x.grad, [p.grad for p in params]
+
+    out, gx, (gw, gb) = grads(col, [col.weight, col.bias], r_col)
+    out_f, gx_f, (gw_f, gb_f) = grads(full_col, [full_col.weight, full_col.bias], r_col)
+    close(out, out_f, "ColumnParallelLinear forward")
+    close(gx, gx_f, "ColumnParallelLinear input grad")
+    close(gw, gw_f[r * n:(r + 1) * n], "ColumnParallelLinear weight grad")
+    close(gb, gb_f[r * n:(r + 1) * n], "ColumnParallelLinear bias grad")
+
+    def pair(x):
+        return row(col_local(x))
+
+    def pair_full(x):
+        return full_row(full_col(x))
+
+    for m in (col_local, row, full_col, full_row):
+        m.zero_grad()
+    out, gx, (gw1, gw2, gb2) = grads(pair, [col_local.weight, row.weight, row.bias], r_row)
+    out_f, gx_f, (gw1_f, gw2_f, gb2_f) = grads(pair_full, [full_col.weight, full_row.weight,
+                                                           full_row.bias], r_row)
+    close(out, out_f, "Column -> Row forward")
+    close(gx, gx_f, "Column -> Row input grad")
+    close(gw1, gw1_f[r * n:(r + 1) * n], "Column -> Row column weight grad")
+    close(gw2, gw2_f[:, r * k:(r + 1) * k], "RowParallelLinear weight grad")
+    close(gb2, gb2_f, "RowParallelLinear bias grad")
+
+    ra = loom.randn(2, 5, 8, dtype=f64)
+    out, gx, (gq, gp) = grads(attn, [attn.qkv.weight, attn.proj.weight], ra)
+    out_f, gx_f, (gq_f, gp_f) = grads(full_attn, [full_attn.qkv.weight, full_attn.proj.weight], ra)
+    close(out, out_f, "ShardedCausalSelfAttention forward")
+    close(gx, gx_f, "ShardedCausalSelfAttention input grad")
+    d = 8 // w
+    rows = loom.cat([gq_f[j * 8 + r * d:j * 8 + (r + 1) * d] for j in range(3)], 0)
+    close(gq, rows, "ShardedCausalSelfAttention qkv weight grad")
+    close(gp, gp_f[:, r * d:(r + 1) * d], "ShardedCausalSelfAttention proj weight grad")
+
+    class Block(nn.Module):
+        def __init__(self, sharded):
+            super().__init__()
+            self.attn = dist.ShardedCausalSelfAttention(8, 4, dtype=f64) if sharded else \
+                nn.CausalSelfAttention(8, 4, dtype=f64)
+
+        def forward(self, x):
+            return x + self.attn(x)
+
+    loom.manual_seed(9)
+    full_blocks = nn.ModuleList([Block(False) for _ in range(3)])
+    blocks = nn.ModuleList([Block(True) for _ in range(3)])
+    for b_, f_ in zip(blocks, full_blocks):
+        b_.attn.load(f_.attn)
+    x = x0.detach().requires_grad_()
+    y = loom.scan_layers(blocks, x)
+    (y * ra).sum().backward()
+    xf = x0.detach().requires_grad_()
+    yf = xf
+    for f_ in full_blocks:
+        yf = f_(yf)
+    (yf * ra).sum().backward()
+    close(y, yf, "sharded blocks through scan_layers")
+    close(x.grad, xf.grad, "sharded blocks through scan_layers: input grad")
+    close(blocks[2].attn.proj.weight.grad, full_blocks[2].attn.proj.weight.grad[:, r * d:(r + 1) * d],
+          "sharded blocks through scan_layers: layer 2 proj grad")
+
+
 if __name__ == "__main__":
     mode = sys.argv[1]
     dist.init()
     {"collectives": collectives, "data_parallel": lambda: data_parallel(sys.argv[2]),
      "different_graphs": different_graphs, "skipped_collective": skipped_collective,
-     "dead_rank": dead_rank}[mode]()
+     "dead_rank": dead_rank, "tensor_parallel": tensor_parallel}[mode]()
     print("ok")

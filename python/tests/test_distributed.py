@@ -13,7 +13,6 @@ import pytest
 
 import loom
 import loom.distributed as dist
-import loom.nn.functional as F
 
 HERE = pathlib.Path(__file__).parent
 WORKER = str(HERE / "dist_worker.py")
@@ -44,14 +43,14 @@ def test_collectives_against_closed_forms(ranks):
         assert f"[rank {k}] ok" in r.stdout
 
 
-class Net(loom.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.a = loom.nn.Linear(6, 16)
-        self.b = loom.nn.Linear(16, 3)
-
-    def forward(self, x):
-        return self.b(F.gelu(self.a(x)))
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_tensor_parallel_equals_the_unsharded_layers(ranks):
+    """ColumnParallelLinear, RowParallelLinear and ShardedCausalSelfAttention: forward and
+    every gradient against the unsharded layers; sharded blocks through scan_layers."""
+    r, _ = launch(ranks, WORKER, "tensor_parallel")
+    assert r.returncode == 0, r.stdout + r.stderr
+    for k in range(ranks):
+        assert f"[rank {k}] ok" in r.stdout
 
 
 def test_data_parallel_equals_one_rank_with_the_whole_batch(tmp_path):
@@ -74,7 +73,7 @@ def test_data_parallel_equals_one_rank_with_the_whole_batch(tmp_path):
 
 @pytest.mark.parametrize("mode,what", [
     ("different_graphs", "First difference (rank 0 against rank 1)"),
-    ("skipped_collective", "rank 1 call"),
+    ("skipped_collective", "rank 1 calls barrier()"),
 ])
 def test_faults_raise_on_every_rank(mode, what):
     r, seconds = launch(2, WORKER, mode)

@@ -258,13 +258,22 @@ class GlooCommunicator final : public Communicator {
              RecvSize recv_size) {
     auto sbuf = ctx_->createUnboundBuffer(send, send_bytes);
     std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> rbufs(static_cast<size_t>(size_));
-    for (int p = 0; p < size_; ++p) {
-      if (p == rank_) continue;
-      rbufs[static_cast<size_t>(p)] = ctx_->createUnboundBuffer(recv_ptr(p), recv_size(p));
-      rbufs[static_cast<size_t>(p)]->recv(p, static_cast<uint64_t>(slot));
+    int peer = -1;  // posting to a peer that already closed its end throws too
+    try {
+      for (peer = 0; peer < size_; ++peer) {
+        if (peer == rank_) continue;
+        rbufs[static_cast<size_t>(peer)] =
+            ctx_->createUnboundBuffer(recv_ptr(peer), recv_size(peer));
+        rbufs[static_cast<size_t>(peer)]->recv(peer, static_cast<uint64_t>(slot));
+      }
+      for (peer = 0; peer < size_; ++peer)
+        if (peer != rank_) sbuf->send(peer, static_cast<uint64_t>(slot));
+    } catch (const std::exception& e) {
+      broken_ =
+          str_cat("[", op, "] rank ", rank_, " of ", size_, " (gloo): rank ", peer,
+                  " closed its connection before the cross-rank check: it died. Gloo: ", e.what());
+      throw DistError(broken_);
     }
-    for (int p = 0; p < size_; ++p)
-      if (p != rank_) sbuf->send(p, static_cast<uint64_t>(slot));
     const auto t0 = std::chrono::steady_clock::now();
     for (int p = 0; p < size_; ++p) {
       if (p == rank_) continue;

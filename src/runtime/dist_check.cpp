@@ -36,7 +36,11 @@ std::string explain(const std::vector<std::string>& tags, const std::vector<std:
     const std::vector<int>& rs = groups[order[k]];
     std::string name, ir;
     split_detail(details[static_cast<size_t>(rs[0])], &name, &ir);
-    msg += (k ? "; " : "") + ranks_text(rs) + (ir.empty() ? " call " : " run the graph ") + name;
+    const bool one = rs.size() == 1;
+    msg += (k ? "; " : "") + ranks_text(rs) +
+           (ir.empty() ? (one ? " calls " : " call ")
+                       : (one ? " runs the graph " : " run the graph ")) +
+           name;
   }
   // The first differing op between the first two groups' graphs, when both are graphs.
   std::string n0, ir0, n1, ir1;

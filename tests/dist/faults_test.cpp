@@ -39,10 +39,10 @@ void skipped_collective(int r) {
   auto t0 = Clock::now();
   if (r == 0)
     expect_error<DistError>([&] { loss.item<float>(); },
-                            {"rank 0 run the graph", "rank 1 call barrier()", "all_reduce_sum"});
+                            {"rank 0 runs the graph", "rank 1 calls barrier()", "all_reduce_sum"});
   else
     expect_error<DistError>([&] { dist::barrier(); },
-                            {"rank 0 run the graph", "rank 1 call barrier()", "all_reduce_sum"});
+                            {"rank 0 runs the graph", "rank 1 calls barrier()", "all_reduce_sum"});
   EXPECT_LT(since(t0), 2 * kTimeout);
 }
 

@@ -270,10 +270,14 @@ class CausalSelfAttention(Module):
             got = f"{x.dtype!r}{list(x.shape)}" if isinstance(x, Tensor) else type(x).__name__
             raise _loom.ShapeError(f"[CausalSelfAttention] expected [batch, seq, {self.dim}], "
                                    f"got {got}")
-        b, t, _ = x.shape
-        dim, heads = self.dim, self.heads
+        return self.proj(self.attend(self.qkv(x), self.dim, self.heads))
+
+    @staticmethod
+    def attend(qkv, dim, heads):
+        """Causal attention of qkv [b, t, 3 dim] (q, k, v in that order) over `heads` heads:
+        [b, t, dim], the heads joined."""
+        b, t, _ = qkv.shape
         hd = dim // heads
-        qkv = self.qkv(x)
 
         def head(k):  # [b, heads, t, hd]
             part = _loom.slice(qkv, 2, k * dim, (k + 1) * dim)
@@ -285,8 +289,7 @@ class CausalSelfAttention(Module):
         allowed = _loom.unsqueeze(pos, 1) >= _loom.unsqueeze(pos, 0)  # key <= query
         scores = _loom.where(allowed, scores, -1e30)
         y = _loom.matmul(_loom.softmax(scores, -1), v)
-        y = _loom._reshape(_loom._permute(y, [0, 2, 1, 3]), [b, t, dim])
-        return self.proj(y)
+        return _loom._reshape(_loom._permute(y, [0, 2, 1, 3]), [b, t, dim])
 
     def extra_repr(self):
         return f"dim={self.dim}, heads={self.heads}"
