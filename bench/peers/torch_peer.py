@@ -12,30 +12,9 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
+from torch_models import Decoder  # noqa: E402
 from common import (BATCH, CUMSUM_N, DIM, MLP_BATCH, SEQ, best_rate, emit,  # noqa: E402
                     median_ms, parse_args)
-
-
-class DecoderLayer(nn.Module):
-    def __init__(self, dim):
-        super().__init__()
-        self.linear = nn.Linear(dim, dim)
-        self.act = nn.GELU()
-
-    def forward(self, x):
-        return self.act(self.linear(x)) + x
-
-
-class Decoder(nn.Module):
-    def __init__(self, dim, num_layers):
-        super().__init__()
-        self.layers = nn.ModuleList([DecoderLayer(dim) for _ in range(num_layers)])
-        self.norm = nn.LayerNorm(dim)
-
-    def forward(self, x):
-        for layer in self.layers:
-            x = layer(x)
-        return self.norm(x)
 
 
 def main():

@@ -17,6 +17,7 @@ import torch_xla.core.xla_model as xm  # noqa: E402
 import torch_xla.debug.metrics as met  # noqa: E402
 from torch_xla.experimental.scan import scan  # noqa: E402
 from torch_xla.experimental.scan_layers import scan_layers  # noqa: E402
+from torch_models import Decoder  # noqa: E402
 from common import (BATCH, CUMSUM_N, DIM, MLP_BATCH, SEQ, best_rate, emit,  # noqa: E402
                     median_ms, parse_args)
 
@@ -26,36 +27,11 @@ def wait():
     xm.wait_device_ops()
 
 
-class DecoderLayer(nn.Module):
-    def __init__(self, dim):
-        super().__init__()
-        self.linear = nn.Linear(dim, dim)
-        self.act = nn.GELU()
-
-    def forward(self, x):
-        return self.act(self.linear(x)) + x
-
-
-class Decoder(nn.Module):
-    def __init__(self, dim, num_layers, use_scan):
-        super().__init__()
-        self.layers = nn.ModuleList([DecoderLayer(dim) for _ in range(num_layers)])
-        self.norm = nn.LayerNorm(dim)
-        self.use_scan = use_scan
-
-    def forward(self, x):
-        if self.use_scan:
-            x = scan_layers(self.layers, x, is_layer_pure=True)
-        else:
-            for layer in self.layers:
-                x = layer(x)
-        return self.norm(x)
-
-
 def decoder(layers, use_scan):
     torch.manual_seed(0)
     dev = torch_xla.device()
-    model = Decoder(DIM, layers, use_scan).to(dev)
+    run_layers = (lambda ls, h: scan_layers(ls, h, is_layer_pure=True)) if use_scan else None
+    model = Decoder(DIM, layers, run_layers).to(dev)
     x = torch.randn(BATCH, SEQ, DIM, device=dev)
     wait()
     return model, x

@@ -295,10 +295,7 @@ class ShardedCausalSelfAttention(Module):
         self.proj = RowParallelLinear(dim, dim, dtype=dtype)
 
     def forward(self, x):
-        if not isinstance(x, Tensor) or x.ndim != 3 or x.shape[2] != self.dim:
-            got = f"{x.dtype!r}{list(x.shape)}" if isinstance(x, Tensor) else type(x).__name__
-            raise _loom.ShapeError(f"[ShardedCausalSelfAttention] expected [batch, seq, "
-                                   f"{self.dim}], got {got}")
+        CausalSelfAttention.check_input("ShardedCausalSelfAttention", x, self.dim)
         local_dim = self.dim // self.heads * self.local_heads
         y = CausalSelfAttention.attend(self.qkv(x), local_dim, self.local_heads)
         return self.proj(y)

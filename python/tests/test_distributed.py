@@ -112,10 +112,12 @@ def test_launcher_prefixes_lines_and_ends_the_others_when_one_fails(tmp_path):
     script.write_text(
         "import os, sys, time\n"
         "r = int(os.environ['LOOM_RANK'])\n"
-        "open(os.path.join(sys.argv[1], f'pid{r}'), 'w').write(str(os.getpid()))\n"
         "print('hello from', r, 'of', os.environ['LOOM_WORLD_SIZE'], flush=True)\n"
         "print('to stderr', file=sys.stderr, flush=True)\n"
-        "if r == 1:\n"
+        "open(os.path.join(sys.argv[1], f'pid{r}'), 'w').write(str(os.getpid()))\n"
+        "if r == 1:  # fails once every rank has printed\n"
+        "    while not all(os.path.exists(os.path.join(sys.argv[1], f'pid{k}')) for k in (0, 2)):\n"
+        "        time.sleep(0.01)\n"
         "    sys.exit(5)\n"
         "time.sleep(60)\n")
     t0 = time.monotonic()

@@ -12,25 +12,29 @@ KEYS = [0, -1, 2, slice(1, 3), slice(None, None, 2), slice(-3, None), (slice(Non
         (-2, -1, slice(None, None, 2)), (Ellipsis,), (slice(5, 9),), (0, 0, 0)]
 
 
+def check_setitem(tkey, lkey, kind, seed, scalar):
+    """t[key] = value on a [4, 5, 3] float32 tensor, loom against torch: `kind` is a Python
+    number, a tensor of the selection's shape, or one broadcast from its last dim."""
+    rng = np.random.default_rng(seed)
+    base = rng.standard_normal((4, 5, 3)).astype(np.float32)
+    want = torch.from_numpy(base.copy())
+    sel = want[tkey]
+    if kind == "scalar":
+        value_t, value_l = scalar, scalar
+    else:
+        shape = tuple(sel.shape) if kind == "tensor" else tuple(sel.shape)[-1:]
+        v = torch.from_numpy(rng.standard_normal(shape).astype(np.float32))
+        value_t, value_l = v, from_torch(v)
+    want[tkey] = value_t
+    got = loom.tensor(base)
+    got[lkey] = value_l
+    assert_same(got, want)
+
+
 @pytest.mark.parametrize("key", KEYS, ids=repr)
 @pytest.mark.parametrize("kind", ["scalar", "tensor", "broadcast"])
 def test_setitem_equals_torch(key, kind):
-    rng = np.random.default_rng(3)
-    base = rng.standard_normal((4, 5, 3)).astype(np.float32)
-    want = torch.from_numpy(base.copy())
-    sel = want[key]
-    if kind == "scalar":
-        value_t, value_l = 7.5, 7.5
-    elif kind == "tensor":
-        v = torch.from_numpy(rng.standard_normal(tuple(sel.shape)).astype(np.float32))
-        value_t, value_l = v, from_torch(v)
-    else:
-        v = torch.from_numpy(rng.standard_normal(tuple(sel.shape)[-1:]).astype(np.float32))
-        value_t, value_l = v, from_torch(v)
-    want[key] = value_t
-    got = loom.tensor(base)
-    got[key] = value_l
-    assert_same(got, want)
+    check_setitem(key, key, kind, 3, 7.5)
 
 
 def _ix(v):
@@ -45,24 +49,9 @@ TENSOR_KEYS = [(_ix([3, 0]),), (_ix([-1, 1, -4]),), (_ix([[2, 0], [1, 3]]),), (_
 @pytest.mark.parametrize("key", TENSOR_KEYS, ids=repr)
 @pytest.mark.parametrize("kind", ["scalar", "tensor", "broadcast"])
 def test_setitem_index_tensor_equals_torch(key, kind):
-    rng = np.random.default_rng(5)
-    base = rng.standard_normal((4, 5, 3)).astype(np.float32)
     tkey = tuple(torch.from_numpy(k) if isinstance(k, np.ndarray) else k for k in key)
     lkey = tuple(loom.tensor(k) if isinstance(k, np.ndarray) else k for k in key)
-    want = torch.from_numpy(base.copy())
-    sel = want[tkey]
-    if kind == "scalar":
-        value_t, value_l = -3.25, -3.25
-    elif kind == "tensor":
-        v = torch.from_numpy(rng.standard_normal(tuple(sel.shape)).astype(np.float32))
-        value_t, value_l = v, from_torch(v)
-    else:
-        v = torch.from_numpy(rng.standard_normal(tuple(sel.shape)[-1:]).astype(np.float32))
-        value_t, value_l = v, from_torch(v)
-    want[tkey] = value_t
-    got = loom.tensor(base)
-    got[lkey] = value_l
-    assert_same(got, want)
+    check_setitem(tkey, lkey, kind, 5, -3.25)
 
 
 def test_setitem_index_tensor_repeats_and_gradients():

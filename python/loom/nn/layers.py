@@ -266,11 +266,15 @@ class CausalSelfAttention(Module):
         self.proj = Linear(dim, dim, dtype=dtype)
 
     def forward(self, x):
-        if not isinstance(x, Tensor) or x.ndim != 3 or x.shape[2] != self.dim:
-            got = f"{x.dtype!r}{list(x.shape)}" if isinstance(x, Tensor) else type(x).__name__
-            raise _loom.ShapeError(f"[CausalSelfAttention] expected [batch, seq, {self.dim}], "
-                                   f"got {got}")
+        self.check_input("CausalSelfAttention", x, self.dim)
         return self.proj(self.attend(self.qkv(x), self.dim, self.heads))
+
+    @staticmethod
+    def check_input(name, x, dim):
+        """x must be a [batch, seq, dim] tensor: a ShapeError naming the layer otherwise."""
+        if not isinstance(x, Tensor) or x.ndim != 3 or x.shape[2] != dim:
+            got = f"{x.dtype!r}{list(x.shape)}" if isinstance(x, Tensor) else type(x).__name__
+            raise _loom.ShapeError(f"[{name}] expected [batch, seq, {dim}], got {got}")
 
     @staticmethod
     def attend(qkv, dim, heads):
