@@ -278,8 +278,9 @@ TEST_F(CpuOnednn, FusedEpiloguesMatchTheReferenceAndTheUnfusedPlan) {
     const loom::cpu::OnednnProduct& prod = *p.onednn[static_cast<size_t>(st - p.plan.steps.data())];
     const std::string how = loom::cpu::onednn_describe(prod);
     EXPECT_NE(how.rfind("ref", 0), 0u) << how;
-    if (!loom::cpu::onednn_fused(prod))
+    if (!loom::cpu::onednn_fused(prod)) {
       EXPECT_NE(how.find("post-ops in a loop"), std::string::npos);
+    }
     fused += loom::cpu::onednn_fused(prod);
     loom::sync();
     std::vector<std::vector<double>> got = values_on("cpu", program);
@@ -344,8 +345,11 @@ TEST_F(CpuOnednn, EpilogueStopsAtAValueUsedElsewhere) {
   Outs outs = program();
   loom::cpu::Program p = program_of(outs);
   ASSERT_EQ(libraries(p), std::vector<Library>{Library::Onednn});
-  for (const loom::cpu::Step& s : p.plan.steps)
-    if (s.kind == loom::cpu::Step::MatMul) EXPECT_EQ(s.post.size(), 1u);
+  for (const loom::cpu::Step& s : p.plan.steps) {
+    if (s.kind == loom::cpu::Step::MatMul) {
+      EXPECT_EQ(s.post.size(), 1u);
+    }
+  }
   loom::sync();
   expect_close(values_on("cpu", program), want, 3e-5, "partial epilogue vs ref");
 }

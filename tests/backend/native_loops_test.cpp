@@ -315,7 +315,9 @@ TEST_F(NativeLoopsTest, ScansOfAnyLengthShareOneFunction) {
   float want = 0;  // closed form of c <- 0.8125 c + 1
   for (int k = 0; k < 9; ++k) {
     want = want * 0.8125f + 1;
-    if (k == 2) EXPECT_FLOAT_EQ(three[0], want);
+    if (k == 2) {
+      EXPECT_FLOAT_EQ(three[0], want);
+    }
   }
   EXPECT_FLOAT_EQ(nine[1], want);
 }
