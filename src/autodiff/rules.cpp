@@ -409,9 +409,10 @@ std::vector<Adjoint> backward(ir::Builder& b, std::span<const Value> roots,
     if (!any || g.node(id).op == OpKind::Parameter) continue;
     if (results == 1 && rule_kind(g.node(id).op) != RuleKind::ControlFlow && !radj[0]) continue;
     std::vector<Adjoint> oadj = vjp(b, id, radj);
-    const ir::Node& n = b.graph().node(id);
+    // A copy: accumulate adds nodes, which may move the graph's node storage.
+    const auto operands = b.graph().node(id).operands;
     for (size_t k = 0; k < oadj.size(); ++k)
-      if (oadj[k]) accumulate(n.operands[k], *oadj[k]);
+      if (oadj[k]) accumulate(operands[k], *oadj[k]);
   }
   std::vector<Adjoint> out;
   for (Value w : wrt) {

@@ -5,9 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 
 #include "dist/dist_util.h"
 #include "expect_error.h"
+#include "loom/ir/builder.h"
 #include "loom/loom.h"
 #include "loom/runtime/engine.h"
 
@@ -209,6 +211,25 @@ TEST(InProcessCollectives2, BadArgumentsRaise) {
                                       {"[all_gather]", "dim 1", "f32[3]"});
     testing::expect_error<Error>([] { dist::broadcast(ones({3}), 2); }, {"[broadcast]", "root 2"});
   });
+}
+
+// The type rule of a graph built from IR text (a fuzzed or hand-written file): a world out of
+// range, and a gathered extent past int64, are errors, not overflows.
+TEST(CollectiveTypes, WorldAndGatheredExtentAreChecked) {
+  auto gather = [](int64_t extent, int64_t world) {
+    ir::Graph g;
+    ir::Builder b(g);
+    ir::Value x = b.parameter({DType::Float32, {extent}});
+    ir::Attrs a;
+    a.i = world;
+    a.ints.push_back(0);
+    b.make(ir::OpKind::AllGather, std::span<const ir::Value>(&x, 1), a);
+  };
+  testing::expect_error<Error>([&] { gather(6, INT64_MAX); }, {"[all_gather]", "world"});
+  testing::expect_error<Error>([&] { gather(6, 0); }, {"[all_gather]", "world"});
+  testing::expect_error<ShapeError>([&] { gather(int64_t{1} << 40, int64_t{1} << 24); },
+                                    {"[all_gather]", "overflows"});
+  gather(6, 4);  // f32[24]
 }
 
 }  // namespace

@@ -7,7 +7,9 @@ namespace loom::ir::detail {
 TensorType infer_collective(const Graph& g, OpKind op, std::span<const Value> xs, const Attrs& a) {
   const std::string_view name = op_name(op);
   const TensorType& x = g.type(xs[0]);
-  LOOM_CHECK(a.i >= 1, "[", name, "] world must be at least 1, got ", a.i);
+  constexpr int64_t kMaxWorld = int64_t{1} << 24;
+  LOOM_CHECK(a.i >= 1 && a.i <= kMaxWorld, "[", name, "] world must be in [1, ", kMaxWorld,
+             "], got ", a.i);
   switch (op) {
     case OpKind::AllGather:
     case OpKind::ReduceScatterSum: {
@@ -17,7 +19,10 @@ TensorType infer_collective(const Graph& g, OpKind op, std::span<const Value> xs
       Shape s = x.shape;
       const size_t d = static_cast<size_t>(a.ints[0]);
       if (op == OpKind::AllGather) {
-        s[d] *= a.i;
+        int64_t gathered = 0;
+        LOOM_CHECK_T(ShapeError, !__builtin_mul_overflow(s[d], a.i, &gathered), "[", name, "] dim ",
+                     d, " of ", x, " gathered from ", a.i, " ranks overflows int64");
+        s[d] = gathered;
       } else {
         LOOM_CHECK_T(ShapeError, s[d] % a.i == 0, "[", name, "] dim ", d, " of ", x,
                      " must split evenly across ", a.i, " ranks");
