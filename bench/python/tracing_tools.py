@@ -116,29 +116,6 @@ for _ in range(3):
         jf(a, b, scale=2.0).block_until_ready()
     best = min(best, (time.perf_counter() - t0) / n)
 print("jax_jit_call_us", best * 1e6)
-rng = np.random.default_rng(0)
-params = [jax.device_put(rng.standard_normal((784, 256)).astype(np.float32) * 0.03),
-          jax.device_put(np.zeros(256, np.float32)),
-          jax.device_put(rng.standard_normal((256, 10)).astype(np.float32) * 0.06),
-          jax.device_put(np.zeros(10, np.float32))]
-x = jax.device_put(rng.standard_normal((64, 784)).astype(np.float32))
-y = jax.device_put(rng.integers(0, 10, 64))
-def loss_fn(p, x, y):
-    h = jax.nn.relu(x @ p[0] + p[1]) @ p[2] + p[3]
-    return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(h), y[:, None], 1))
-def _step(p, x, y):
-    l, g = jax.value_and_grad(loss_fn)(p, x, y)
-    return [a - 0.01 * b for a, b in zip(p, g)], l
-step = jax.jit(_step, donate_argnums=0)
-for _ in range(30):
-    params, l = step(params, x, y); l.block_until_ready()
-best = 0
-for _ in range(5):
-    t0 = time.perf_counter()
-    for _ in range(200):
-        params, l = step(params, x, y); l.block_until_ready()
-    best = max(best, 200 / (time.perf_counter() - t0))
-print("jax_mlp_steps_per_s", best)
 """
 
 
@@ -163,20 +140,28 @@ print("torch_xla_pure_call_us", best * 1e6)
 """
 
 
-def peer_figures(name, var, script, **env):
-    """The "key value" lines that `script` prints in the peer's venv ($var), as a dict."""
+def peer_figures(name, var, script, *args, **env):
+    """The "key value" lines that `script` (code, or with args a file and its arguments)
+    prints in the peer's venv ($var), as a dict."""
     py = os.environ.get(var)
     if not py:
         print(f"# no {name} baseline: set {var}=path/to/venv/bin/python (recipe: "
               "../shared/reference/peers_setup.md)")
         return {}
-    r = subprocess.run([py, "-c", script], capture_output=True, text=True,
+    cmd = [py, script, *args] if args else [py, "-c", script]
+    r = subprocess.run(cmd, capture_output=True, text=True,
                        env=dict(os.environ, **env))
     if r.returncode != 0:
         print(f"# {name} baseline failed:", r.stderr.strip().splitlines()[-1:])
         return {}
-    figures = (line.split() for line in r.stdout.splitlines())
-    return {f[0]: float(f[1]) for f in figures if len(f) == 2}
+    out = {}
+    for f in (line.split() for line in r.stdout.splitlines()):
+        try:
+            if len(f) == 2:
+                out[f[0]] = float(f[1])
+        except ValueError:
+            pass  # a word, like the peer's "version"
+    return out
 
 
 def main():
@@ -200,9 +185,12 @@ def main():
     if "jax_jit_call_us" in jax:
         print(f"baseline_jax_jit_call_us {jax['jax_jit_call_us']:.3f}")
         print(f"ratio_pure_over_jax {pure_us / jax['jax_jit_call_us']:.3f}")
-    if "jax_mlp_steps_per_s" in jax:
-        print(f"baseline_jax_mlp_steps_per_s {jax['jax_mlp_steps_per_s']:.1f}")
-        print(f"ratio_mlp_over_jax {mlp / jax['jax_mlp_steps_per_s']:.3f}")
+    # The MLP step of loom-bench --peers (bench/peers/jax_peer.py), pipelined: JAX's best.
+    jmlp = peer_figures("JAX", "LOOM_PEER_JAX", str(ROOT / "bench/peers/jax_peer.py"),
+                        "mlp_train", JAX_PLATFORMS="cpu")
+    if "steps_per_s_pipelined" in jmlp:
+        print(f"baseline_jax_mlp_steps_per_s {jmlp['steps_per_s_pipelined']:.1f}")
+        print(f"ratio_mlp_over_jax {mlp / jmlp['steps_per_s_pipelined']:.3f}")
     sys.stdout.flush()
 
 
