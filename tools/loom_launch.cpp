@@ -159,9 +159,17 @@ int main(int argc, char** argv) {
     for (Rank& r : ranks)
       if (!r.done) ::kill(r.pid, sig);
   };
-  std::chrono::steady_clock::time_point kill_at{};
+  std::chrono::steady_clock::time_point kill_at{}, drain_until{};
   size_t alive = ranks.size();
-  while (alive > 0) {
+  auto pipes_open = [&] {
+    for (const Rank& r : ranks)
+      if (r.out >= 0 || r.err >= 0) return true;
+    return false;
+  };
+  // Runs until every rank has exited and its pipes are read to the end: a rank's last lines
+  // may still sit in its pipe when it is reaped. A pipe a rank's own child keeps open is
+  // given up 2 s after the last rank exits.
+  while (alive > 0 || (pipes_open() && std::chrono::steady_clock::now() < drain_until)) {
     std::vector<pollfd> fds;
     std::vector<std::pair<size_t, bool>> who;
     for (size_t k = 0; k < ranks.size(); ++k) {
@@ -194,7 +202,7 @@ int main(int argc, char** argv) {
       if (::waitpid(r.pid, &st, WNOHANG) != r.pid) continue;
       r.done = true;
       r.status = st;
-      --alive;
+      if (--alive == 0) drain_until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
       if (exit_code(st) != 0 && failed < 0) {
         failed = r.rank;
         code = exit_code(st);
