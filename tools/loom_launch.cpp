@@ -14,8 +14,8 @@
 // this host, and LOOM_DIST_ADDR set to this host's address (Gloo binds it; 127.0.0.1 alone
 // reaches only local ranks):
 //   host A: LOOM_DIST_ADDR=10.0.0.1 loom-launch -n 2 --world-size 4 --store /shared/job1 prog
-//   host B: LOOM_DIST_ADDR=10.0.0.2 loom-launch -n 2 --world-size 4 --rank-offset 2 \
-//               --store /shared/job1 prog
+//   host B: LOOM_DIST_ADDR=10.0.0.2 loom-launch -n 2 --world-size 4 --rank-offset 2
+//               --store /shared/job1 prog   (one command line)
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
