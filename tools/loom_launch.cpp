@@ -1,21 +1,23 @@
 // loom-launch: starts N local ranks of a loom program with their environment.
 //
-//   loom-launch -n N [--store DIR] [--rank-offset K] [--world-size W] [--timeout S]
+//   loom-launch -n N [--store DIR|HOST:PORT] [--rank-offset K] [--world-size W] [--timeout S]
 //               PROGRAM ARGS...
 //
 // Each rank gets LOOM_RANK (K + i), LOOM_LOCAL_RANK (i), LOOM_WORLD_SIZE (W, default K + N)
-// and LOOM_STORE (DIR; default a fresh temporary directory, removed at the end). Every line a
-// rank prints is prefixed with "[rank R] " (stdout to stdout, stderr to stderr). When a rank
-// fails (non-zero exit or a signal) every other rank is ended (SIGTERM, then SIGKILL after
-// 3 s) and loom-launch returns the failing rank's status (128 + signal for a signal).
+// and LOOM_STORE (DIR or HOST:PORT; default a fresh temporary directory, removed at the end;
+// with HOST:PORT rank 0 serves a TCP store bound to HOST). Every line a rank prints is
+// prefixed with "[rank R] " (stdout to stdout, stderr to stderr). When a rank fails (non-zero
+// exit or a signal) every other rank is ended (SIGTERM, then SIGKILL after 3 s) and
+// loom-launch returns the failing rank's status (128 + signal for a signal).
 //
-// Multi-host: run the same command on every host with a store directory all hosts see
-// (a shared file system), the total --world-size, --rank-offset = the ranks started before
-// this host, and LOOM_DIST_ADDR set to this host's address (Gloo binds it; 127.0.0.1 alone
-// reaches only local ranks):
+// Multi-host: run the same command on every host with the same store (a directory all hosts
+// see, or HOSTA:PORT, HOSTA the address of the host that runs rank 0), the total
+// --world-size, --rank-offset = the ranks started before this host, and LOOM_DIST_ADDR set to
+// this host's address (Gloo binds it; 127.0.0.1 alone reaches only local ranks):
 //   host A: LOOM_DIST_ADDR=10.0.0.1 loom-launch -n 2 --world-size 4 --store /shared/job1 prog
 //   host B: LOOM_DIST_ADDR=10.0.0.2 loom-launch -n 2 --world-size 4 --rank-offset 2
 //               --store /shared/job1 prog   (one command line)
+// or, without a shared file system, --store 10.0.0.1:29500 on both hosts.
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -47,7 +49,7 @@ void on_signal(int s) { g_signal = s; }
 
 [[noreturn]] void usage(const char* why) {
   std::fprintf(stderr,
-               "loom-launch: %s\nusage: loom-launch -n N [--store DIR] [--rank-offset K] "
+               "loom-launch: %s\nusage: loom-launch -n N [--store DIR|HOST:PORT] [--rank-offset K] "
                "[--world-size W] [--timeout SECONDS] PROGRAM ARGS...\n",
                why);
   std::exit(2);

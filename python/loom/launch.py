@@ -1,18 +1,20 @@
 """python -m loom.launch: starts N local ranks of a program with their environment.
 
-    python -m loom.launch -n N [--store DIR] [--rank-offset K] [--world-size W] PROGRAM ARGS...
+    python -m loom.launch -n N [--store DIR|HOST:PORT] [--rank-offset K] [--world-size W] PROGRAM ARGS...
 
 PROGRAM is a Python file (run with this interpreter), `-m MODULE`, or any executable. Each
 rank gets LOOM_RANK (K + i), LOOM_LOCAL_RANK (i), LOOM_WORLD_SIZE (W, default K + N) and
-LOOM_STORE (DIR; default a fresh temporary directory, removed at the end). Every line a rank
+LOOM_STORE (DIR or HOST:PORT; default a fresh temporary directory, removed at the end;
+with HOST:PORT, rank 0 serves a TCP store bound to HOST). Every line a rank
 prints is prefixed with "[rank R] " (stdout to stdout, stderr to stderr). When a rank fails
 (non-zero exit or a signal), the others are ended (SIGTERM, then SIGKILL after 3 s) and the
 launcher exits with the failing rank's status (128 + signal for a signal). The same options
 and behaviour as the C++ `loom-launch`.
 
-Multi-host: the same command on every host, with a store directory every host sees (a shared
-file system), the total --world-size, --rank-offset = the ranks started before this host,
-and LOOM_DIST_ADDR = this host's address (Gloo binds it; 127.0.0.1 reaches local ranks only).
+Multi-host: the same command on every host, with the same store (a directory every host sees,
+or --store HOSTA:PORT where HOSTA is the address of the host that runs rank 0), the total
+--world-size, --rank-offset = the ranks started before this host, and LOOM_DIST_ADDR = this
+host's address (Gloo binds it; 127.0.0.1 reaches local ranks only).
 """
 import argparse
 import os
@@ -37,7 +39,8 @@ def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m loom.launch",
                                 description="Starts N local ranks of a loom program.")
     p.add_argument("-n", "--nproc", type=int, required=True, help="ranks on this host")
-    p.add_argument("--store", help="the rendezvous directory (default: a fresh temporary one)")
+    p.add_argument("--store", help="a rendezvous directory every rank sees, or HOST:PORT for a TCP "
+                   "store that rank 0 serves (default: a fresh temporary directory)")
     p.add_argument("--rank-offset", type=int, default=0, help="ranks started on other hosts")
     p.add_argument("--world-size", type=int, help="all ranks (default: offset + n)")
     p.add_argument("program", help="a .py file, -m MODULE, or an executable")

@@ -4,6 +4,7 @@ against one rank with the whole batch, the faults (each a DistError on every sur
 within twice the timeout, no process left behind), the launcher, bad arguments."""
 import os
 import pathlib
+import socket
 import subprocess
 import sys
 import time
@@ -33,11 +34,20 @@ def launch(n, *args, timeout=120):
     return r, time.monotonic() - t0
 
 
-@pytest.mark.parametrize("ranks", [2, 3])
-def test_collectives_against_closed_forms(ranks):
+def free_tcp_store():
+    """127.0.0.1:PORT with a port that was free a moment ago."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{s.getsockname()[1]}"
+
+
+@pytest.mark.parametrize("ranks,store", [(2, "dir"), (3, "tcp")])
+def test_collectives_against_closed_forms(ranks, store):
     """Every collective and dtype, sizes past Gloo's segments, all_gather on dim 1, the
-    gradient of all_reduce, a compiled trace_once step, barrier."""
-    r, _ = launch(ranks, WORKER, "collectives")
+    gradient of all_reduce, a compiled trace_once step, barrier; the ranks meet through a
+    fresh directory (the launcher's default) or a TCP store that rank 0 serves."""
+    store_args = ["--store", free_tcp_store()] if store == "tcp" else []
+    r, _ = launch(ranks, *store_args, WORKER, "collectives")
     assert r.returncode == 0, r.stdout + r.stderr
     for k in range(ranks):
         assert f"[rank {k}] ok" in r.stdout

@@ -1,7 +1,8 @@
 // The Gloo communicator: one process per rank over Gloo's TCP transport, bound to the address
-// the user names, rendezvous through a file store in a directory every rank sees. Gloo's
-// errors (IoException, timeouts) become DistError naming the op, the rank(s) and the
-// timeout; after one the communicator is broken (Gloo: the transport state is unknown).
+// the user names, rendezvous through a store (tcp_store.h): a directory every rank sees or a
+// TCP store at host:port that rank 0 serves. Gloo's errors (IoException, timeouts) become
+// DistError naming the op, the rank(s) and the timeout; after one the communicator is broken
+// (Gloo: the transport state is unknown).
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
 #include <gloo/barrier.h>
@@ -12,12 +13,11 @@
 
 #include <csignal>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <sstream>
 #include <thread>
 
 #include "dist/reduce_impl.h"
+#include "dist/tcp_store.h"
 #include "loom/core/error.h"
 #include "loom/dist/dist.h"
 
@@ -26,62 +26,54 @@ namespace loom::dist {
 namespace {
 
 using loom::detail::str_cat;
-namespace fs = std::filesystem;
 
 double seconds(std::chrono::milliseconds t) { return static_cast<double>(t.count()) / 1000.0; }
 
-// A file store: one file per key, written to a temporary name and renamed (atomic), read by
-// polling. Our own rather than Gloo's FileStore so that a store that never fills names the
-// keys (ranks) it waited for, within our timeout.
-class DirStore final : public gloo::rendezvous::Store {
+// Gloo's view of a loom store: waits poll the store until the keys are there or our timeout
+// passes, so that a store that never fills names the keys (ranks) it waited for.
+class RendezvousStore final : public gloo::rendezvous::Store {
  public:
-  DirStore(std::string dir, std::chrono::milliseconds timeout)
-      : dir_(std::move(dir)), timeout_(timeout) {
-    std::error_code ec;
-    fs::create_directories(dir_, ec);
-    LOOM_CHECK_T(DistError, fs::is_directory(dir_), "[init] the store directory '", dir_,
-                 "' cannot be created: ", ec.message());
-  }
-  void set(const std::string& key, const std::vector<char>& data) override {
-    const fs::path tmp = path(key + ".tmp." + std::to_string(::getpid()));
-    {
-      std::ofstream os(tmp, std::ios::binary);
-      os.write(data.data(), static_cast<std::streamsize>(data.size()));
-      LOOM_CHECK_T(DistError, os.good(), "[init] cannot write the store file ", tmp.string());
-    }
-    fs::rename(tmp, path(key));
-  }
+  RendezvousStore(std::unique_ptr<KeyValueStore> kv, std::chrono::milliseconds timeout)
+      : kv_(std::move(kv)), timeout_(timeout) {}
+  void set(const std::string& key, const std::vector<char>& data) override { kv_->put(key, data); }
   std::vector<char> get(const std::string& key) override {
     wait({key}, timeout_);
-    std::ifstream is(path(key), std::ios::binary);
-    return std::vector<char>(std::istreambuf_iterator<char>(is), {});
+    return kv_->try_get(key).value_or(std::vector<char>{});
   }
   void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
   void wait(const std::vector<std::string>& keys,
             const std::chrono::milliseconds& timeout) override {
     const auto deadline = std::chrono::steady_clock::now() + std::min(timeout, timeout_);
     for (;;) {
-      std::string missing;
-      for (const std::string& k : keys)
-        if (!fs::exists(path(k))) missing += (missing.empty() ? "" : ", ") + k;
+      std::string missing = missing_keys(keys, ", ");
       if (missing.empty()) return;
       if (std::chrono::steady_clock::now() > deadline)
-        throw DistError(str_cat("[init] the store '", dir_, "' did not fill within ",
+        throw DistError(str_cat("[init] ", kv_->describe(), " did not fill within ",
                                 seconds(timeout_), " s (the timeout): missing keys ", missing));
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
   }
+  // The keys of `keys` not in the store, joined by `sep`; "" when all are.
+  std::string missing_keys(const std::vector<std::string>& keys, const char* sep,
+                           const std::string& strip = "") {
+    std::string missing;
+    for (const std::string& k : keys)
+      if (!kv_->try_get(k))
+        missing += (missing.empty() ? "" : sep) + k.substr(std::min(strip.size(), k.size()));
+    return missing;
+  }
+  std::string describe() const { return kv_->describe(); }
 
  private:
-  fs::path path(const std::string& key) const {
-    std::string k = key;
-    for (char& ch : k)
-      if (ch == '/') ch = '_';
-    return fs::path(dir_) / k;
-  }
-  std::string dir_;
+  std::unique_ptr<KeyValueStore> kv_;
   std::chrono::milliseconds timeout_;
 };
+
+std::vector<std::string> rank_keys(const char* prefix, int n) {
+  std::vector<std::string> keys;
+  for (int r = 0; r < n; ++r) keys.push_back(prefix + std::to_string(r));
+  return keys;
+}
 
 class GlooCommunicator final : public Communicator {
  public:
@@ -91,29 +83,22 @@ class GlooCommunicator final : public Communicator {
     // A write to a peer that died must raise, not end the process.
     std::signal(SIGPIPE, SIG_IGN);
     LOOM_CHECK_T(DistError, !o.store.empty(), "[init] rank ", rank_, " of ", size_,
-                 ": no store: set LOOM_STORE to a directory every rank sees (loom-launch does)");
-    LOOM_CHECK_T(DistError,
-                 o.store.find(':') == std::string::npos || o.store.find('/') != std::string::npos,
-                 "[init] the store '", o.store,
-                 "' looks like host:port; this Gloo (0.5.0, Debian) has no TCP store: use a "
-                 "directory every rank sees (a shared file system across hosts)");
-    store_ = std::make_unique<DirStore>(o.store, timeout());
+                 ": no store: set LOOM_STORE to a directory every rank sees or to host:port "
+                 "(rank 0 serves it; loom-launch sets a directory)");
+    const std::string who = str_cat("rank ", rank_, " of ", size_);
+    const bool tcp = is_tcp_store(o.store);
+    store_ = std::make_unique<RendezvousStore>(
+        tcp ? make_tcp_store(o.store, rank_ == 0, timeout(), who) : make_dir_store(o.store),
+        timeout());
     // Ranks register first, so that a store that never fills names the missing ranks.
     store_->set("loom_rank_" + std::to_string(rank_), {'1'});
-    std::vector<std::string> keys;
-    for (int r = 0; r < size_; ++r) keys.push_back("loom_rank_" + std::to_string(r));
+    const std::vector<std::string> keys = rank_keys("loom_rank_", size_);
     try {
       store_->wait(keys, timeout());
     } catch (const DistError&) {
-      std::string missing;
-      for (int r = 0; r < size_; ++r) {
-        std::error_code ec;
-        if (!fs::exists(fs::path(o.store) / keys[static_cast<size_t>(r)], ec))
-          missing += (missing.empty() ? "" : ",") + std::to_string(r);
-      }
-      throw DistError(str_cat("[init] rank ", rank_, " of ", size_, ": the store '", o.store,
-                              "' did not fill within ", seconds(timeout()),
-                              " s (the timeout): ranks that never registered: ", missing));
+      throw DistError(str_cat("[init] ", who, ": ", store_->describe(), " did not fill within ",
+                              seconds(timeout()), " s (the timeout): ranks that never registered: ",
+                              store_->missing_keys(keys, ",", "loom_rank_")));
     }
     gloo::transport::tcp::attr attr;
     attr.hostname = o.address;
@@ -122,6 +107,11 @@ class GlooCommunicator final : public Communicator {
       ctx_ = std::make_shared<gloo::rendezvous::Context>(rank_, size_);
       ctx_->setTimeout(timeout());
       ctx_->connectFullMesh(*store_, dev);
+      if (tcp) {
+        // Rank 0's process serves the store: it returns only when every rank is done with it.
+        store_->set("loom_ready_" + std::to_string(rank_), {'1'});
+        if (rank_ == 0) store_->wait(rank_keys("loom_ready_", size_), timeout());
+      }
     } catch (const DistError&) {
       throw;
     } catch (const std::exception& e) {
@@ -308,7 +298,7 @@ class GlooCommunicator final : public Communicator {
   }
 
   int rank_, size_;
-  std::unique_ptr<DirStore> store_;
+  std::unique_ptr<RendezvousStore> store_;
   std::shared_ptr<gloo::rendezvous::Context> ctx_;
   std::string broken_;
 };

@@ -7,8 +7,11 @@
 // the parent asserts. Every child is waited for (killed past a deadline): no process is left.
 #pragma once
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -38,6 +41,22 @@ inline std::string fresh_store() {
   const char* d = ::mkdtemp(buf.data());
   EXPECT_NE(d, nullptr);
   return d ? d : "";
+}
+
+// "127.0.0.1:PORT" with a port that was free a moment ago, for a TCP store.
+inline std::string free_tcp_store() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  int port = 0;
+  if (fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0)
+    port = ntohs(a.sin_port);
+  if (fd >= 0) ::close(fd);
+  EXPECT_NE(port, 0);
+  return "127.0.0.1:" + std::to_string(port);
 }
 
 struct Child {
@@ -94,10 +113,10 @@ inline void reap(std::vector<Child>& kids, double deadline_s) {
 }
 
 // Runs body(rank) as rank 0 here and ranks 1..n-1 in child processes over Gloo (127.0.0.1),
-// with the given collective timeout. In a child: runs its rank and exits with the test's
-// verdict.
+// with the given collective timeout, meeting through `store` (default: a fresh directory).
+// In a child: runs its rank and exits with the test's verdict.
 inline void gloo_ranks(int n, double timeout_s, const std::function<void(int)>& body,
-                       double deadline_s = 60) {
+                       double deadline_s = 60, std::string store = "") {
   const int me = child_rank();
   if (me >= 0) {
     try {
@@ -111,7 +130,8 @@ inline void gloo_ranks(int n, double timeout_s, const std::function<void(int)>& 
     std::fflush(stdout);
     ::_exit(ok ? 0 : 1);
   }
-  const std::string store = fresh_store();
+  const bool own_store = store.empty();
+  if (own_store) store = fresh_store();
   std::vector<Child> kids = spawn_ranks(n, store, timeout_s);
   try {  // whatever happens here, the children are reaped below
     loom::dist::InitOptions o;
@@ -130,7 +150,7 @@ inline void gloo_ranks(int n, double timeout_s, const std::function<void(int)>& 
     EXPECT_TRUE(WIFEXITED(kids[k].status) && WEXITSTATUS(kids[k].status) == 0)
         << "rank " << k + 1 << " failed (status " << kids[k].status << ")";
   std::error_code ec;
-  std::filesystem::remove_all(store, ec);
+  if (own_store) std::filesystem::remove_all(store, ec);
 }
 
 // Runs body(rank) on n threads of an in-process group; rethrows nothing: each rank's

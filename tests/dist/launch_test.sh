@@ -21,4 +21,10 @@ took=$(( $(date +%s) - start ))
 
 out=$("$launch" -n 2 --timeout 20 "$tests" --gtest_filter=DistLaunch.TwoRanksMeet) || fail "Gloo ranks failed: $out"
 echo "$out" | grep -q '\[rank 1\] .*OK .*DistLaunch.TwoRanksMeet' || fail "rank 1 did not pass: $out"
+
+# The same through a TCP store that rank 0 serves (a port free a moment ago).
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+out=$("$launch" -n 2 --timeout 20 --store "127.0.0.1:$port" "$tests" --gtest_filter=DistLaunch.TwoRanksMeet) ||
+  fail "Gloo ranks over the TCP store failed: $out"
+echo "$out" | grep -q '\[rank 1\] .*OK .*DistLaunch.TwoRanksMeet' || fail "rank 1 did not pass over TCP: $out"
 echo "launch_test: ok"

@@ -27,7 +27,8 @@ namespace loom::dist {
 struct InitOptions {
   int rank = -1;         // -1: LOOM_RANK
   int world_size = -1;   // -1: LOOM_WORLD_SIZE
-  std::string store;     // a directory shared by the ranks (file store); "": LOOM_STORE
+  std::string store;     // a directory every rank sees, or host:port (a TCP store rank 0
+                         // serves, bound to host); "": LOOM_STORE
   std::string address;   // the address Gloo binds: "": LOOM_DIST_ADDR, else 127.0.0.1
   double timeout_s = 0;  // 0: LOOM_DIST_TIMEOUT, else 60
 };
