@@ -4,8 +4,10 @@
 //                       (LOOM_BENCH_DIST_MIB="1,16,256"), against memcpy of the same size
 //                       in the same run
 //   dist_data_parallel  the seed decoder's training step (DataParallel, compile trace_once),
-//                       2 ranks x 1 thread against 1 rank x 1 thread, at the same per-rank
-//                       batch: samples per second (LOOM_BENCH_DP_LAYERS, default 4)
+//                       2 ranks x 1 thread against 1 rank x 1 thread, each rank with the
+//                       seed's x [4,512,512]: samples per second (LOOM_BENCH_DP_LAYERS,
+//                       default 4; LOOM_BENCH_DP_SEQ, default 512), and what one all_reduce
+//                       of the step's gradient bytes costs alone
 #include <unistd.h>
 
 #include <cmath>
@@ -108,7 +110,8 @@ int dp_rank(int argc, char** argv) {
   const char* ls = std::getenv("LOOM_BENCH_DP_LAYERS");
   const int layers_n = ls ? std::atoi(ls) : 4;
   const int steps = argc > 0 ? std::atoi(argv[0]) : 20;
-  const int64_t dim = 512, per_rank = 4, seq = 64;
+  const char* sq = std::getenv("LOOM_BENCH_DP_SEQ");
+  const int64_t dim = 512, per_rank = 4, seq = sq ? std::atoi(sq) : 512;
   manual_seed(0);
   nn::ModuleList layers;
   for (int i = 0; i < layers_n; ++i) layers.push_back(std::make_shared<Layer>(dim));
@@ -132,6 +135,15 @@ int dp_rank(int argc, char** argv) {
   const double dt = seconds() - t0;
   std::printf("samples_per_s %.6f\nstep_ms %.6f\n", per_rank * dist::world_size() * steps / dt,
               dt / steps * 1e3);
+  // The collective alone: one all_reduce of as many float32 as the gradients hold.
+  int64_t n = 0;
+  for (const Tensor& p : layers.parameters()) n += p.numel();
+  std::vector<float> g(static_cast<size_t>(n), 1.0f);
+  dist::Communicator& c = dist::require("bench");
+  c.barrier();
+  const double ar =
+      median_seconds(5, [&] { c.all_reduce(g.data(), n, DType::Float32, dist::ReduceOp::Sum); });
+  std::printf("grad_mib %.6f\nall_reduce_ms %.6f\n", n * 4.0 / (1 << 20), ar * 1e3);
   dist::finalize();
   return 0;
 }
@@ -141,7 +153,7 @@ Register dp_bench("dist_data_parallel",
                   "decoder training step: 2 ranks x 1 thread vs 1 rank x 1 thread (DataParallel)",
                   [] {
                     const char* st = std::getenv("LOOM_BENCH_DP_STEPS");
-                    const std::string steps = st ? st : "20";
+                    const std::string steps = st ? st : "10";
                     std::string one = run_ranks("dist_dp_rank", 1, steps, "LOOM_NUM_THREADS=1");
                     std::string two = run_ranks("dist_dp_rank", 2, steps, "LOOM_NUM_THREADS=1");
                     const double s1 = figure_in(one, "samples_per_s"),
@@ -150,11 +162,16 @@ Register dp_bench("dist_data_parallel",
                       return std::vector<Figure>{
                           {"failed", 0, "", "a rank failed (loom-bench --child dist_dp_rank)"}};
                     return std::vector<Figure>{
-                        {"samples_per_s_1rank", s1, "1/s", "1 rank x 1 thread, batch 4"},
-                        {"samples_per_s_2ranks", s2, "1/s", "2 ranks x 1 thread, batch 4 each"},
+                        {"samples_per_s_1rank", s1, "1/s", "1 rank x 1 thread, x [4,seq,512]"},
+                        {"samples_per_s_2ranks", s2, "1/s",
+                         "2 ranks x 1 thread, x [4,seq,512] each"},
                         {"scaling_2_over_1", s2 / s1, "x", "goal >= 1.8"},
+                        {"step_ms_1rank", figure_in(one, "step_ms"), "ms", "no collective"},
                         {"step_ms_2ranks", figure_in(two, "step_ms"), "ms",
                          "the all_reduce runs after the backward (no overlap)"},
+                        {"grad_MiB", figure_in(two, "grad_mib"), "MiB", "all_reduced per step"},
+                        {"all_reduce_ms", figure_in(two, "all_reduce_ms"), "ms",
+                         "that many bytes in one all_reduce, alone, 2 ranks"},
                     };
                   });
 

@@ -12,6 +12,10 @@ namespace loom::py {
 
 PyRef::~PyRef() {
   if (!p_ || !nb::is_alive()) return;  // the interpreter is gone: leak, never touch it
+  if (PyGILState_Check()) {            // the common case: no GIL state switch (~130 instructions)
+    Py_DECREF(p_);
+    return;
+  }
   nb::gil_scoped_acquire gil;
   Py_DECREF(p_);
 }
@@ -31,7 +35,27 @@ void add_type(std::string* sig, nb::handle type) {
   *sig += std::to_string(reinterpret_cast<uintptr_t>(type.ptr()));
 }
 
-void walk(nb::handle h, TreeDef* def, std::vector<Tensor>* leaves) {
+// A dict node's keys (a tuple, in iteration order) and type. Its aux is (keys, type), or, for
+// a call's kwargs dict (made by Python for the call, alive and unchanged while the call
+// runs, and the only tree node that may hold it), the dict itself: a cached call builds no
+// key tuple.
+nb::tuple dict_keys(const TreeDef::Node& n) {
+  PyObject* a = n.aux->get().ptr();
+  if (!PyDict_Check(a)) return nb::borrow<nb::tuple>(PyTuple_GET_ITEM(a, 0));
+  nb::tuple keys = nb::steal<nb::tuple>(PyTuple_New(PyDict_GET_SIZE(a)));
+  PyObject *key, *value;
+  Py_ssize_t pos = 0, k = 0;
+  while (PyDict_Next(a, &pos, &key, &value))
+    PyTuple_SET_ITEM(keys.ptr(), k++, nb::handle(key).inc_ref().ptr());
+  return keys;
+}
+nb::handle dict_type(const TreeDef::Node& n) {
+  PyObject* a = n.aux->get().ptr();
+  if (!PyDict_Check(a)) return PyTuple_GET_ITEM(a, 1);
+  return reinterpret_cast<PyObject*>(Py_TYPE(a));
+}
+
+void walk(nb::handle h, TreeDef* def, std::vector<Tensor>* leaves, bool call_kwargs = false) {
   PyObject* o = h.ptr();
   TreeDef::Node node{TreeDef::kStatic};
   if (nb::isinstance<Tensor>(h)) {
@@ -70,7 +94,8 @@ void walk(nb::handle h, TreeDef* def, std::vector<Tensor>* leaves) {
   if (PyDict_Check(o)) {
     node.kind = TreeDef::kDict;
     node.arity = static_cast<uint32_t>(PyDict_GET_SIZE(o));
-    nb::tuple keys = nb::steal<nb::tuple>(PyTuple_New(node.arity));
+    nb::tuple keys;
+    if (!call_kwargs) keys = nb::steal<nb::tuple>(PyTuple_New(node.arity));
     nb::handle type = nb::handle(reinterpret_cast<PyObject*>(Py_TYPE(o)));
     if (!PyDict_CheckExact(o)) add_type(&def->signature, type);
     def->signature += '{';
@@ -84,7 +109,7 @@ void walk(nb::handle h, TreeDef* def, std::vector<Tensor>* leaves) {
                               std::string(Py_TYPE(key)->tp_name) + " " +
                               nb::repr(nb::handle(key)).c_str())
                                  .c_str());
-      PyTuple_SET_ITEM(keys.ptr(), k++, nb::handle(key).inc_ref().ptr());
+      if (!call_kwargs) PyTuple_SET_ITEM(keys.ptr(), k++, nb::handle(key).inc_ref().ptr());
       Py_ssize_t len = 0;
       const char* text = PyUnicode_AsUTF8AndSize(key, &len);
       def->signature += std::to_string(len);
@@ -94,7 +119,7 @@ void walk(nb::handle h, TreeDef* def, std::vector<Tensor>* leaves) {
       def->signature += ',';
     }
     def->signature += '}';
-    def->nodes[at].aux = ref(nb::make_tuple(keys, type));
+    def->nodes[at].aux = call_kwargs ? ref(h) : ref(nb::make_tuple(keys, type));
     return;
   }
   node.aux = ref(h);
@@ -123,8 +148,8 @@ nb::object build(const TreeDef& def, size_t* node, const std::vector<Tensor>& le
       return t;
     }
     case TreeDef::kDict: {
-      nb::tuple aux = nb::borrow<nb::tuple>(n.aux->get());
-      nb::handle keys = aux[0], type = aux[1];
+      nb::tuple keys = dict_keys(n);
+      nb::handle type = dict_type(n);
       nb::dict d;
       for (uint32_t k = 0; k < n.arity; ++k)
         d[nb::handle(PyTuple_GET_ITEM(keys.ptr(), k))] = build(def, node, leaves, pos);
@@ -156,7 +181,7 @@ void walk_paths(const TreeDef& def, size_t* node, const std::string& path, const
       return;
     }
     case TreeDef::kDict: {
-      nb::handle keys = nb::borrow<nb::tuple>(n.aux->get())[0];
+      nb::tuple keys = dict_keys(n);
       for (uint32_t k = 0; k < n.arity; ++k)
         walk_paths(
             def, node,
@@ -189,7 +214,7 @@ void text(const TreeDef& def, size_t* node, std::string* out) {
     case TreeDef::kNamed:
       *out += reinterpret_cast<PyTypeObject*>(n.aux->get().ptr())->tp_name;
       return children("(", ")", nb::handle());
-    case TreeDef::kDict: return children("{", "}", nb::borrow<nb::tuple>(n.aux->get())[0]);
+    case TreeDef::kDict: return children("{", "}", dict_keys(n));
   }
 }
 
@@ -232,7 +257,7 @@ void flatten_call(nb::handle args, nb::handle kwargs, TreeDef* def, std::vector<
   def->signature += '(';
   walk(args, def, leaves);
   def->signature += ',';
-  walk(kwargs, def, leaves);
+  walk(kwargs, def, leaves, /*call_kwargs=*/PyDict_CheckExact(kwargs.ptr()));
   def->signature += ",)";
 }
 

@@ -490,23 +490,13 @@ void note_pure_miss(PureCache& cache, const CallSignature& sig) {
 
 }  // namespace
 
-bool CallSignature::operator==(const CallSignature& o) const {
-  if (hash != o.hash || signature != o.signature || types != o.types || grads != o.grads ||
-      statics.size() != o.statics.size())
-    return false;
-  for (size_t k = 0; k < statics.size(); ++k)
-    if (!(*statics[k].type == *o.statics[k].type) ||
-        !statics[k].equal(statics[k].value.get(), o.statics[k].value.get()))
-      return false;
-  return true;
-}
+namespace {
 
-CallSignature call_signature(CallKey& key, const char* what) {
-  CallSignature sig;
-  sig.types.reserve(key.leaves.size());
-  sig.grads.reserve(key.leaves.size());
-  // A body traced for one world size holds collectives of that size: the world is part of
-  // the key (tests run groups of several sizes in one process).
+// The hash of call_signature(key) without building it (a cache hit builds no signature):
+// the signature text (with the world size appended under a communicator: a body traced for
+// one world size holds collectives of that size, and tests run groups of several sizes in one
+// process), the statics' hashes, and each leaf's dtype, requires_grad and shape.
+uint64_t call_hash(CallKey& key, const char* what) {
   if (const dist::Communicator* c = dist::current())
     key.signature += "|world=" + std::to_string(c->size());
   Hasher128 h;
@@ -516,29 +506,72 @@ CallSignature call_signature(CallKey& key, const char* what) {
     const Tensor& t = key.leaves[k];
     LOOM_CHECK_T(TraceError, t.defined(), "[", what, "] tensor argument ", k,
                  " is an undefined (default-constructed) Tensor");
+    h.add(static_cast<uint64_t>(t.dtype()) | (uint64_t{t.requires_grad()} << 8));
+    for (int64_t d : t.shape()) h.add(static_cast<uint64_t>(d));
+  }
+  return h.finish().lo;
+}
+
+bool same_statics(const std::vector<StaticArg>& a, const std::vector<StaticArg>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t k = 0; k < a.size(); ++k)
+    if (!(*a[k].type == *b[k].type) || !a[k].equal(a[k].value.get(), b[k].value.get()))
+      return false;
+  return true;
+}
+
+// sig == call_signature(key), given their hashes are equal.
+bool same_call(const CallSignature& sig, const CallKey& key) {
+  if (sig.signature != key.signature || sig.types.size() != key.leaves.size()) return false;
+  for (size_t k = 0; k < key.leaves.size(); ++k) {
+    const Tensor& t = key.leaves[k];
+    if (sig.types[k].dtype != t.dtype() || sig.grads[k] != t.requires_grad() ||
+        !(sig.types[k].shape == t.shape()))
+      return false;
+  }
+  return same_statics(sig.statics, key.statics);
+}
+
+CallSignature signature_of(CallKey& key, uint64_t hash) {
+  CallSignature sig;
+  sig.types.reserve(key.leaves.size());
+  sig.grads.reserve(key.leaves.size());
+  for (const Tensor& t : key.leaves) {
     sig.types.push_back({t.dtype(), t.shape()});
     sig.grads.push_back(t.requires_grad());
-    h.add(static_cast<uint64_t>(sig.types.back().dtype) | (uint64_t{sig.grads.back()} << 8));
-    for (int64_t d : sig.types.back().shape) h.add(static_cast<uint64_t>(d));
   }
   sig.signature = key.signature;
   sig.statics = std::move(key.statics);
-  sig.hash = h.finish().lo;
+  sig.hash = hash;
   return sig;
+}
+
+}  // namespace
+
+bool CallSignature::operator==(const CallSignature& o) const {
+  return hash == o.hash && signature == o.signature && types == o.types && grads == o.grads &&
+         same_statics(statics, o.statics);
+}
+
+CallSignature call_signature(CallKey& key, const char* what) {
+  const uint64_t hash = call_hash(key, what);
+  return signature_of(key, hash);
 }
 
 std::vector<Tensor> pure_call(PureCache& cache, CallKey key, const FlatFn& fn,
                               std::shared_ptr<const void>* like) {
   const Site site{"assume_pure", "function", cache.loc};
-  CallSignature sig = call_signature(key, "assume_pure");
+  const uint64_t hash = call_hash(key, "assume_pure");
   std::shared_ptr<const Body> body;
+  const std::vector<TensorType>* types = nullptr;
   {
     std::lock_guard<std::mutex> lock(cache.mu);
-    auto [lo, hi] = cache.entries.equal_range(sig.hash);
+    auto [lo, hi] = cache.entries.equal_range(hash);
     for (auto it = lo; it != hi && !body; ++it) {
-      if (it->second.sig == sig) {
+      if (same_call(it->second.sig, key)) {
         body = it->second.body;
         *like = it->second.like;
+        types = &it->second.sig.types;  // entries are never erased
       }
     }
   }
@@ -546,20 +579,21 @@ std::vector<Tensor> pure_call(PureCache& cache, CallKey key, const FlatFn& fn,
     runtime::count_pure_hit();
     if (cache.opts.check_purity || config().check_purity) {
       std::shared_ptr<const Body> fresh =
-          pure_body(trace(ScopeKind::Pure, site, false, sig.types, fn));
+          pure_body(trace(ScopeKind::Pure, site, false, *types, fn));
       check_pure(site, *body, *fresh);
     }
   } else {
+    CallSignature sig = signature_of(key, hash);
     sig.paths = key.leaf_paths();
     note_pure_miss(cache, sig);
     body = pure_body(trace(ScopeKind::Pure, site, false, sig.types, fn));
-    const uint64_t hash = sig.hash;
     std::lock_guard<std::mutex> lock(cache.mu);
     cache.entries.emplace(hash, PureCache::Entry{std::move(sig), body, *like});
   }
   if (body->num_outputs == 0) return {};
   TraceContext& ctx = TraceContext::get();
   std::vector<ir::Value> operands;
+  operands.reserve(key.leaves.size() + body->captures.size());
   for (const Tensor& t : key.leaves) operands.push_back(ctx.value_of(t));
   for (const Capture& c : body->captures) operands.push_back(capture_operand(ctx, c));
   std::vector<ir::Value> r =
