@@ -44,6 +44,16 @@ int connect_to(int port) {
   return fd;
 }
 
+// Rank `rank` of a world of 2 over the TCP store `store`, with the short timeout.
+dist::InitOptions options(int rank, const std::string& store) {
+  dist::InitOptions o;
+  o.rank = rank;
+  o.world_size = 2;
+  o.store = store;
+  o.timeout_s = kTimeout;
+  return o;
+}
+
 std::string get_request(const std::string& key) {
   std::string r = "G";
   for (int i = 0; i < 4; ++i) r.push_back(static_cast<char>((key.size() >> (8 * i)) & 0xff));
@@ -99,11 +109,7 @@ TEST(TcpStore, ThreeRanksMeetAndRunCollectives) {
 
 // World of 2 over a TCP store, only rank 0 comes: init raises, naming rank 1.
 TEST(TcpStore, StoreThatNeverFills) {
-  dist::InitOptions o;
-  o.rank = 0;
-  o.world_size = 2;
-  o.store = testing::free_tcp_store();
-  o.timeout_s = kTimeout;
+  const dist::InitOptions o = options(0, testing::free_tcp_store());
   auto t0 = Clock::now();
   expect_error<DistError>([&] { dist::init(o); },
                           {"[init]", "the TCP store at 127.0.0.1:", "did not fill", "2 s",
@@ -114,11 +120,7 @@ TEST(TcpStore, StoreThatNeverFills) {
 
 // Rank 1 comes, rank 0 (the server) never does.
 TEST(TcpStore, WithoutRankZeroRaises) {
-  dist::InitOptions o;
-  o.rank = 1;
-  o.world_size = 2;
-  o.store = testing::free_tcp_store();
-  o.timeout_s = kTimeout;
+  const dist::InitOptions o = options(1, testing::free_tcp_store());
   auto t0 = Clock::now();
   expect_error<DistError>([&] { dist::init(o); },
                           {"[init] rank 1 of 2", "the TCP store at 127.0.0.1:", "was not reached",
@@ -135,11 +137,7 @@ TEST(TcpStore, PortInUseRaises) {
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
   ASSERT_EQ(::listen(fd, 1), 0);
-  dist::InitOptions o;
-  o.rank = 0;
-  o.world_size = 2;
-  o.store = store;
-  o.timeout_s = kTimeout;
+  const dist::InitOptions o = options(0, store);
   expect_error<DistError>(
       [&] { dist::init(o); },
       {"[init] rank 0 of 2", "cannot serve the TCP store on " + store, "Address already in use"});
@@ -148,11 +146,7 @@ TEST(TcpStore, PortInUseRaises) {
 
 TEST(TcpStore, MalformedNamesRaise) {
   for (const char* s : {"127.0.0.1:0", "127.0.0.1:65536", "127.0.0.1:", ":1234", "host:12x"}) {
-    dist::InitOptions o;
-    o.rank = 0;
-    o.world_size = 2;
-    o.store = s;
-    o.timeout_s = kTimeout;
+    const dist::InitOptions o = options(0, s);
     expect_error<DistError>([&] { dist::init(o); },
                             {"[init]", std::string("the store '") + s + "'",
                              "neither a directory nor host:port", "1..65535"});
