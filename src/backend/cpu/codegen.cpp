@@ -7,11 +7,13 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <thread>
 #include <unordered_map>
 
 #include "backend/cpu/codegen_impl.h"
 #include "backend/cpu/jit.h"
 #include "backend/cpu/math.h"
+#include "backend/cpu/thread_pool.h"
 #include "llvm/IR/IRBuilder.h"
 #include "llvm/IR/Intrinsics.h"
 #include "llvm/IR/LLVMContext.h"
@@ -642,6 +644,9 @@ int64_t work_per_outer(const KernelSpec& k) {
 
 }  // namespace
 
+// From this many new functions a module is compiled in two parts at once.
+constexpr size_t kSplitFunctions = 8;
+
 std::vector<CompiledKernel> compile_kernels(const ir::Graph& g, const Plan& plan) {
   std::vector<CompiledKernel> out(plan.kernels.size());
   std::vector<detail::KernelDescription> descs;
@@ -673,33 +678,68 @@ std::vector<CompiledKernel> compile_kernels(const ir::Graph& g, const Plan& plan
     }
   }
   if (missing.empty()) return out;
-  // Names only need to be unique within the module (each object is linked on its own), so
-  // the same kernels give the same module text in every process: the persistent-cache key.
-  // One function per distinct description (concat pieces of one shape share one), named in
-  // order of first use.
-  std::vector<std::string> names;
-  std::vector<size_t> first;                 // per function: the kernel that defines it
-  std::map<std::string_view, size_t> index;  // description -> function, within this module
+  // Distinct descriptions, in order of first use (concat pieces of one shape share one).
+  std::vector<size_t> first;                    // per function: the kernel that defines it
+  std::map<std::string_view, size_t> distinct;  // description -> function
   std::vector<size_t> fn_of(missing.size());
   for (size_t j = 0; j < missing.size(); ++j) {
-    auto [it, fresh] = index.try_emplace(descs[missing[j]].text, names.size());
+    auto [it, fresh] = distinct.try_emplace(descs[missing[j]].text, first.size());
     fn_of[j] = it->second;
-    if (!fresh) continue;
-    names.push_back("k" + std::to_string(names.size()));
-    first.push_back(missing[j]);
+    if (fresh) first.push_back(missing[j]);
   }
-  std::string what;
-  for (const auto& [text, k] : index) (what += text) += '\n';
-  bool loaded = false;
-  std::vector<void*> fns = Jit::instance().compile(
-      what, names,
-      [&](llvm::Module& module) {
-        Emitter e(g, plan, module);
-        for (size_t f = 0; f < names.size(); ++f)
-          e.emit(plan.kernels[first[f]], descs[first[f]], names[f]);
-      },
-      &loaded);
-  if (t_code_info) (loaded ? t_code_info->modules_loaded : t_code_info->modules_compiled)++;
+  // Many new kernels are compiled as two modules at once, on this thread and one more: LLVM's
+  // optimization and code generation are ~90% of a cold compile and scale with the functions
+  // a module holds (the seed decoder's fwd+bwd: 34 ms of 46 in one module). Each part is its
+  // own persistent-cache entry.
+  const int parts = first.size() >= kSplitFunctions && ThreadPool::instance().size() > 1 ? 2 : 1;
+  std::vector<void*> fns(first.size());
+  std::vector<int> loaded(static_cast<size_t>(parts), 0);
+  auto compile_part = [&](int part) {
+    // Names only need to be unique within a module (each object is linked on its own), so
+    // the same kernels give the same module text in every process: the persistent-cache key.
+    std::vector<size_t> mine;
+    for (size_t f = static_cast<size_t>(part); f < first.size(); f += static_cast<size_t>(parts))
+      mine.push_back(f);
+    std::vector<std::string> names;
+    std::string what;
+    for (size_t f : mine) {
+      names.push_back("k" + std::to_string(names.size()));
+      (what += descs[first[f]].text) += '\n';
+    }
+    bool hit = false;
+    std::vector<void*> got = Jit::instance().compile(
+        what, names,
+        [&](llvm::Module& module) {
+          Emitter e(g, plan, module);
+          for (size_t k = 0; k < mine.size(); ++k)
+            e.emit(plan.kernels[first[mine[k]]], descs[first[mine[k]]], names[k]);
+        },
+        &hit);
+    for (size_t k = 0; k < mine.size(); ++k) fns[mine[k]] = got[k];
+    loaded[static_cast<size_t>(part)] = hit;
+  };
+  if (parts == 1) {
+    compile_part(0);
+  } else {
+    std::exception_ptr err;
+    std::thread other([&] {
+      try {
+        compile_part(1);
+      } catch (...) {
+        err = std::current_exception();
+      }
+    });
+    try {
+      compile_part(0);
+    } catch (...) {
+      other.join();
+      throw;
+    }
+    other.join();
+    if (err) std::rethrow_exception(err);
+  }
+  if (t_code_info)
+    for (int hit : loaded) (hit ? t_code_info->modules_loaded : t_code_info->modules_compiled)++;
   std::lock_guard lock(cache().mu);
   for (size_t j = 0; j < missing.size(); ++j) {
     size_t i = missing[j];
