@@ -45,6 +45,9 @@ inline double seconds() {
 // The median of v; of `reps` timings of f() in seconds.
 double median(std::vector<double> v);
 double median_seconds(int reps, const std::function<void()>& f);
+// The five products of the 784-256-10 MLP's training step (batch 64) alone, on OpenBLAS at
+// full width, best of 5 x 200: a lower bound of the step (cpu_bench.cpp).
+double mlp_products_seconds();
 
 // Baselines and child processes print "key value" lines. command_output runs a shell command
 // and returns its standard output (*status: its exit status, -1 when it could not start);

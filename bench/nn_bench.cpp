@@ -245,6 +245,10 @@ std::vector<Figure> mlp_train() {
        "784-256-10 MLP, batch 64, SGD: trace + sync each step, best of 5 x 200"},
       {"trace_once_steps_per_s", r, "steps/s", "the same step compiled with trace_once"},
   };
+  const double bound = 1 / mlp_products_seconds();
+  f.push_back({"baseline_products_steps_per_s", bound, "steps/s",
+               "same run: the step's 5 matmuls alone on cblas_sgemm, full width (an upper bound)"});
+  f.push_back({"trace_once_over_products_bound", r / bound, "x", "1 = the matmuls' own speed"});
   double torch = torch_mlp_steps_per_s();
   if (torch > 0) {
     f.push_back(
