@@ -389,12 +389,11 @@ ir::Value TraceContext::scalar(const Scalar& s, DType dt) {
     return c.param;
   }
   uint32_t slot = static_cast<uint32_t>(slots_.size());
-  DataSlot d;
-  d.type = TensorType{dt, {}};
+  DataSlot& d = slots_.emplace_back();
+  d.type.dtype = dt;
   d.f = s.value;
   d.i = s.is_int ? s.ivalue : static_cast<int64_t>(s.value);
   d.is_scalar = true;
-  slots_.push_back(d);
   ++host_scalars;
   return builder_.parameter(d.type, slot);
 }
