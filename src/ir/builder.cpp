@@ -239,7 +239,7 @@ Value Builder::parameter(const TensorType& t) {
 // infer_type's checks for a parameter (its shape), without the generic dispatch: every
 // host number and data tensor of a trace comes through here.
 Value Builder::parameter(const TensorType& t, int64_t index) {
-  check_shape("parameter", t.shape);
+  if (!t.shape.empty()) check_shape("parameter", t.shape);  // a 0-d type always passes
   NodeId id = static_cast<NodeId>(g_->size());
   Node& n = g_->emplace_back(OpKind::Parameter);
   n.type = t;
