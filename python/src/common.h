@@ -10,6 +10,22 @@ namespace loom::py {
 
 namespace nb = nanobind;
 
+// The loom.Tensor Python type, set by register_tensor. is_tensor and tensor_of test and read an
+// instance without nanobind's per-call type lookup by std::type_info (nb::isinstance, nb::cast),
+// which costs more than the check itself on the operators' path.
+extern PyTypeObject* tensor_type;
+inline bool is_tensor(PyObject* o) {
+  PyTypeObject* t = Py_TYPE(o);
+  return (t == tensor_type || PyType_IsSubtype(t, tensor_type)) && nb::inst_ready(o);
+}
+inline Tensor& tensor_of(PyObject* o) { return *nb::inst_ptr<Tensor>(o); }
+// A new loom.Tensor object holding t (nb::cast's work without its lookups): a new reference.
+PyObject* new_tensor_object(Tensor&& t);
+// For a CPython slot function's catch (...): sets the Python error for the exception in flight
+// as nanobind's dispatch would (a loom error as its loom.<Class>, python_error restored,
+// nanobind's builtin exceptions as their Python classes, others as RuntimeError).
+void set_python_error() noexcept;
+
 // A binary operator's right-hand side: a tensor or a Python number (bool, int, float).
 struct Operand {
   Tensor tensor;  // defined when the operand is a tensor

@@ -8,8 +8,8 @@ namespace loom::py {
 
 bool to_operand(nb::handle h, Operand* out) {
   PyObject* o = h.ptr();
-  if (nb::inst_check(h) && nb::isinstance<Tensor>(h)) {
-    out->tensor = nb::cast<Tensor>(h);
+  if (is_tensor(o)) {
+    out->tensor = tensor_of(o);
     return true;
   }
   if (PyBool_Check(o)) {

@@ -20,7 +20,64 @@ PyObject* make(nb::module_& m, const char* name, const char* doc, PyObject* base
   return cls;
 }
 
+// Most derived first: one translator keeps the C++ hierarchy's order.
+void translate(const std::exception_ptr& p, void*) {
+  try {
+    std::rethrow_exception(p);
+  } catch (const ShapeError& e) {
+    PyErr_SetString(classes.shape, e.what());
+  } catch (const DTypeError& e) {
+    PyErr_SetString(classes.dtype, e.what());
+  } catch (const TraceError& e) {
+    PyErr_SetString(classes.trace, e.what());
+  } catch (const AutodiffError& e) {
+    PyErr_SetString(classes.autodiff, e.what());
+  } catch (const CompileError& e) {
+    PyErr_SetString(classes.compile, e.what());
+  } catch (const ExecError& e) {
+    PyErr_SetString(classes.exec, e.what());
+  } catch (const ParseError& e) {
+    PyErr_SetString(classes.parse, e.what());
+  } catch (const DistError& e) {
+    PyErr_SetString(classes.dist, e.what());
+  } catch (const Error& e) {
+    PyErr_SetString(classes.error, e.what());
+  }
+}
+
+PyObject* builtin_class(nb::exception_type t) {
+  switch (t) {
+    case nb::exception_type::stop_iteration: return PyExc_StopIteration;
+    case nb::exception_type::index_error: return PyExc_IndexError;
+    case nb::exception_type::key_error: return PyExc_KeyError;
+    case nb::exception_type::value_error: return PyExc_ValueError;
+    case nb::exception_type::type_error: return PyExc_TypeError;
+    case nb::exception_type::buffer_error: return PyExc_BufferError;
+    case nb::exception_type::import_error: return PyExc_ImportError;
+    case nb::exception_type::attribute_error: return PyExc_AttributeError;
+    default: return PyExc_RuntimeError;
+  }
+}
+
 }  // namespace
+
+void set_python_error() noexcept {
+  try {
+    throw;
+  } catch (nb::python_error& e) {
+    e.restore();
+  } catch (const nb::builtin_exception& e) {
+    PyErr_SetString(builtin_class(e.type()), e.what());
+  } catch (const Error&) {
+    translate(std::current_exception(), nullptr);
+  } catch (const std::bad_alloc&) {
+    PyErr_NoMemory();
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+  } catch (...) {
+    PyErr_SetString(PyExc_SystemError, "an unknown C++ exception");
+  }
+}
 
 void register_errors(nb::module_& m) {
   Classes& c = classes;
@@ -43,30 +100,7 @@ void register_errors(nb::module_& m) {
                 "A distributed run that cannot go on: ranks that run different graphs, a dead "
                 "or missing rank, a collective past its timeout.",
                 c.error);
-  // Most derived first: one translator keeps the C++ hierarchy's order.
-  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
-    try {
-      std::rethrow_exception(p);
-    } catch (const ShapeError& e) {
-      PyErr_SetString(classes.shape, e.what());
-    } catch (const DTypeError& e) {
-      PyErr_SetString(classes.dtype, e.what());
-    } catch (const TraceError& e) {
-      PyErr_SetString(classes.trace, e.what());
-    } catch (const AutodiffError& e) {
-      PyErr_SetString(classes.autodiff, e.what());
-    } catch (const CompileError& e) {
-      PyErr_SetString(classes.compile, e.what());
-    } catch (const ExecError& e) {
-      PyErr_SetString(classes.exec, e.what());
-    } catch (const ParseError& e) {
-      PyErr_SetString(classes.parse, e.what());
-    } catch (const DistError& e) {
-      PyErr_SetString(classes.dist, e.what());
-    } catch (const Error& e) {
-      PyErr_SetString(classes.error, e.what());
-    }
-  });
+  nb::register_exception_translator(translate);
 }
 
 }  // namespace loom::py

@@ -10,6 +10,16 @@
 #include "common.h"
 
 namespace loom::py {
+
+PyTypeObject* tensor_type = nullptr;
+
+PyObject* new_tensor_object(Tensor&& t) {
+  nb::object o = nb::inst_alloc(nb::handle(reinterpret_cast<PyObject*>(tensor_type)));
+  ::new (nb::inst_ptr<Tensor>(o)) Tensor(std::move(t));
+  nb::inst_mark_ready(o);
+  return o.release().ptr();
+}
+
 namespace {
 
 using TT = Tensor (*)(const Tensor&, const Tensor&);
@@ -35,17 +45,43 @@ nb::object binary(const Tensor& a, nb::handle other, bool reflected) {
   Operand o;
   if (!to_operand(other, &o)) return nb::borrow(Py_NotImplemented);
   Tensor b = as_tensor(o, a);
-  return nb::cast(reflected ? tt(b, a) : tt(a, b));
+  return nb::steal(new_tensor_object(reflected ? tt(b, a) : tt(a, b)));
 }
 
-// The fast path of + - * / and comparisons: a Python number stays a host scalar input.
+// The fast path of + - * /: a Python number stays a host scalar input. A new reference.
 template <TT tt, TS ts, ST st>
-nb::object arith(const Tensor& a, nb::handle other, bool reflected) {
+PyObject* arith(const Tensor& a, nb::handle other, bool reflected) {
   Operand o;
-  if (!to_operand(other, &o)) return nb::borrow(Py_NotImplemented);
-  if (o.tensor.defined()) return nb::cast(reflected ? tt(o.tensor, a) : tt(a, o.tensor));
-  return nb::cast(reflected ? st(o.scalar, a) : ts(a, o.scalar));
+  if (!to_operand(other, &o)) Py_RETURN_NOTIMPLEMENTED;
+  if (o.tensor.defined()) return new_tensor_object(reflected ? tt(o.tensor, a) : tt(a, o.tensor));
+  return new_tensor_object(reflected ? st(o.scalar, a) : ts(a, o.scalar));
 }
+
+// + - * / as CPython number slots (nb_add, ...): Python calls the slot for a + b when a is a
+// Tensor, and when only b is one (reflected). A slot costs no method lookup and no nanobind
+// argument dispatch per call, which a def'd __add__ pays; Tensor.__add__ and __radd__ still
+// exist (CPython's wrappers of the slot).
+template <TT tt, TS ts, ST st>
+PyObject* number_slot(PyObject* a, PyObject* b) noexcept {
+  try {
+    if (is_tensor(a)) return arith<tt, ts, st>(tensor_of(a), b, false);
+    if (is_tensor(b)) return arith<tt, ts, st>(tensor_of(b), a, true);
+    Py_RETURN_NOTIMPLEMENTED;
+  } catch (...) {
+    set_python_error();
+    return nullptr;
+  }
+}
+
+Tensor sub_ts(const Tensor& a, Scalar s) { return a - s; }
+Tensor sub_st(Scalar s, const Tensor& a) { return s - a; }
+
+PyType_Slot tensor_slots[] = {
+    {Py_nb_add, reinterpret_cast<void*>(number_slot<op_add, operator+, operator+ >)},
+    {Py_nb_subtract, reinterpret_cast<void*>(number_slot<op_sub, sub_ts, sub_st>)},
+    {Py_nb_multiply, reinterpret_cast<void*>(number_slot<op_mul, operator*, operator*>)},
+    {Py_nb_true_divide, reinterpret_cast<void*>(number_slot<op_div, operator/, operator/ >)},
+    {0, nullptr}};
 
 // In place: PyTorch refuses a result of a higher category than the destination.
 void assign(Tensor& dst, const Tensor& result, const char* op) {
@@ -215,8 +251,9 @@ void register_tensor(nb::module_& m) {
       .def_prop_ro("is_floating_point", [](DType d) { return is_floating(d); });
   m.def("promote_types", &promote_types, nb::arg("type1"), nb::arg("type2"));
 
-  nb::class_<Tensor> cls(m, "Tensor",
-                         "A lazy tensor: ops record a graph, reading a value runs it.");
+  nb::class_<Tensor> cls(m, "Tensor", "A lazy tensor: ops record a graph, reading a value runs it.",
+                         nb::type_slots(tensor_slots));
+  tensor_type = reinterpret_cast<PyTypeObject*>(cls.ptr());
   // Tensor(t): another handle on t's tensor (in-place ops are seen through both); this is what
   // lets Python subclass Tensor (loom.nn.Parameter calls it on a detached leaf).
   cls.def(nb::init<const Tensor&>(), nb::arg("data"))
@@ -304,17 +341,14 @@ void register_tensor(nb::module_& m) {
            })
       .def("__hash__", [](const Tensor& t) { return reinterpret_cast<intptr_t>(t.impl()); });
 
-#define LOOM_ARITH(py, fn, tt, ts, st)                                                   \
-  cls.def("__" py "__",                                                                  \
-          [](const Tensor& a, nb::handle b) { return arith<tt, ts, st>(a, b, false); }); \
-  cls.def("__r" py "__",                                                                 \
-          [](const Tensor& a, nb::handle b) { return arith<tt, ts, st>(a, b, true); });  \
+  // + - * / are the type's number slots (tensor_slots); their in-place forms are methods.
+#define LOOM_INPLACE(py, fn, tt) \
   cls.def("__i" py "__", [](nb::handle a, nb::handle b) { return inplace<tt>(a, b, fn); })
-  LOOM_ARITH("add", "add_", op_add, operator+, operator+);
-  LOOM_ARITH("sub", "sub_", op_sub, operator-, operator-);
-  LOOM_ARITH("mul", "mul_", op_mul, operator*, operator*);
-  LOOM_ARITH("truediv", "div_", op_div, operator/, operator/);
-#undef LOOM_ARITH
+  LOOM_INPLACE("add", "add_", op_add);
+  LOOM_INPLACE("sub", "sub_", op_sub);
+  LOOM_INPLACE("mul", "mul_", op_mul);
+  LOOM_INPLACE("truediv", "div_", op_div);
+#undef LOOM_INPLACE
 
 #define LOOM_BINARY(py, fn, tt)                                                                 \
   cls.def("__" py "__", [](const Tensor& a, nb::handle b) { return binary<tt>(a, b, false); }); \
@@ -334,7 +368,7 @@ void register_tensor(nb::module_& m) {
     Operand o;                                                    \
     if (!to_operand(b, &o)) return nb::borrow(Py_NotImplemented); \
     if (o.tensor.defined()) return nb::cast(tt(a, o.tensor));     \
-    return nb::cast(a op o.scalar);                               \
+    return nb::steal(new_tensor_object(a op o.scalar));           \
   })
   LOOM_CMP("lt", op_lt, op_gt, <, >);
   LOOM_CMP("le", op_le, op_ge, <=, >=);

@@ -18,7 +18,7 @@ namespace {
 
 struct Ctx {
   ir::Builder& b;
-  const ir::Node& n;  // a copy: rules append nodes, which may move the graph's arena
+  const ir::Node& n;  // the graph's node: appending nodes never moves it (ir::NodeStore)
   Value g;            // adjoint of result 0
   Value x(size_t k) const { return n.operands[k]; }
   const TensorType& t(Value v) const { return b.type(v); }
@@ -331,7 +331,7 @@ RuleKind rule_kind(OpKind op) {
 }
 
 std::vector<Adjoint> vjp(ir::Builder& b, ir::NodeId id, std::span<const Adjoint> result_adjoints) {
-  const ir::Node n = b.graph().node(id);  // copied: rules append nodes
+  const ir::Node& n = b.graph().node(id);  // stays put while rules append nodes
   const RuleKind kind = rule_kind(n.op);
   // Before the dtype test: a loop's first result may be an integer counter beside float ones.
   if (kind == RuleKind::ControlFlow) return detail::control_flow_vjp(b, id, result_adjoints);
@@ -409,8 +409,8 @@ std::vector<Adjoint> backward(ir::Builder& b, std::span<const Value> roots,
     if (!any || g.node(id).op == OpKind::Parameter) continue;
     if (results == 1 && rule_kind(g.node(id).op) != RuleKind::ControlFlow && !radj[0]) continue;
     std::vector<Adjoint> oadj = vjp(b, id, radj);
-    // A copy: accumulate adds nodes, which may move the graph's node storage.
-    const auto operands = b.graph().node(id).operands;
+    // accumulate appends nodes, which never moves this one (ir::NodeStore).
+    const auto& operands = b.graph().node(id).operands;
     for (size_t k = 0; k < oadj.size(); ++k)
       if (oadj[k]) accumulate(operands[k], *oadj[k]);
   }

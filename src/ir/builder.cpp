@@ -187,7 +187,12 @@ Value Builder::make(OpKind op, std::span<const Value> operands, Attrs attrs,
   n.operands.assign(operands.begin(), operands.end());
   n.type = std::move(type);
   n.attrs = std::move(attrs);
+  return intern(id);
+}
+
+Value Builder::intern(NodeId id) {
   if (!hash_cons_) return {id, 0};
+  const Node& n = g_->node(id);
   const Hash128 h = node_hash(n);
   size_t mask = table_.size() - 1;
   const uint32_t tag = static_cast<uint32_t>(h.lo);
@@ -231,10 +236,15 @@ NodeId Builder::add(Node n) {
 Value Builder::parameter(const TensorType& t) {
   return parameter(t, static_cast<int64_t>(g_->params().size()));
 }
+// infer_type's checks for a parameter (its shape), without the generic dispatch: every
+// host number and data tensor of a trace comes through here.
 Value Builder::parameter(const TensorType& t, int64_t index) {
-  Attrs a;
-  a.i = index;
-  return make(OpKind::Parameter, {}, std::move(a), &t);
+  if (!t.shape.empty()) check_shape("parameter", t.shape);  // a 0-d type always passes
+  NodeId id = static_cast<NodeId>(g_->size());
+  Node& n = g_->emplace_back(OpKind::Parameter);
+  n.type = t;
+  n.attrs.i = index;
+  return intern(id);
 }
 Value Builder::constant(double v, DType dt) {
   Attrs a;

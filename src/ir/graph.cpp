@@ -4,6 +4,8 @@
 
 #include <cstring>
 #include <limits>
+#include <memory>
+#include <new>
 
 #include "loom/core/error.h"
 
@@ -13,6 +15,68 @@ bool operator==(const Attrs& a, const Attrs& b) {
   // f compares by bits: a NaN constant equals itself, and 0.0 differs from -0.0.
   return a.i == b.i && a.flag == b.flag && std::memcmp(&a.f, &b.f, sizeof a.f) == 0 &&
          a.ints == b.ints;
+}
+
+NodeStore& NodeStore::operator=(const NodeStore& o) {
+  if (this != &o) {
+    clear();
+    copy_from(o);
+  }
+  return *this;
+}
+
+NodeStore& NodeStore::operator=(NodeStore&& o) noexcept {
+  if (this != &o) {
+    release();
+    chunks_ = std::move(o.chunks_);
+    size_ = std::exchange(o.size_, 0);
+  }
+  return *this;
+}
+
+void NodeStore::add_chunk() {
+  LOOM_CHECK(size_ < (size_t{1} << 32), "[graph] more than 2^32 nodes");
+  if (chunks_.size() == chunks_.capacity()) chunks_.reserve(2 * chunks_.size() + 4);
+  chunks_.push_back(static_cast<Node*>(::operator new(sizeof(Node) * kChunkSize)));  // no throw
+}
+
+Node& NodeStore::push_back(Node&& n) {
+  Node* p = ::new (slot_for_next()) Node(std::move(n));
+  ++size_;
+  return *p;
+}
+
+Node& NodeStore::push_back(const Node& n) {
+  Node* p = ::new (slot_for_next()) Node(n);
+  ++size_;
+  return *p;
+}
+
+void NodeStore::pop_back() {
+  LOOM_ASSERT(size_ > 0);
+  std::destroy_at(&(*this)[size_ - 1]);
+  --size_;
+}
+
+void NodeStore::clear() {
+  while (size_ > 0) pop_back();
+}
+
+void NodeStore::reserve(size_t n) {
+  chunks_.reserve((n + kChunkMask) >> kChunkLog);
+  while (chunks_.size() < ((n + kChunkMask) >> kChunkLog)) add_chunk();
+}
+
+void NodeStore::copy_from(const NodeStore& o) {
+  reserve(o.size_);
+  for (size_t i = 0; i < o.size_; ++i) push_back(o[i]);
+}
+
+void NodeStore::release() noexcept {
+  for (size_t i = 0; i < size_; ++i) std::destroy_at(&(*this)[i]);
+  size_ = 0;
+  for (Node* c : chunks_) ::operator delete(c);
+  chunks_.clear();
 }
 
 NodeId Graph::add(Node&& n) {

@@ -103,7 +103,7 @@ class Printer {
       const Node& n = g.node(id);
       if (n.op == OpKind::Parameter) continue;
       names[id] = next++;
-      node(g, n, names, indent + 2);
+      node(g, id, n, names, indent + 2);
     }
     out_.append(indent + 2, ' ');
     out_ += "return";
@@ -130,9 +130,10 @@ class Printer {
     }
   }
 
-  void node(const Graph& g, const Node& n, const std::vector<uint32_t>& names, int indent) {
+  void node(const Graph& g, NodeId id, const Node& n, const std::vector<uint32_t>& names,
+            int indent) {
     out_.append(indent, ' ');
-    name(names[&n - g.nodes().data()]);
+    name(names[id]);
     if (n.num_results() > 1) {
       out_ += ':';
       append_int(out_, static_cast<int64_t>(n.num_results()));

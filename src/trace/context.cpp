@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <unordered_set>
@@ -38,9 +39,32 @@ double seconds_per_tick() {
 }
 
 namespace {
-// The calling thread's context id (0 before its first trace and after it exits).
-// Trivially destructible: safe to read during thread exit.
-thread_local uint32_t this_context_id = 0;
+// The thread's allocation state of tensor impls, in one trivially destructible,
+// constant-initialized thread_local: the hot paths (an impl made and dropped per traced op)
+// reach it with one TLS address and no wrapper or guard call, which a thread_local with a
+// destructor costs on every access. ImplCacheOwner frees the cached blocks at thread exit.
+struct ImplCache {
+  void** blocks = nullptr;  // free impl blocks (kImplBlock bytes each)
+  uint32_t size = 0, cap = 0;
+  // Set when the cache is released at thread exit: impls released later in thread exit (weak
+  // references held by the trace context) go straight back to the system allocator.
+  bool gone = false;
+  // The calling thread's context id (0 before its first trace and after it exits).
+  uint32_t context_id = 0;
+};
+constinit thread_local ImplCache impl_cache;
+struct ImplCacheOwner {
+  bool armed = false;  // set at the first growth: the use that constructs this thread's owner
+  ~ImplCacheOwner() {
+    ImplCache& c = impl_cache;
+    for (uint32_t i = 0; i < c.size; ++i) ::operator delete(c.blocks[i]);
+    std::free(c.blocks);
+    c.blocks = nullptr;
+    c.size = c.cap = 0;
+    c.gone = true;
+  }
+};
+thread_local ImplCacheOwner impl_cache_owner;  // constructed at the cache's first growth
 
 // The live contexts by id, for drops on other threads, and the lock that guards every
 // context's hand-off list. A context's pending list is detached under it when its thread
@@ -55,18 +79,24 @@ HandoffRegistry& handoff_registry() {
 }
 
 constexpr size_t kImplBlock = 256;  // TensorImpl plus shared_ptr's control block
-// Set when the thread's free list is destroyed: impls released later in thread exit (weak
-// references held by the trace context) go straight back to the system allocator.
-thread_local bool free_list_gone = false;  // trivially destructible: safe to read at exit
-struct FreeList {
-  std::vector<void*> blocks;
-  ~FreeList() {
-    for (void* p : blocks) ::operator delete(p);
-    blocks.clear();
-    free_list_gone = true;
+constexpr uint32_t kImplCacheMax = 4096;
+
+// Keeps a freed block for reuse; false when the cache is full or gone.
+bool cache_block(void* p) {
+  ImplCache& c = impl_cache;
+  if (c.gone) return false;
+  if (c.size == c.cap) [[unlikely]] {
+    if (c.cap == kImplCacheMax) return false;
+    if (c.cap == 0) impl_cache_owner.armed = true;  // registers the release at thread exit
+    const uint32_t cap = c.cap ? 2 * c.cap : 64;
+    void** grown = static_cast<void**>(std::realloc(c.blocks, cap * sizeof(void*)));
+    if (!grown) return false;
+    c.blocks = grown;
+    c.cap = cap;
   }
-};
-thread_local FreeList free_impls;
+  c.blocks[c.size++] = p;
+  return true;
+}
 
 template <class T>
 struct ImplAllocator {
@@ -77,11 +107,8 @@ struct ImplAllocator {
   T* allocate(size_t n) {
     static_assert(sizeof(T) <= kImplBlock);
     LOOM_ASSERT(n == 1);
-    if (!free_list_gone && !free_impls.blocks.empty()) {
-      void* p = free_impls.blocks.back();
-      free_impls.blocks.pop_back();
-      return static_cast<T*>(p);
-    }
+    ImplCache& c = impl_cache;
+    if (c.size > 0) return static_cast<T*>(c.blocks[--c.size]);  // size is 0 once gone
     return static_cast<T*>(::operator new(kImplBlock));
   }
   // allocate_shared destroys the impl through this (C++20 [util.smartptr.shared.create]). A
@@ -90,15 +117,12 @@ struct ImplAllocator {
   // keeps until the owner runs the destructor.
   void destroy(TensorImpl* p) {
     if (p->linked.load(std::memory_order_acquire) &&
-        p->owner.load(std::memory_order_relaxed) != this_context_id) [[unlikely]]
+        p->owner.load(std::memory_order_relaxed) != impl_cache.context_id) [[unlikely]]
       if (TraceContext::hand_off(p)) return;
     std::destroy_at(p);
   }
   void deallocate(T* p, size_t) {
-    if (!free_list_gone && free_impls.blocks.size() < 4096)
-      free_impls.blocks.push_back(p);
-    else
-      ::operator delete(p);
+    if (!cache_block(p)) ::operator delete(p);
   }
   template <class U>
   bool operator==(const ImplAllocator<U>&) const {
@@ -142,7 +166,7 @@ TraceContext::TraceContext()
   LOOM_ASSERT(id_ != kOwnerExited);
   head_.prev = head_.next = &head_;
   tls_context = this;
-  this_context_id = id_;
+  impl_cache.context_id = id_;
   {
     HandoffRegistry& r = handoff_registry();
     std::lock_guard lock(r.mu);
@@ -172,7 +196,7 @@ TraceContext::~TraceContext() {
   }
   for (TensorImpl* p : handed) std::destroy_at(p);  // unlinked above: no list to touch
   tls_context = nullptr;
-  this_context_id = 0;
+  impl_cache.context_id = 0;
 }
 
 void TraceContext::link(TensorImpl* impl) {
@@ -389,12 +413,11 @@ ir::Value TraceContext::scalar(const Scalar& s, DType dt) {
     return c.param;
   }
   uint32_t slot = static_cast<uint32_t>(slots_.size());
-  DataSlot d;
-  d.type = TensorType{dt, {}};
+  DataSlot& d = slots_.emplace_back();
+  d.type.dtype = dt;
   d.f = s.value;
   d.i = s.is_int ? s.ivalue : static_cast<int64_t>(s.value);
   d.is_scalar = true;
-  slots_.push_back(d);
   ++host_scalars;
   return builder_.parameter(d.type, slot);
 }

@@ -87,6 +87,9 @@ class Builder {
   }
 
  private:
+  // Hash-conses the graph's last node (just appended): returns an identical earlier node
+  // (dropping the last) or registers the last one.
+  Value intern(NodeId id);
   Hash128 node_hash(const Node& n) const;
   bool same_node(const Node& a, const Node& b) const;
   void insert(const Hash128& h, NodeId id);

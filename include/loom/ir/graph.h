@@ -1,4 +1,5 @@
-// The IR graph: nodes owned by an arena (a vector), referred to by index.
+// The IR graph: nodes owned by an arena (a NodeStore: chunks that never move), referred to
+// by index.
 //
 // A Node has an op, operands (Values: a node index and a result index), result types,
 // attributes, and optional regions (immutable sub-graphs with their own parameters, used by
@@ -8,11 +9,15 @@
 // from many threads.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <iosfwd>
+#include <iterator>
 #include <memory>
+#include <new>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "loom/core/error.h"
@@ -72,6 +77,95 @@ struct Node {
 #include "loom/ir/ops.def"
 #undef LOOM_OP
 
+// The node arena: chunks of 64 nodes, allocated as the graph grows and never moved, so
+// appending costs no copy of earlier nodes and a Node& stays valid while nodes are appended
+// (only pop_back, clear and assignment end a node). Indexing is two loads, as cheap as a
+// vector's but for the chunk table. Random-access iteration, as a vector's.
+class NodeStore {
+ public:
+  NodeStore() = default;
+  NodeStore(const NodeStore& o) { copy_from(o); }
+  NodeStore(NodeStore&& o) noexcept
+      : chunks_(std::move(o.chunks_)), size_(std::exchange(o.size_, 0)) {}
+  NodeStore& operator=(const NodeStore& o);
+  NodeStore& operator=(NodeStore&& o) noexcept;
+  ~NodeStore() { release(); }
+
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  Node& operator[](size_t i) { return chunks_[i >> kChunkLog][i & kChunkMask]; }
+  const Node& operator[](size_t i) const { return chunks_[i >> kChunkLog][i & kChunkMask]; }
+  Node& back() { return (*this)[size_ - 1]; }
+  const Node& back() const { return (*this)[size_ - 1]; }
+  // Constructs a default node at the end (a chunk is allocated when the last one is full).
+  Node& emplace_back() {
+    Node* p = ::new (slot_for_next()) Node();
+    ++size_;
+    return *p;
+  }
+  Node& push_back(Node&& n);
+  Node& push_back(const Node& n);
+  void pop_back();
+  void clear();            // destroys the nodes, keeps the chunks
+  void reserve(size_t n);  // allocates the chunks that n nodes need
+
+  template <bool kConst>
+  class Iter {
+   public:
+    using iterator_category = std::random_access_iterator_tag;
+    using value_type = Node;
+    using difference_type = std::ptrdiff_t;
+    using reference = std::conditional_t<kConst, const Node&, Node&>;
+    using pointer = std::conditional_t<kConst, const Node*, Node*>;
+    using Store = std::conditional_t<kConst, const NodeStore, NodeStore>;
+    Iter() = default;
+    Iter(Store* s, size_t i) : s_(s), i_(i) {}
+    reference operator*() const { return (*s_)[i_]; }
+    pointer operator->() const { return &(*s_)[i_]; }
+    reference operator[](difference_type k) const { return (*s_)[i_ + k]; }
+    Iter& operator++() { return ++i_, *this; }
+    Iter operator++(int) { return Iter(s_, i_++); }
+    Iter& operator--() { return --i_, *this; }
+    Iter operator--(int) { return Iter(s_, i_--); }
+    Iter& operator+=(difference_type k) { return i_ += k, *this; }
+    Iter& operator-=(difference_type k) { return i_ -= k, *this; }
+    friend Iter operator+(Iter a, difference_type k) { return a += k; }
+    friend Iter operator+(difference_type k, Iter a) { return a += k; }
+    friend Iter operator-(Iter a, difference_type k) { return a -= k; }
+    friend difference_type operator-(const Iter& a, const Iter& b) {
+      return static_cast<difference_type>(a.i_) - static_cast<difference_type>(b.i_);
+    }
+    friend bool operator==(const Iter& a, const Iter& b) { return a.i_ == b.i_; }
+    friend auto operator<=>(const Iter& a, const Iter& b) { return a.i_ <=> b.i_; }
+    size_t index() const { return i_; }
+
+   private:
+    Store* s_ = nullptr;
+    size_t i_ = 0;
+  };
+  using iterator = Iter<false>;
+  using const_iterator = Iter<true>;
+  iterator begin() { return {this, 0}; }
+  iterator end() { return {this, size_}; }
+  const_iterator begin() const { return {this, 0}; }
+  const_iterator end() const { return {this, size_}; }
+
+ private:
+  static constexpr size_t kChunkLog = 6, kChunkSize = size_t{1} << kChunkLog,
+                          kChunkMask = kChunkSize - 1;
+  Node* slot_for_next() {  // raw storage for node size_
+    if ((size_ >> kChunkLog) == chunks_.size()) [[unlikely]]
+      add_chunk();
+    return chunks_[size_ >> kChunkLog] + (size_ & kChunkMask);
+  }
+  void add_chunk();
+  void copy_from(const NodeStore& o);
+  void release() noexcept;  // destroys the nodes and frees the chunks
+
+  std::vector<Node*> chunks_;  // each kChunkSize nodes of raw storage
+  size_t size_ = 0;
+};
+
 class Graph {
  public:
   Graph() = default;
@@ -90,7 +184,7 @@ class Graph {
   const Node& node(NodeId id) const { return nodes_[id]; }
   Node& mutable_node(NodeId id) { return nodes_[id]; }
   size_t size() const { return nodes_.size(); }
-  const std::vector<Node>& nodes() const { return nodes_; }
+  const NodeStore& nodes() const { return nodes_; }
   const TensorType& type(Value v) const { return nodes_[v.node].result_type(v.index); }
 
   // Parameter nodes in parameter order.
@@ -101,7 +195,7 @@ class Graph {
   void reserve(size_t n) { nodes_.reserve(n); }
 
  private:
-  std::vector<Node> nodes_;
+  NodeStore nodes_;
   std::vector<NodeId> params_;
   std::vector<Value> outputs_;
 };

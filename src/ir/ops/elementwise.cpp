@@ -50,7 +50,11 @@ TensorType infer_elementwise(const Graph& g, OpKind op, std::span<const Value> x
   Shape s = g.type(xs[0]).shape;
   for (size_t i = 1; i < xs.size(); ++i) {
     const Shape& o = g.type(xs[i]).shape;
-    if (o == s) continue;
+    if (o == s || o.empty()) continue;  // a 0-d operand (a host number) broadcasts to s
+    if (s.empty()) {
+      s = o;
+      continue;
+    }
     try {
       s = broadcast_shapes(name, s, o);
     } catch (const ShapeError& e) {  // restate with the operands' dtypes, keep the dim

@@ -1,0 +1,81 @@
+// The graph's node arena (ir::NodeStore): nodes never move while the graph grows, and copies,
+// moves, pops and clears keep the graph's text (the printer is the oracle).
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "loom/ir/builder.h"
+
+namespace loom::ir {
+namespace {
+
+// A chain of n distinct nodes: x, x+1, (x+1)*x, ... (no two hash-cons to one node).
+Graph chain(int n) {
+  Graph g;
+  Builder b(g);
+  Value x = b.parameter({float32, {4}});
+  Value v = x;
+  for (int i = 0; i < n; ++i) v = b.binary(i % 2 ? OpKind::Mul : OpKind::Add, v, x);
+  g.outputs().push_back(v);
+  return g;
+}
+
+TEST(NodeStoreTest, NodesStayPutWhileTheGraphGrows) {
+  Graph g;
+  Builder b(g);
+  Value x = b.parameter({float32, {4}});
+  Value y = b.unary(OpKind::Exp, x);
+  const Node* px = &g.node(x.node);
+  const Node& ny = g.node(y.node);
+  std::vector<const Node*> seen;
+  Value v = y;
+  for (int i = 0; i < 5000; ++i) {  // many chunks, and more than a vector's doublings
+    v = b.binary(OpKind::Add, v, x);
+    seen.push_back(&g.node(v.node));
+  }
+  EXPECT_EQ(&g.node(x.node), px);
+  EXPECT_EQ(ny.op, OpKind::Exp);  // the reference taken before the growth still reads it
+  EXPECT_EQ(ny.operands[0], x);
+  for (size_t i = 0; i < seen.size(); ++i) {
+    ASSERT_EQ(seen[i], &g.node(static_cast<NodeId>(i + 2))) << "node " << i + 2 << " moved";
+    ASSERT_EQ(seen[i]->op, OpKind::Add);
+  }
+  // Hash-consing an existing node appends and pops a node: the earlier ones stay put.
+  size_t before = g.size();
+  EXPECT_EQ(b.binary(OpKind::Add, y, x), (Value{2, 0}));
+  EXPECT_EQ(g.size(), before);
+  EXPECT_EQ(&g.node(2), seen[0]);
+}
+
+TEST(NodeStoreTest, CopyMoveIterateAndClearKeepTheGraph) {
+  for (int n : {0, 1, 62, 63, 64, 65, 200, 1000}) {
+    Graph g = chain(n);
+    const std::string text = to_text(g);
+    Graph copy = g;
+    EXPECT_EQ(to_text(copy), text) << n;
+    EXPECT_EQ(copy.size(), g.size());
+    EXPECT_NE(&copy.node(0), &g.node(0));  // a deep copy (every chain has its parameter)
+    Graph assigned = chain(3);
+    assigned = g;
+    EXPECT_EQ(to_text(assigned), text) << n;
+    Graph moved = std::move(copy);
+    EXPECT_EQ(to_text(moved), text) << n;
+    EXPECT_EQ(copy.size(), 0u);  // NOLINT: a moved-from graph is empty
+    size_t i = 0;
+    for (const Node& node : g.nodes()) EXPECT_EQ(&node, &g.node(static_cast<NodeId>(i++)));
+    EXPECT_EQ(i, g.size());
+    EXPECT_EQ(static_cast<size_t>(g.nodes().end() - g.nodes().begin()), g.size());
+    // Cleared, then refilled through a builder: the same text as a fresh graph's.
+    moved.clear();
+    EXPECT_EQ(moved.size(), 0u);
+    Builder b(moved);
+    Value x = b.parameter({float32, {4}});
+    Value v = x;
+    for (int k = 0; k < n; ++k) v = b.binary(k % 2 ? OpKind::Mul : OpKind::Add, v, x);
+    moved.outputs().push_back(v);
+    EXPECT_EQ(to_text(moved), text) << n;
+  }
+}
+
+}  // namespace
+}  // namespace loom::ir
