@@ -1,6 +1,7 @@
 // Code generation: one LLVM function per kernel, all kernels of a plan in one module.
 #include "backend/cpu/codegen.h"
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cmath>
@@ -644,8 +645,9 @@ int64_t work_per_outer(const KernelSpec& k) {
 
 }  // namespace
 
-// From this many new functions a module is compiled in two parts at once.
-constexpr size_t kSplitFunctions = 8;
+// From this many new functions a module is compiled in two parts at once: even two kernels
+// of a graph are worth two modules (a fwd+bwd module holds 5-7, 40 ms of LLVM).
+constexpr size_t kSplitFunctions = 2;
 
 std::vector<CompiledKernel> compile_kernels(const ir::Graph& g, const Plan& plan) {
   std::vector<CompiledKernel> out(plan.kernels.size());
@@ -687,19 +689,35 @@ std::vector<CompiledKernel> compile_kernels(const ir::Graph& g, const Plan& plan
     fn_of[j] = it->second;
     if (fresh) first.push_back(missing[j]);
   }
-  // Many new kernels are compiled as two modules at once, on this thread and one more: LLVM's
+  // New kernels are compiled as two modules at once, on this thread and one more: LLVM's
   // optimization and code generation are ~90% of a cold compile and scale with the functions
-  // a module holds (the seed decoder's fwd+bwd: 34 ms of 46 in one module). Each part is its
+  // a module holds (the seed decoder's fwd+bwd: 44 ms of 48 in one module). Each part is its
   // own persistent-cache entry.
   const int parts = first.size() >= kSplitFunctions && ThreadPool::instance().size() > 1 ? 2 : 1;
+  // Balanced by description length (a proxy for the IR each function expands to): the
+  // longest first, each to the lighter part; each part keeps its functions in order.
+  std::vector<int> part_of(first.size(), 0);
+  if (parts == 2) {
+    std::vector<size_t> by_size(first.size());
+    for (size_t f = 0; f < by_size.size(); ++f) by_size[f] = f;
+    std::stable_sort(by_size.begin(), by_size.end(), [&](size_t a, size_t b) {
+      return descs[first[a]].text.size() > descs[first[b]].text.size();
+    });
+    size_t load[2] = {0, 0};
+    for (size_t f : by_size) {
+      const int p = load[1] < load[0] ? 1 : 0;
+      part_of[f] = p;
+      load[p] += descs[first[f]].text.size();
+    }
+  }
   std::vector<void*> fns(first.size());
   std::vector<int> loaded(static_cast<size_t>(parts), 0);
   auto compile_part = [&](int part) {
     // Names only need to be unique within a module (each object is linked on its own), so
     // the same kernels give the same module text in every process: the persistent-cache key.
     std::vector<size_t> mine;
-    for (size_t f = static_cast<size_t>(part); f < first.size(); f += static_cast<size_t>(parts))
-      mine.push_back(f);
+    for (size_t f = 0; f < first.size(); ++f)
+      if (part_of[f] == part) mine.push_back(f);
     std::vector<std::string> names;
     std::string what;
     for (size_t f : mine) {
