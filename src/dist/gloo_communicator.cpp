@@ -27,8 +27,6 @@ namespace {
 
 using loom::detail::str_cat;
 
-double seconds(std::chrono::milliseconds t) { return static_cast<double>(t.count()) / 1000.0; }
-
 // Gloo's view of a loom store: waits poll the store until the keys are there or our timeout
 // passes, so that a store that never fills names the keys (ranks) it waited for.
 class RendezvousStore final : public gloo::rendezvous::Store {

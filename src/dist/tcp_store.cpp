@@ -31,8 +31,6 @@ namespace {
 using loom::detail::str_cat;
 namespace fs = std::filesystem;
 
-double seconds(std::chrono::milliseconds t) { return static_cast<double>(t.count()) / 1000.0; }
-
 class DirStore final : public KeyValueStore {
  public:
   explicit DirStore(std::string dir) : dir_(std::move(dir)) {

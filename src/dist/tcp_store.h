@@ -15,6 +15,11 @@
 
 namespace loom::dist {
 
+// A timeout in seconds, for messages.
+inline double seconds(std::chrono::milliseconds t) {
+  return static_cast<double>(t.count()) / 1000.0;
+}
+
 class KeyValueStore {
  public:
   virtual ~KeyValueStore() = default;

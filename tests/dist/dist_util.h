@@ -43,12 +43,19 @@ inline std::string fresh_store() {
   return d ? d : "";
 }
 
+// 127.0.0.1:port as a socket address (port 0: any free port).
+inline sockaddr_in loopback(int port) {
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  return a;
+}
+
 // "127.0.0.1:PORT" with a port that was free a moment ago, for a TCP store.
 inline std::string free_tcp_store() {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  sockaddr_in a = loopback(0);
   socklen_t len = sizeof a;
   int port = 0;
   if (fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&

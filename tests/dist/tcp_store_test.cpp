@@ -34,10 +34,7 @@ int port_of(const std::string& store) {
 // A raw client of the store's server on 127.0.0.1:port, with a 5 s receive timeout.
 int connect_to(int port) {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  sockaddr_in a = testing::loopback(port);
   EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0) << std::strerror(errno);
   timeval tv{5, 0};
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
@@ -131,10 +128,7 @@ TEST(TcpStore, WithoutRankZeroRaises) {
 TEST(TcpStore, PortInUseRaises) {
   const std::string store = testing::free_tcp_store();
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port_of(store)));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  sockaddr_in a = testing::loopback(port_of(store));
   ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
   ASSERT_EQ(::listen(fd, 1), 0);
   const dist::InitOptions o = options(0, store);
