@@ -2,6 +2,9 @@
 // softmax, layer_norm and a decoder layer, and the reuse of identical kernels across graphs.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <functional>
+
 #include "loom/ir/graph.h"
 #include "loom/loom.h"
 #include "loom/runtime/engine.h"
@@ -100,6 +103,55 @@ TEST_F(CpuFusion, KernelsWithNearlyEqualConstantsAreNotShared) {
     const double v = std::strtod(c, nullptr);
     EXPECT_EQ(static_cast<const double*>(out[0].data())[0], v) << c;
     EXPECT_EQ(static_cast<const double*>(out[0].data())[1], 3.0 * v) << c;
+  }
+}
+
+}  // namespace
+
+namespace {
+
+// The JIT turns a product that feeds a sum into one fused multiply-add (jit.cpp,
+// fuse_multiply_adds): every position of the product in an add and a sub, a product with two
+// uses (not fused), and the polynomial transcendentals, against the closed form in double.
+TEST_F(CpuFusion, MultiplyAddsKeepTheirOperandsAndSigns) {
+  const loom::Shape s{3, 67};  // a vector body and a remainder
+  Tensor a = data(s, 0.013f), b = data(s, 0.021f), c = data(s, 0.017f);
+  std::vector<float> av = a.to_vector<float>(), bv = b.to_vector<float>(),
+                     cv = c.to_vector<float>();
+  // One graph each: CSE would merge the products of one graph into a value of many uses.
+  std::vector<std::function<Tensor()>> exprs{[&] { return a * b + c; },
+                                             [&] { return c + a * b; },
+                                             [&] { return a * b - c; },
+                                             [&] { return c - a * b; },
+                                             [&] {
+                                               Tensor ab = a * b;
+                                               return ab * c - ab;
+                                             },
+                                             [&] { return loom::exp(a * 3.0); },
+                                             [&] { return loom::log(b + 1.0); },
+                                             [&] { return loom::erf(c * 2.0); },
+                                             [&] { return loom::tanh(a * 4.0); }};
+  std::vector<Tensor> got;
+  for (const auto& e : exprs) {
+    got.push_back(e());
+    loom::sync();
+  }
+  std::vector<std::function<double(double, double, double)>> want{
+      [](double x, double y, double z) { return x * y + z; },
+      [](double x, double y, double z) { return z + x * y; },
+      [](double x, double y, double z) { return x * y - z; },
+      [](double x, double y, double z) { return z - x * y; },
+      [](double x, double y, double z) { return x * y * z - x * y; },
+      [](double x, double, double) { return std::exp(x * 3.0); },
+      [](double, double y, double) { return std::log(y + 1.0); },
+      [](double, double, double z) { return std::erf(z * 2.0); },
+      [](double x, double, double) { return std::tanh(x * 4.0); }};
+  for (size_t k = 0; k < got.size(); ++k) {
+    std::vector<float> v = got[k].to_vector<float>();
+    for (size_t i = 0; i < v.size(); ++i) {
+      const double w = want[k](av[i], bv[i], cv[i]);
+      ASSERT_NEAR(v[i], w, 2e-6 * (1 + std::abs(w))) << "expression " << k << " at " << i;
+    }
   }
 }
 

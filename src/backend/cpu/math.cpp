@@ -14,8 +14,14 @@ Value* Math::c(double v) { return llvm::ConstantFP::get(b_.getFloatTy(), v); }
 // Horner: coeffs from the highest power down.
 Value* Math::poly(Value* x, std::initializer_list<double> coeffs) {
   Value* r = nullptr;
-  for (double k : coeffs) r = r ? b_.CreateFAdd(b_.CreateFMul(r, x), c(k)) : c(k);
+  for (double k : coeffs) r = r ? fmuladd(r, x, c(k)) : c(k);
   return r;
+}
+
+// a * b + c as one fused multiply-add where the CPU has one: the fast code generator forms
+// none from a multiply and an add itself.
+Value* Math::fmuladd(Value* a, Value* b, Value* c) {
+  return b_.CreateIntrinsic(llvm::Intrinsic::fmuladd, {a->getType()}, {a, b, c});
 }
 
 Value* Math::libm(const char* name, Value* x) {
@@ -31,11 +37,11 @@ Value* Math::exp_f32(Value* x) {
   Value* xc = b_.CreateMinNum(b_.CreateMaxNum(x, c(-104.0)), c(88.8));
   Value* n =
       b_.CreateUnaryIntrinsic(llvm::Intrinsic::rint, b_.CreateFMul(xc, c(1.44269504088896341)));
-  Value* r = b_.CreateFSub(xc, b_.CreateFMul(n, c(0.693359375)));
-  r = b_.CreateFSub(r, b_.CreateFMul(n, c(-2.12194440e-4)));
+  Value* r = fmuladd(n, c(-0.693359375), xc);
+  r = fmuladd(n, c(2.12194440e-4), r);
   Value* p = poly(r, {1.9875691500E-4, 1.3981999507E-3, 8.3334519073E-3, 4.1665795894E-2,
                       1.6666665459E-1, 5.0000001201E-1});
-  Value* e = b_.CreateFAdd(b_.CreateFAdd(b_.CreateFMul(b_.CreateFMul(p, r), r), r), c(1.0));
+  Value* e = b_.CreateFAdd(fmuladd(b_.CreateFMul(p, r), r, r), c(1.0));
   Value* ni = b_.CreateFPToSI(n, i32);
   Value* h = b_.CreateAShr(ni, 1);
   auto pow2 = [&](Value* k) {  // 2^k for k in [-126, 127]
@@ -70,9 +76,9 @@ Value* Math::log(Value* x) {
       m, {7.0376836292E-2, -1.1514610310E-1, 1.1676998740E-1, -1.2420140846E-1, 1.4249322787E-1,
           -1.6668057665E-1, 2.0000714765E-1, -2.4999993993E-1, 3.3333331174E-1});
   y = b_.CreateFMul(b_.CreateFMul(y, m), z);
-  y = b_.CreateFAdd(y, b_.CreateFMul(ef, c(-2.12194440e-4)));
-  y = b_.CreateFSub(y, b_.CreateFMul(z, c(0.5)));
-  Value* r = b_.CreateFAdd(b_.CreateFAdd(m, y), b_.CreateFMul(ef, c(0.693359375)));
+  y = fmuladd(ef, c(-2.12194440e-4), y);
+  y = fmuladd(z, c(-0.5), y);
+  Value* r = fmuladd(ef, c(0.693359375), b_.CreateFAdd(m, y));
   // log(0) = -inf, log(x < 0) = NaN, log(inf) = inf, log(NaN) = NaN.
   r = b_.CreateSelect(b_.CreateFCmpOEQ(x, c(0.0)), c(-INFINITY), r);
   r = b_.CreateSelect(b_.CreateFCmpOLT(x, c(0.0)), c(NAN), r);

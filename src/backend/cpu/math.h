@@ -20,6 +20,7 @@ class Math {
 
  private:
   llvm::Value* c(double v);
+  llvm::Value* fmuladd(llvm::Value* a, llvm::Value* b, llvm::Value* c);
   llvm::Value* poly(llvm::Value* x, std::initializer_list<double> coeffs);
   llvm::Value* libm(const char* name, llvm::Value* x);
   llvm::Value* exp_f32(llvm::Value* x);
