@@ -350,7 +350,8 @@ std::vector<Adjoint> vjp(ir::Builder& b, ir::NodeId id, std::span<const Adjoint>
       // A batched against one B (x @ W): dB = A^T g over all rows at once, one product
       // instead of a batch of them and a sum.
       const int64_t k = as.back(), cols = bs.back();
-      const int64_t rows = as.numel() / std::max<int64_t>(k, 1);
+      int64_t rows = 1;  // not numel / k: k may be 0
+      for (size_t d = 0; d + 1 < as.size(); ++d) rows *= as[d];
       Value a2 = b.reshape(c.x(0), Shape{rows, k});
       Value g2 = b.reshape(c.g, Shape{rows, cols});
       db = b.matmul(transpose_last(b, a2), g2);

@@ -115,6 +115,21 @@ TEST_F(Autograd, MlpAgainstFiniteDifferences) {
         {{{2, 3}}, {{3, 4}}, {{4, 2}}});
 }
 
+// An empty contraction (k = 0): the product is zeros and so are both gradients, including
+// a batched A against one B, whose dB folds the batch into rows.
+TEST_F(Autograd, ProductsOverAnEmptyContraction) {
+  for (Shape as : {Shape{4, 0}, Shape{2, 4, 0}}) {
+    Tensor a = loom::zeros(as, loom::float64).requires_grad_();
+    Tensor b = loom::zeros({0, 6}, loom::float64).requires_grad_();
+    Tensor y = loom::matmul(a, b);
+    loom::sum(y * 2.0).backward();
+    for (double v : y.to_vector<double>()) EXPECT_EQ(v, 0.0);
+    EXPECT_EQ(y.shape().back(), 6);
+    EXPECT_EQ(a.grad().shape(), as);
+    EXPECT_EQ(b.grad().shape(), (Shape{0, 6}));
+  }
+}
+
 TEST_F(Autograd, AccumulatesAcrossBackwardCallsAndStopsAtDetachAndNoGrad) {
   Tensor x = f64({1, 2, 3}, {3}).requires_grad_();
   loom::sum(x * x).backward();

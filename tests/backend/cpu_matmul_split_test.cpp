@@ -4,7 +4,9 @@
 
 #include <cmath>
 
+#include "loom/ir/graph.h"
 #include "loom/loom.h"
+#include "loom/runtime/engine.h"
 
 namespace {
 
@@ -77,6 +79,75 @@ TEST(CpuViews, BlockSlicesReadInPlace) {
         for (int64_t c = 0; c < C; ++c) want += at(5, r, c) * wv[c * 3 + j];
         EXPECT_NEAR(pv[r * 3 + j], want, 1e-12);
       }
+  }
+}
+
+}  // namespace
+
+namespace {
+
+// v rounded to `dt` (bfloat16 or float16) and back.
+std::vector<double> rounded(const std::vector<double>& v, loom::DType dt) {
+  const int64_t n = static_cast<int64_t>(v.size());
+  return loom::to(loom::tensor(v, {n}), dt).to_vector<double>();
+}
+
+// Half-precision products run as float32 products between conversions (plan.cpp,
+// split_results): one library call, not the reference loop. Values against the product of
+// the rounded operands computed here in double and rounded once, within one ulp of the type:
+// plain, B transposed, a broadcast batch, one row, k = 0, and the gradients of both operands.
+TEST(CpuHalfProducts, RunAsFloat32AndMatchTheRoundedHostProduct) {
+  for (loom::DType dt : {loom::bfloat16, loom::float16}) {
+    SCOPED_TRACE(dt == loom::bfloat16 ? "bf16" : "f16");
+    const double ulp = dt == loom::bfloat16 ? 1.0 / 128 : 1.0 / 1024;
+    struct Case {
+      int64_t batch, m, k, n;
+      bool trans;
+    };
+    for (Case c : {Case{1, 33, 70, 45, false}, Case{1, 33, 70, 45, true}, Case{3, 5, 64, 17, false},
+                   Case{1, 1, 300, 130, true}, Case{1, 4, 0, 6, false}}) {
+      SCOPED_TRACE(::testing::Message() << c.batch << "x[" << c.m << "," << c.k << "]x[" << c.k
+                                        << "," << c.n << "]" << (c.trans ? " B^T" : ""));
+      std::vector<double> a = rounded(host_values(c.batch * c.m * c.k, 5), dt);
+      std::vector<double> b = rounded(host_values(c.k * c.n, 6), dt);
+      std::vector<double> bt(b.size());
+      for (int64_t i = 0; i < c.k; ++i)
+        for (int64_t j = 0; j < c.n; ++j) bt[j * c.k + i] = b[i * c.n + j];
+      Tensor ta = loom::to(loom::tensor(a, {c.batch, c.m, c.k}), dt).requires_grad_();
+      Tensor tb = c.trans ? loom::to(loom::tensor(bt, {c.n, c.k}), dt).requires_grad_()
+                          : loom::to(loom::tensor(b, {c.k, c.n}), dt).requires_grad_();
+      Tensor y = loom::matmul(ta, c.trans ? loom::transpose(tb, 0, 1) : tb);
+      ASSERT_EQ(y.dtype(), dt);
+      if (c.k > 0) {
+        auto exe = loom::runtime::compile_cached(loom::ir::parse(loom::pending_ir({y})));
+        EXPECT_EQ(exe->num_library_calls(), 1);
+      }
+      loom::sum(loom::to(y, loom::float32)).backward();
+      std::vector<double> got = y.to_vector<double>();
+      for (int64_t bi = 0; bi < c.batch; ++bi)
+        for (int64_t i = 0; i < c.m; ++i)
+          for (int64_t j = 0; j < c.n; ++j) {
+            double want = 0;
+            for (int64_t q = 0; q < c.k; ++q) want += a[(bi * c.m + i) * c.k + q] * b[q * c.n + j];
+            ASSERT_NEAR(got[(bi * c.m + i) * c.n + j], want, ulp * std::abs(want) + 1e-30)
+                << bi << "," << i << "," << j;
+          }
+      // d sum / d a[i,q] = sum_j b[q,j]; d sum / d b[q,j] = sum over batches and rows of a[.,q].
+      std::vector<double> ga = ta.grad().to_vector<double>(), gb = tb.grad().to_vector<double>();
+      for (int64_t r = 0; r < c.batch * c.m; ++r)
+        for (int64_t q = 0; q < c.k; ++q) {
+          double want = 0;
+          for (int64_t j = 0; j < c.n; ++j) want += b[q * c.n + j];
+          ASSERT_NEAR(ga[r * c.k + q], want, ulp * std::abs(want) + 1e-30) << "grad a " << r;
+        }
+      for (int64_t q = 0; q < c.k; ++q)
+        for (int64_t j = 0; j < c.n; ++j) {
+          double want = 0;
+          for (int64_t r = 0; r < c.batch * c.m; ++r) want += a[r * c.k + q];
+          const double g = gb[c.trans ? j * c.k + q : q * c.n + j];
+          ASSERT_NEAR(g, want, ulp * std::abs(want) + 1e-30) << "grad b " << q << "," << j;
+        }
+    }
   }
 }
 

@@ -157,7 +157,7 @@ Lowering lowering(OpKind op, DType dt) {
     case OpKind::RandNormal: return Lowering::Fused;
     case OpKind::Pow:  // integer powers loop over the exponent's bits: the reference's
       return is_floating(dt) ? Lowering::Fused : Lowering::Fallback;
-    case OpKind::MatMul:  // OpenBLAS has no integer or half-precision products
+    case OpKind::MatMul:  // no integer products in BLAS; half precision is widened to float32
       return dt == DType::Float32 || dt == DType::Float64 ? Lowering::Blas : Lowering::Fallback;
     case OpKind::Gather:
     case OpKind::IndexSelect:  // data-dependent addresses, bounds checks
@@ -1121,9 +1121,28 @@ ir::Graph split_results(const ir::Graph& g, std::vector<std::vector<NodeId>>* re
   // first[id]: the new node of old id's result 0; its results k >= 1 follow it in order.
   std::vector<NodeId> first(g.size());
   auto map = [&](ir::Value v) { return ir::Value{first[v.node] + v.index, 0}; };
+  auto convert = [&](ir::Value v, DType dt) {
+    ir::Node c;
+    c.op = OpKind::Convert;
+    c.operands.push_back(v);
+    c.type = TensorType{dt, out.type(v).shape};
+    return ir::Value{out.add(std::move(c)), 0};
+  };
   for (NodeId id = 0; id < g.size(); ++id) {
     ir::Node n = g.node(id);
     for (ir::Value& v : n.operands) v = map(v);
+    // A half-precision product runs as a float32 one between conversions: BLAS has none,
+    // and float32 accumulation rounded once to the result's type is PyTorch's CPU semantics
+    // (the reference accumulates in double: the two agree but where float32's rounding
+    // error crosses a rounding boundary of the result's type).
+    if (n.op == OpKind::MatMul &&
+        (n.type.dtype == DType::BFloat16 || n.type.dtype == DType::Float16)) {
+      const DType dt = n.type.dtype;
+      for (ir::Value& v : n.operands) v = convert(v, DType::Float32);
+      n.type.dtype = DType::Float32;
+      first[id] = convert(ir::Value{out.add(std::move(n)), 0}, dt).node;
+      continue;
+    }
     const size_t count = n.num_results();
     std::vector<TensorType> more = n.more_types;
     first[id] = out.add(std::move(n));

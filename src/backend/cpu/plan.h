@@ -166,7 +166,8 @@ bool blas_view(const ir::Graph& g, const std::vector<bool>& has_buf, NodeId oper
 // k >= 1 of a multi-result node R gets a stand-in node right after R (R's op, result k's
 // type, no operands, never run), and every use of R#k becomes a use of the stand-in.
 // results[R] lists the nodes holding R's results in order (R first); it is empty for
-// single-result nodes.
+// single-result nodes. It also widens half-precision products (bfloat16, float16) to
+// float32 ones between Convert nodes, which the planner fuses like any other elementwise op.
 ir::Graph split_results(const ir::Graph& g, std::vector<std::vector<NodeId>>* results);
 
 // `results` as split_results gives it (empty: no multi-result nodes). `allow_views`: slices
