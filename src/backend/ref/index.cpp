@@ -1,6 +1,7 @@
 // Reference kernels of the indexing ops: gather (torch.gather) and index_select. Indices are
 // data, so a bad one is a run-time ExecError, never an out-of-bounds read. Negative indices
 // are out of range (as in torch), not counted from the back.
+#include <cstring>
 #include <vector>
 
 #include "backend/ref/ref_impl.h"
@@ -32,10 +33,22 @@ void gather_kernel(const ir::Node& node, std::span<const Array> in, Array& out) 
                  idx.type, " is larger than x: ", x.type, " along axis ", d);
   }
   const int64_t extent = x.shape()[axis];
+  const Shape& is = idx.shape();
+  const size_t rank = is.size();
+  std::vector<int64_t> stride(rank, 1), c(rank, 0);  // x's strides; idx's coordinates
+  for (size_t d = rank; d-- > 1;) stride[d - 1] = stride[d] * x.shape()[d];
+  int64_t off = 0;  // x's offset of c, the axis coordinate left out
   for (int64_t e = 0; e < out.numel(); ++e) {
-    std::vector<int64_t> c = unravel(e, idx.shape());
-    c[axis] = checked_index("gather", idx, e, static_cast<int64_t>(axis), extent);
-    out.copy_from(e, x, ravel(c, x.shape()));
+    const int64_t k = checked_index("gather", idx, e, static_cast<int64_t>(axis), extent);
+    out.copy_from(e, x, off + k * stride[axis]);
+    for (size_t d = rank; d-- > 0;) {  // the next coordinate, odometer style
+      if (++c[d] < is[d]) {
+        if (d != axis) off += stride[d];
+        break;
+      }
+      if (d != axis) off -= (c[d] - 1) * stride[d];
+      c[d] = 0;
+    }
   }
 }
 
@@ -50,11 +63,19 @@ void index_select_kernel(const ir::Node& node, std::span<const Array> in, Array&
     rows[static_cast<size_t>(j)] =
         checked_index("index_select", idx, j, static_cast<int64_t>(axis), extent);
   }
-  for (int64_t e = 0; e < out.numel(); ++e) {
-    std::vector<int64_t> c = unravel(e, out.shape());
-    c[axis] = rows[static_cast<size_t>(c[axis])];
-    out.copy_from(e, x, ravel(c, x.shape()));
-  }
+  // x as [outer, extent, inner]: one block copy of `inner` elements per (outer, j).
+  if (out.numel() == 0) return;
+  int64_t outer = 1, inner = 1;
+  for (size_t d = 0; d < axis; ++d) outer *= x.shape()[d];
+  for (size_t d = axis + 1; d < x.shape().size(); ++d) inner *= x.shape()[d];
+  const int64_t item = itemsize(x.dtype()), m = idx.numel();
+  const size_t block = static_cast<size_t>(inner * item);
+  const char* src = static_cast<const char*>(x.buf.data());
+  char* dst = static_cast<char*>(out.buf.data());
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t j = 0; j < m; ++j)
+      std::memcpy(dst + (o * m + j) * inner * item,
+                  src + (o * extent + rows[static_cast<size_t>(j)]) * inner * item, block);
 }
 
 }  // namespace
