@@ -14,7 +14,7 @@ from ._loom import (Tensor, dtype, Error, ShapeError, DTypeError, TraceError, Au
                     logical_not, floor, add, sub, mul, div, true_divide, pow, maximum, minimum,
                     floor_divide, remainder, logical_and, logical_or, eq, ne, lt, le, gt, ge,
                     where, clamp, to, softmax, log_softmax, matmul, transpose, unsqueeze,
-                    flatten, cat, stack, slice, select, index_select, gather, layer_norm,
+                    flatten, cat, stack, slice, select, index_select, index_add, gather, layer_norm,
                     embedding, dropout, cross_entropy, mse_loss)
 from ._autograd import grad, value_and_grad, tree_flatten
 from ._tracing import assume_pure, compile, scan, while_loop, fori_loop, profile

@@ -172,7 +172,7 @@ _DIRECT = ["neg", "abs", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "relu
            "erf", "logical_not", "floor", "add", "sub", "mul", "div", "true_divide", "pow",
            "maximum", "minimum", "floor_divide", "remainder", "logical_and", "logical_or", "eq",
            "ne", "lt", "le", "gt", "ge", "clamp", "softmax", "log_softmax", "matmul",
-           "transpose", "unsqueeze", "flatten", "index_select", "gather", "select"]
+           "transpose", "unsqueeze", "flatten", "index_select", "index_add", "gather", "select"]
 
 
 def _install():

@@ -173,6 +173,12 @@ void register_ops(nb::module_& m) {
       "gather",
       [](const Tensor& x, int64_t dim, const Tensor& index) { return gather(x, dim, index); },
       arg("input"), arg("dim"), arg("index"));
+  m.def(
+      "index_add",
+      [](const Tensor& x, int64_t dim, const Tensor& index, const Tensor& source) {
+        return index_add(x, dim, index, source);
+      },
+      arg("input"), arg("dim"), arg("index"), arg("source"));
 
   m.def(
       "layer_norm",

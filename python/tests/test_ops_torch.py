@@ -209,6 +209,25 @@ def test_layout_ops(rng):
     assert_same(loom.index_select(la, 1, from_torch(idx)), torch.index_select(a, 1, idx))
     g = torch.from_numpy(rng.integers(0, 3, size=(2, 3, 4)))
     assert_same(loom.gather(la, 1, from_torch(g)), torch.gather(a, 1, g))
+    src = rand_torch(rng, (2, 3, 4), torch.float32)
+    assert_same(loom.index_add(la, 1, from_torch(idx), from_torch(src)),
+                torch.index_add(a, 1, idx, src))
+
+
+def test_index_select_and_index_add_gradients(rng):
+    # index_select's adjoint is index_add (repeated indices accumulate) and back.
+    w = rand_torch(rng, (6, 5), torch.float64).requires_grad_()
+    src = rand_torch(rng, (4, 5), torch.float64).requires_grad_()
+    idx = torch.tensor([3, 0, 3, 5])
+    lw = from_torch(w.detach()).requires_grad_()
+    ls = from_torch(src.detach()).requires_grad_()
+    li = from_torch(idx)
+    g = rand_torch(rng, (6, 5), torch.float64)
+    (torch.index_select(w, 0, idx).sum() + (torch.index_add(w, 0, idx, src) * g).sum()).backward()
+    (loom.index_select(lw, 0, li).sum() + (loom.index_add(lw, 0, li, ls) * from_torch(g)).sum()
+     ).backward()
+    assert_same(lw.grad, w.grad)
+    assert_same(ls.grad, src.grad)
 
 
 def test_where_clamp_to(rng):

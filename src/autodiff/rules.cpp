@@ -209,29 +209,12 @@ std::vector<Adjoint> index_rule(Ctx& c) {
   const int64_t axis = n.attrs.i;
   const int64_t C = xt.shape[axis];
   if (n.op == OpKind::IndexSelect) {
-    // dx = onehot(idx)^T applied along `axis`: move the axis last, multiply, move it back.
-    const int64_t m = it.shape[0];
-    Value idx = b.expand(b.reshape(c.x(1), Shape{m, 1}), Shape{m, C});
-    Value hot = b.convert(b.binary(OpKind::Eq, idx, b.iota({it.dtype, Shape{m, C}}, 1)), xt.dtype);
-    size_t r = xt.shape.size();
-    std::vector<int64_t> perm;
-    for (size_t d = 0; d < r; ++d)
-      if (static_cast<int64_t>(d) != axis) perm.push_back(static_cast<int64_t>(d));
-    perm.push_back(axis);
-    Value gl = b.permute(c.g, perm);  // [..., m]
-    Value dl = b.matmul(b.reshape(gl,
-                                  [&] {
-                                    Shape s = b.type(gl).shape;
-                                    int64_t rows = s.numel() / std::max<int64_t>(m, 1);
-                                    return Shape{m == 0 ? 0 : rows, m};
-                                  }()),
-                        hot);
-    Shape back = b.type(gl).shape;
-    back[r - 1] = C;
-    Value d = b.reshape(dl, back);
-    std::vector<int64_t> inv(r);
-    for (size_t i = 0; i < r; ++i) inv[static_cast<size_t>(perm[i])] = static_cast<int64_t>(i);
-    return {b.permute(d, inv), std::nullopt};
+    // dx: g's slices added into zeros at their indices (repeated indices accumulate).
+    Value zeros = b.expand(b.constant(0, xt.dtype), xt.shape);
+    return {b.index_add(zeros, axis, c.x(1), c.g), std::nullopt};
+  }
+  if (n.op == OpKind::IndexAdd) {  // d base = g; d src = g's slices at the indices
+    return {c.g, std::nullopt, b.index_select(c.g, axis, c.x(1))};
   }
   // gather: dx[.., c, ..] = sum_k g[.., k, ..] * (idx[.., k, ..] == c), then zeros up to x's
   // extents off the axis (the index may be smaller there).

@@ -326,6 +326,12 @@ Value Builder::index_select(Value x, int64_t axis, Value index) {
   Value xs[2] = {x, index};
   return make(OpKind::IndexSelect, xs, std::move(a));
 }
+Value Builder::index_add(Value base, int64_t axis, Value index, Value src) {
+  Attrs a;
+  a.i = axis;
+  Value xs[3] = {base, index, src};
+  return make(OpKind::IndexAdd, xs, std::move(a));
+}
 Value Builder::random(OpKind op, Value key, const TensorType& t) {
   return make(op, std::span<const Value>(&key, 1), {}, &t);
 }

@@ -1,5 +1,5 @@
 // Layout, indexing and matrix-product ops of the public API (torch semantics on top of the
-// IR's reshape, permute, expand, slice, concat, gather, index_select and matmul).
+// IR's reshape, permute, expand, slice, concat, gather, index_select, index_add and matmul).
 #include <algorithm>
 #include <optional>
 
@@ -266,6 +266,20 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index, std::sour
   if (x.dim() == 0) v = rec.b().reshape(v, Shape{1});
   if (index.dim() == 0) i = rec.b().reshape(i, Shape{1});
   ir::Value r = rec.b().index_select(v, d, i);
+  rec.ctx.note_site(r, loc);
+  if (x.dim() == 0) r = rec.b().reshape(r, Shape{});
+  return rec.ctx.wrap(r);
+}
+
+Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& source,
+                 std::source_location loc) {
+  OpRecord rec;
+  int64_t d = normalize_axis("index_add", dim, std::max<int64_t>(x.dim(), 1));
+  ir::Value v = rec.ctx.value_of(x), i = rec.ctx.value_of(index), s = rec.ctx.value_of(source);
+  if (x.dim() == 0) v = rec.b().reshape(v, Shape{1});
+  if (index.dim() == 0) i = rec.b().reshape(i, Shape{1});
+  if (source.dim() == 0) s = rec.b().reshape(s, Shape{1});
+  ir::Value r = rec.b().index_add(v, d, i, s);
   rec.ctx.note_site(r, loc);
   if (x.dim() == 0) r = rec.b().reshape(r, Shape{});
   return rec.ctx.wrap(r);

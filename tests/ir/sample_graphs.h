@@ -67,6 +67,7 @@ inline Graph structural_graph() {
   outs.push_back(b.concat(parts, 0));
   outs.push_back(b.gather(x, 1, i));
   outs.push_back(b.index_select(x, 1, b.convert(k, int32)));
+  outs.push_back(b.index_add(x, 1, k, b.slice(x, 1, 0, 2)));
   outs.push_back(b.random(OpKind::RandUniform, k, {float32, {2, 2}}));
   outs.push_back(b.random(OpKind::RandNormal, k, {float64, {3}}));
   outs.push_back(b.unary(OpKind::Exp, h));

@@ -1031,7 +1031,37 @@ std::vector<Row> index_rows() {
         },
         true, true));
   }
-  // The index input of the gather/index_select rows is integral: the grad check skips it.
+  for (DType it : {DType::Int32, DType::Int64}) {
+    const std::string iv = std::string(name(it)) + " indices";
+    for (int64_t dim : {0, 1, -1}) {
+      const int64_t d = dim < 0 ? dim + 3 : dim;
+      // x [3,4,2]; source: x's shape with the index's length along d.
+      auto src = [d](int64_t m) {
+        std::vector<int64_t> s{3, 4, 2};
+        s[static_cast<size_t>(d)] = m;
+        return Shape(s);
+      };
+      const int64_t e = Shape{3, 4, 2}[d];
+      r.push_back(make(
+          "index_add", "dim " + std::to_string(dim) + " " + iv, {"index_add"},
+          [dim](const Ts& x) { return loom::index_add(x[0], dim, x[1], x[2]); }, kNumeric,
+          {{"3-d", {in({3, 4, 2}), idx({5}, e, it), in(src(5))}, false, true},
+           {"repeats", {in({3, 4, 2}), given({4}, {1, 1, 0, 1}, it), in(src(4))}},
+           {"empty index", {in({3, 4, 2}), given({0}, {}, it), in(src(0))}}},
+          [d](const Hs& a) {
+            Expected out{a[0].dtype, a[0].shape, a[0].v, {}};
+            for (int64_t k = 0; k < a[2].shape.numel(); ++k) {
+              std::vector<int64_t> c = coords(k, a[2].shape);
+              c[static_cast<size_t>(d)] = static_cast<int64_t>(a[1].v[c[d]]);
+              out.v[flat(c, a[0].shape)] += a[2].v[k];
+            }
+            return out;
+          },
+          true));
+    }
+  }
+  // The index input of the gather/index_select/index_add rows is integral: the grad check
+  // skips it.
   return r;
 }
 

@@ -59,6 +59,7 @@ class Builder {
   Value concat(std::span<const Value> xs, int64_t axis);
   Value gather(Value x, int64_t axis, Value index);
   Value index_select(Value x, int64_t axis, Value index);
+  Value index_add(Value base, int64_t axis, Value index, Value src);
   Value random(OpKind op, Value key, const TensorType& t);
 
   // Creates a control-flow node (call, scan, while) owning `regions`: infers and checks every

@@ -116,6 +116,10 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index,
                     std::source_location loc = std::source_location::current());
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index,
               std::source_location loc = std::source_location::current());
+// torch.index_add: x with source's slice j added at index[j] along dim (repeated indices
+// accumulate); index 1-d, source shaped as x with index.numel() along dim.
+Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& source,
+                 std::source_location loc = std::source_location::current());
 
 // neural-network functions
 Tensor layer_norm(const Tensor& x, std::vector<int64_t> normalized_shape, const Tensor& weight = {},

@@ -161,7 +161,7 @@ Lowering lowering(OpKind op, DType dt) {
       return dt == DType::Float32 || dt == DType::Float64 ? Lowering::Blas : Lowering::Fallback;
     case OpKind::Gather:
     case OpKind::IndexSelect:  // data-dependent addresses, bounds checks
-      return Lowering::Fallback;
+    case OpKind::IndexAdd: return Lowering::Fallback;
     case OpKind::AllReduceSum:  // the reference kernels call the dist::Communicator
     case OpKind::AllReduceMax:
     case OpKind::AllReduceMin:

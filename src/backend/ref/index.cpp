@@ -1,6 +1,6 @@
-// Reference kernels of the indexing ops: gather (torch.gather) and index_select. Indices are
-// data, so a bad one is a run-time ExecError, never an out-of-bounds read. Negative indices
-// are out of range (as in torch), not counted from the back.
+// Reference kernels of the indexing ops: gather (torch.gather), index_select and index_add. Indices
+// are data, so a bad one is a run-time ExecError, never an out-of-bounds read. Negative indices are
+// out of range (as in torch), not counted from the back.
 #include <cstring>
 #include <vector>
 
@@ -78,11 +78,57 @@ void index_select_kernel(const ir::Node& node, std::span<const Array> in, Array&
                   src + (o * extent + rows[static_cast<size_t>(j)]) * inner * item, block);
 }
 
+// out = base; out[o, idx[j], i] += src[o, j, i] over base viewed as [outer, extent, inner],
+// in order of j (repeated indices accumulate, each addition rounded to the dtype).
+void index_add_kernel(const ir::Node& node, std::span<const Array> in, Array& out) {
+  const Array &base = in[0], &idx = in[1], &src = in[2];
+  const size_t axis = static_cast<size_t>(node_axis(node, base.shape().rank()));
+  const int64_t extent = base.shape()[axis], m = idx.numel();
+  std::vector<int64_t> rows(static_cast<size_t>(m));
+  for (int64_t j = 0; j < m; ++j)
+    rows[static_cast<size_t>(j)] =
+        checked_index("index_add", idx, j, static_cast<int64_t>(axis), extent);
+  if (out.numel() == 0) return;
+  std::memcpy(out.buf.data(), base.buf.data(), static_cast<size_t>(base.type.nbytes()));
+  int64_t outer = 1, inner = 1;
+  for (size_t d = 0; d < axis; ++d) outer *= base.shape()[d];
+  for (size_t d = axis + 1; d < base.shape().size(); ++d) inner *= base.shape()[d];
+  auto add_rows = [&](auto* o_p, const auto* s_p) {
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t j = 0; j < m; ++j) {
+        auto* dst = o_p + (o * extent + rows[static_cast<size_t>(j)]) * inner;
+        const auto* from = s_p + (o * m + j) * inner;
+        for (int64_t i = 0; i < inner; ++i) dst[i] += from[i];
+      }
+  };
+  switch (base.dtype()) {
+    case DType::Float32:
+      add_rows(static_cast<float*>(out.buf.data()), static_cast<const float*>(src.buf.data()));
+      return;
+    case DType::Float64:
+      add_rows(static_cast<double*>(out.buf.data()), static_cast<const double*>(src.buf.data()));
+      return;
+    default: break;
+  }
+  const bool floating = is_floating(base.dtype());
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t j = 0; j < m; ++j)
+      for (int64_t i = 0; i < inner; ++i) {
+        const int64_t d = (o * extent + rows[static_cast<size_t>(j)]) * inner + i;
+        const int64_t f = (o * m + j) * inner + i;
+        if (floating)
+          out.set_f(d, out.get_f(d) + src.get_f(f));
+        else
+          out.set_i(d, out.get_i(d) + src.get_i(f));
+      }
+}
+
 }  // namespace
 
 void register_index_kernels(KernelTable& t) {
   t.set(OpKind::Gather, gather_kernel);
   t.set(OpKind::IndexSelect, index_select_kernel);
+  t.set(OpKind::IndexAdd, index_add_kernel);
 }
 
 }  // namespace loom::detail::ref

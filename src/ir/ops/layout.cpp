@@ -96,11 +96,17 @@ TensorType infer_index(const Graph& g, OpKind op, std::span<const Value> xs, con
   LOOM_CHECK_T(DTypeError, is_integral(idx.dtype), "[", name,
                "] index must be int32 or int64, got ", operand_types(g, xs));
   LOOM_CHECK_T(ShapeError, a.i >= 0 && a.i < r, "[", name, "] axis ", a.i, " out of range for ", x);
-  if (op == OpKind::IndexSelect) {
-    LOOM_CHECK_T(ShapeError, idx.shape.rank() == 1, "[index_select] index must be 1-d, got ", idx);
+  if (op == OpKind::IndexSelect || op == OpKind::IndexAdd) {
+    LOOM_CHECK_T(ShapeError, idx.shape.rank() == 1, "[", name, "] index must be 1-d, got ", idx);
     Shape s = x.shape;
     s[a.i] = idx.shape[0];
-    return {x.dtype, s};
+    if (op == OpKind::IndexSelect) return {x.dtype, s};
+    const TensorType& src = g.type(xs[2]);
+    LOOM_CHECK_T(DTypeError, src.dtype == x.dtype,
+                 "[index_add] source and base must have one dtype, got ", operand_types(g, xs));
+    LOOM_CHECK_T(ShapeError, src.shape == s, "[index_add] source ", src, " does not fit base ", x,
+                 " and index ", idx, " along axis ", a.i, "; expected shape ", s);
+    return x;
   }
   bool ok = idx.shape.rank() == r;
   for (int64_t d = 0; ok && d < r; ++d) ok = d == a.i || idx.shape[d] <= x.shape[d];
