@@ -264,7 +264,13 @@ class Emitter {
     }
     bool mx = op == OpKind::ReduceMax;
     if (dt == DType::Bool) return mx ? b_.CreateOr(a, x) : b_.CreateAnd(a, x);
-    if (fl) return float_extremum(mx, a, x);
+    // llvm.maximum / llvm.minimum: NaN wins, which the loop vectorizer reduces in vectors
+    // (float_extremum's selects keep the loop scalar: log_softmax over [2048,1000] 6.8 ->
+    // 3.1 ms). Unlike the reference it orders -0 below +0 (IEEE 754-2019), and a NaN result
+    // need not be the first NaN's bits.
+    if (fl)
+      return b_.CreateBinaryIntrinsic(mx ? llvm::Intrinsic::maximum : llvm::Intrinsic::minimum, a,
+                                      x);
     return b_.CreateBinaryIntrinsic(mx ? llvm::Intrinsic::smax : llvm::Intrinsic::smin, a, x);
   }
 
