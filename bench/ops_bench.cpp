@@ -1,0 +1,86 @@
+// op_paths: ops that once ran far from their bound on the CPU backend, each against a
+// baseline of the same size in the same run (and PyTorch's time where python3-torch exists):
+//   a bfloat16 product [256,256]x[256,256] against the float32 one (it ran on the reference
+//   loop, 250x slower, before half-precision products became float32 ones);
+//   an embedding lookup of 2048 rows of 512 from a [50000,512] table, forward and backward
+//   (index_select's adjoint was a one-hot product, O(rows x table)), against a copy of the
+//   looked-up bytes;
+//   log_softmax over [2048,1000] against exp of the same size (the row max reduced scalar).
+#include "bench.h"
+#include "loom/loom.h"
+
+namespace loom::bench {
+namespace {
+
+// The median over `reps` of one traced-and-synced run of f.
+double loom_ms(int reps, const std::function<Tensor()>& f) {
+  f();
+  loom::sync();
+  return median_seconds(reps, [&] {
+           Tensor r = f();
+           loom::sync();
+         }) *
+         1e3;
+}
+
+std::vector<int64_t> tokens(int64_t n, int64_t vocab) {
+  std::vector<int64_t> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = (i * 7919 + 13) % vocab;
+  return v;
+}
+
+std::vector<Figure> op_paths() {
+  std::vector<Figure> f;
+  constexpr int kReps = 9;
+  Tensor a = loom::randn({256, 256}), b = loom::randn({256, 256});
+  Tensor ah = loom::to(a, bfloat16), bh = loom::to(b, bfloat16);
+  loom::sync();
+  const double f32 = loom_ms(41, [&] { return loom::matmul(a, b); });  // sub-millisecond
+  const double bf16 = loom_ms(41, [&] { return loom::matmul(ah, bh); });
+  f.push_back({"matmul_f32_ms", f32, "ms", "[256,256]x[256,256]"});
+  f.push_back({"matmul_bf16_ms", bf16, "ms", "the same in bfloat16 (float32 product, rounded)"});
+  f.push_back({"bf16_over_f32", bf16 / f32, "x", "the conversions' share"});
+
+  constexpr int64_t kVocab = 50000, kDim = 512, kRows = 2048;
+  Tensor table = loom::randn({kVocab, kDim}).requires_grad_();
+  Tensor idx = loom::tensor(tokens(kRows, kVocab), {4, kRows / 4});
+  Tensor g = loom::randn({4, kRows / 4, kDim}), rows = loom::randn({kRows, kDim});
+  loom::sync();
+  const double fwd = loom_ms(kReps, [&] { return loom::embedding(idx, table); });
+  const double fwd_bwd = loom_ms(kReps, [&] {
+    table.reset_grad();
+    loom::sum(loom::embedding(idx, table) * g).backward();
+    return table.grad();
+  });
+  const double copy = loom_ms(kReps, [&] { return rows * 1.0; });
+  f.push_back({"embedding_ms", fwd, "ms", "2048 rows of 512 from [50000,512]"});
+  f.push_back({"embedding_fwd_bwd_ms", fwd_bwd, "ms", "forward, backward into the table"});
+  f.push_back({"copy_2048x512_ms", copy, "ms", "same run: x * 1 over the looked-up bytes"});
+  const double torch_emb = torch_figure(
+      "\nimport torch, time\nw = torch.randn(50000, 512, requires_grad=True)\n"
+      "i = (torch.arange(2048) * 7919 + 13) % 50000\ng = torch.randn(2048, 512)\nts = []\n"
+      "for r in range(9):\n  t0 = time.perf_counter()\n  w.grad = None\n"
+      "  (torch.nn.functional.embedding(i, w) * g).sum().backward()\n"
+      "  ts.append(time.perf_counter() - t0)\nts.sort()\nprint('ms', ts[4] * 1e3)\n",
+      "ms");
+  if (torch_emb > 0) {
+    f.push_back({"torch_embedding_fwd_bwd_ms", torch_emb, "ms", "same run: PyTorch 1.13"});
+    f.push_back({"embedding_fwd_bwd_vs_torch", fwd_bwd / torch_emb, "x", "< 1: faster"});
+  }
+  table.reset_grad();
+
+  Tensor logits = loom::randn({2048, 1000});
+  loom::sync();
+  const double lsm = loom_ms(kReps, [&] { return loom::log_softmax(logits, 1); });
+  const double ex = loom_ms(kReps, [&] { return loom::exp(logits); });
+  f.push_back({"log_softmax_ms", lsm, "ms", "[2048,1000], last dim"});
+  f.push_back({"exp_ms", ex, "ms", "same run: exp over the same elements"});
+  f.push_back({"log_softmax_over_exp", lsm / ex, "x", "two passes and a log per row"});
+  return f;
+}
+
+Register r("op_paths", "bf16 products, embedding fwd+bwd and log_softmax vs same-size baselines",
+           op_paths);
+
+}  // namespace
+}  // namespace loom::bench
