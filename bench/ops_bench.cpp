@@ -16,10 +16,11 @@ namespace {
 double loom_ms(int reps, const std::function<Tensor()>& f) {
   f();
   loom::sync();
-  return median_seconds(reps, [&] {
-           Tensor r = f();
-           loom::sync();
-         }) *
+  return median_seconds(reps,
+                        [&] {
+                          Tensor r = f();
+                          loom::sync();
+                        }) *
          1e3;
 }
 
