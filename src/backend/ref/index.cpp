@@ -52,75 +52,77 @@ void gather_kernel(const ir::Node& node, std::span<const Array> in, Array& out) 
   }
 }
 
-// out[.., j, ..] = x[.., idx[j], ..] along axis, idx rank 1.
-void index_select_kernel(const ir::Node& node, std::span<const Array> in, Array& out) {
-  const Array &x = in[0], &idx = in[1];
-  const size_t axis = static_cast<size_t>(node_axis(node, x.shape().rank()));
-  const int64_t extent = x.shape()[axis];
-  // Check every index up front: the output may be empty while an index is still bad.
-  std::vector<int64_t> rows(static_cast<size_t>(idx.numel()));
-  for (int64_t j = 0; j < idx.numel(); ++j) {
-    rows[static_cast<size_t>(j)] =
-        checked_index("index_select", idx, j, static_cast<int64_t>(axis), extent);
+// What index_select and index_add walk: x viewed as [outer, extent, inner] along the node's
+// axis, and the 1-d index's entries, every one checked up front (the output may be empty
+// while an index is still bad).
+struct RowBlocks {
+  int64_t outer = 1, extent = 0, inner = 1;
+  std::vector<int64_t> rows;
+  // f(x_at, y_at) per (outer, j), in order of j: the element offsets of the block of
+  // `inner` elements in x and in y = [outer, rows, inner].
+  template <class F>
+  void each(F f) const {
+    const int64_t m = static_cast<int64_t>(rows.size());
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t j = 0; j < m; ++j)
+        f((o * extent + rows[static_cast<size_t>(j)]) * inner, (o * m + j) * inner);
   }
-  // x as [outer, extent, inner]: one block copy of `inner` elements per (outer, j).
-  if (out.numel() == 0) return;
-  int64_t outer = 1, inner = 1;
-  for (size_t d = 0; d < axis; ++d) outer *= x.shape()[d];
-  for (size_t d = axis + 1; d < x.shape().size(); ++d) inner *= x.shape()[d];
-  const int64_t item = itemsize(x.dtype()), m = idx.numel();
-  const size_t block = static_cast<size_t>(inner * item);
-  const char* src = static_cast<const char*>(x.buf.data());
-  char* dst = static_cast<char*>(out.buf.data());
-  for (int64_t o = 0; o < outer; ++o)
-    for (int64_t j = 0; j < m; ++j)
-      std::memcpy(dst + (o * m + j) * inner * item,
-                  src + (o * extent + rows[static_cast<size_t>(j)]) * inner * item, block);
+};
+
+RowBlocks row_blocks(const char* op, const ir::Node& node, const Array& x, const Array& idx) {
+  const size_t axis = static_cast<size_t>(node_axis(node, x.shape().rank()));
+  RowBlocks r;
+  r.extent = x.shape()[axis];
+  for (size_t d = 0; d < axis; ++d) r.outer *= x.shape()[d];
+  for (size_t d = axis + 1; d < x.shape().size(); ++d) r.inner *= x.shape()[d];
+  r.rows.resize(static_cast<size_t>(idx.numel()));
+  for (int64_t j = 0; j < idx.numel(); ++j)
+    r.rows[static_cast<size_t>(j)] =
+        checked_index(op, idx, j, static_cast<int64_t>(axis), r.extent);
+  return r;
 }
 
-// out = base; out[o, idx[j], i] += src[o, j, i] over base viewed as [outer, extent, inner],
-// in order of j (repeated indices accumulate, each addition rounded to the dtype).
+// out[.., j, ..] = x[.., idx[j], ..] along axis, idx rank 1: one block copy per (outer, j).
+void index_select_kernel(const ir::Node& node, std::span<const Array> in, Array& out) {
+  const Array &x = in[0], &idx = in[1];
+  const RowBlocks r = row_blocks("index_select", node, x, idx);
+  if (out.numel() == 0) return;
+  const int64_t item = itemsize(x.dtype());
+  const char* src = static_cast<const char*>(x.buf.data());
+  char* dst = static_cast<char*>(out.buf.data());
+  r.each([&](int64_t x_at, int64_t y_at) {
+    std::memcpy(dst + y_at * item, src + x_at * item, static_cast<size_t>(r.inner * item));
+  });
+}
+
+// out = base; out[o, idx[j], i] += src[o, j, i], in order of j (repeated indices accumulate,
+// each addition rounded to the dtype).
 void index_add_kernel(const ir::Node& node, std::span<const Array> in, Array& out) {
   const Array &base = in[0], &idx = in[1], &src = in[2];
-  const size_t axis = static_cast<size_t>(node_axis(node, base.shape().rank()));
-  const int64_t extent = base.shape()[axis], m = idx.numel();
-  std::vector<int64_t> rows(static_cast<size_t>(m));
-  for (int64_t j = 0; j < m; ++j)
-    rows[static_cast<size_t>(j)] =
-        checked_index("index_add", idx, j, static_cast<int64_t>(axis), extent);
+  const RowBlocks r = row_blocks("index_add", node, base, idx);
   if (out.numel() == 0) return;
   std::memcpy(out.buf.data(), base.buf.data(), static_cast<size_t>(base.type.nbytes()));
-  int64_t outer = 1, inner = 1;
-  for (size_t d = 0; d < axis; ++d) outer *= base.shape()[d];
-  for (size_t d = axis + 1; d < base.shape().size(); ++d) inner *= base.shape()[d];
-  auto add_rows = [&](auto* o_p, const auto* s_p) {
-    for (int64_t o = 0; o < outer; ++o)
-      for (int64_t j = 0; j < m; ++j) {
-        auto* dst = o_p + (o * extent + rows[static_cast<size_t>(j)]) * inner;
-        const auto* from = s_p + (o * m + j) * inner;
-        for (int64_t i = 0; i < inner; ++i) dst[i] += from[i];
-      }
+  auto add = [&](auto* o_p, const auto* s_p) {
+    r.each([&](int64_t at, int64_t from) {
+      for (int64_t i = 0; i < r.inner; ++i) o_p[at + i] += s_p[from + i];
+    });
   };
   switch (base.dtype()) {
     case DType::Float32:
-      add_rows(static_cast<float*>(out.buf.data()), static_cast<const float*>(src.buf.data()));
-      return;
+      return add(static_cast<float*>(out.buf.data()), static_cast<const float*>(src.buf.data()));
     case DType::Float64:
-      add_rows(static_cast<double*>(out.buf.data()), static_cast<const double*>(src.buf.data()));
-      return;
+      return add(static_cast<double*>(out.buf.data()), static_cast<const double*>(src.buf.data()));
     default: break;
   }
   const bool floating = is_floating(base.dtype());
-  for (int64_t o = 0; o < outer; ++o)
-    for (int64_t j = 0; j < m; ++j)
-      for (int64_t i = 0; i < inner; ++i) {
-        const int64_t d = (o * extent + rows[static_cast<size_t>(j)]) * inner + i;
-        const int64_t f = (o * m + j) * inner + i;
-        if (floating)
-          out.set_f(d, out.get_f(d) + src.get_f(f));
-        else
-          out.set_i(d, out.get_i(d) + src.get_i(f));
-      }
+  r.each([&](int64_t at, int64_t from) {
+    for (int64_t i = 0; i < r.inner; ++i) {
+      if (floating)
+        out.set_f(at + i, out.get_f(at + i) + src.get_f(from + i));
+      else
+        out.set_i(at + i, out.get_i(at + i) + src.get_i(from + i));
+    }
+  });
 }
 
 }  // namespace
