@@ -85,9 +85,10 @@ DiskCache& DiskCache::instance() {
   return c;
 }
 
-DiskCache::DiskCache() {
-  max_bytes_ = config().cache_dir_mb << 20;
-  set_dir(config().cache_dir);
+DiskCache::DiskCache() : DiskCache(config().cache_dir, config().cache_dir_mb << 20) {}
+
+DiskCache::DiskCache(std::string dir, int64_t max_bytes) : max_bytes_(max_bytes) {
+  set_dir(std::move(dir));
 }
 
 void DiskCache::set_dir(std::string dir) {

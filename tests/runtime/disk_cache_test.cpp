@@ -273,10 +273,7 @@ TEST_F(DiskCacheTest, EntriesWrittenWithTheOldHashAreRejectedAndRecompiled) {
 }
 
 TEST_F(DiskCacheTest, OldHashEntriesAreRejectedByLoadAndByThePreload) {
-  backend::DiskCache& dc = backend::DiskCache::instance();
-  const std::string saved = dc.dir();
-  dc.set_dir(dir_.string());
-  dc.reset_stats();
+  backend::DiskCache dc(dir_.string(), 1 << 30);
   ASSERT_TRUE(dc.store(Hash128{5, 9}, "fresh"));
   ASSERT_TRUE(dc.load(Hash128{5, 9}).has_value());
   for (uint64_t k : {1, 2}) {
@@ -291,7 +288,6 @@ TEST_F(DiskCacheTest, OldHashEntriesAreRejectedByLoadAndByThePreload) {
   EXPECT_EQ(newest[0].second, "fresh");
   EXPECT_EQ(dc.stats().rejected, 2);
   EXPECT_FALSE(fs::exists(dc.path_of(Hash128{2, 9})));
-  dc.set_dir(saved);
 }
 
 TEST_F(DiskCacheTest, UnwritableDirectoryGivesCorrectResultsAndCountedFailures) {
@@ -329,10 +325,7 @@ TEST_F(DiskCacheTest, TwoProcessesWritingAtOnceLeaveAValidCache) {
 // The JIT preloads the newest entries at start-up: newest first, whole and verified, within
 // the bounds, and reading them must not count as hits or touch their times.
 TEST_F(DiskCacheTest, NewestEntriesAreTheLatestVerifiedOnes) {
-  backend::DiskCache& dc = backend::DiskCache::instance();
-  const std::string saved = dc.dir();
-  dc.set_dir(dir_.string());
-  dc.reset_stats();
+  backend::DiskCache dc(dir_.string(), 1 << 30);
   EXPECT_TRUE(dc.newest_entries(8, 1 << 20).empty());  // empty directory
   ASSERT_TRUE(dc.store(Hash128{1, 7}, "older"));
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -360,15 +353,10 @@ TEST_F(DiskCacheTest, NewestEntriesAreTheLatestVerifiedOnes) {
   all = dc.newest_entries(8, 1 << 20);
   ASSERT_EQ(all.size(), 1u);
   EXPECT_EQ(all[0].second, "newer");
-  dc.set_dir(saved);
 }
 
 TEST_F(DiskCacheTest, DirectoryIsBoundedAndEvictsTheLeastRecentlyUsed) {
-  backend::DiskCache& dc = backend::DiskCache::instance();
-  const std::string saved = dc.dir();
-  dc.set_dir(dir_.string());
-  dc.set_max_bytes(350 << 10);
-  dc.reset_stats();
+  backend::DiskCache dc(dir_.string(), 350 << 10);
   std::string payload(100 << 10, 'x');
   auto key = [](uint64_t k) { return Hash128{k, 42}; };
   for (uint64_t k = 1; k <= 3; ++k) {
@@ -395,8 +383,6 @@ TEST_F(DiskCacheTest, DirectoryIsBoundedAndEvictsTheLeastRecentlyUsed) {
   auto back = dc.load(key(4));
   ASSERT_TRUE(back.has_value());
   EXPECT_EQ(*back, payload);
-  dc.set_dir(saved);
-  dc.set_max_bytes(config().cache_dir_mb << 20);
   EXPECT_THROW(runtime::set_cache_dir_max_mb(0), Error);
 }
 

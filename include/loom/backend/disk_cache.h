@@ -45,7 +45,11 @@ class DiskCache {
   static constexpr uint32_t kFormatVersion = 2;
   static constexpr size_t kHeaderBytes = 64;
 
+  // The process's cache (LOOM_CACHE_DIR, LOOM_CACHE_DIR_MB): the one loom compiles against.
   static DiskCache& instance();
+  // A cache of its own over `dir`, bounded to `max_bytes` (tools and tests: it shares no
+  // counters or directory with instance(), which the JIT's start-up thread reads).
+  DiskCache(std::string dir, int64_t max_bytes);
 
   // Sets the directory ("" turns the cache off). It is created on the first write.
   void set_dir(std::string dir);
