@@ -5,7 +5,10 @@
 //   an embedding lookup of 2048 rows of 512 from a [50000,512] table, forward and backward
 //   (index_select's adjoint was a one-hot product, O(rows x table)), against a copy of the
 //   looked-up bytes;
-//   log_softmax over [2048,1000] against exp of the same size (the row max reduced scalar).
+//   log_softmax and argmax over [2048,1000] against exp of the same size (the row max and
+//   the argmax reduced scalar);
+//   a bias gradient's sum over rows against a sum over the last dim of the same tensor (each
+//   column was walked with a stride).
 #include "bench.h"
 #include "loom/loom.h"
 
@@ -77,10 +80,22 @@ std::vector<Figure> op_paths() {
   f.push_back({"log_softmax_ms", lsm, "ms", "[2048,1000], last dim"});
   f.push_back({"exp_ms", ex, "ms", "same run: exp over the same elements"});
   f.push_back({"log_softmax_over_exp", lsm / ex, "x", "two passes and a log per row"});
+  const double am = loom_ms(kReps, [&] { return loom::argmax(logits, 1); });
+  f.push_back({"argmax_ms", am, "ms", "[2048,1000], last dim (was 14 ms: a scalar loop)"});
+  f.push_back({"argmax_over_exp", am / ex, "x", "a max pass and a first-index pass"});
+
+  Tensor dy = loom::randn({4, 512, 512});
+  loom::sync();
+  const double cols = loom_ms(kReps, [&] { return loom::sum(dy, {0, 1}); });
+  const double rows_sum = loom_ms(kReps, [&] { return loom::sum(dy, {2}); });
+  f.push_back({"column_sum_ms", cols, "ms", "a bias gradient: [4,512,512] summed over dims 0, 1"});
+  f.push_back({"row_sum_ms", rows_sum, "ms", "same run: the same tensor summed over its last dim"});
+  f.push_back({"column_over_row_sum", cols / rows_sum, "x", "was ~25 (a strided walk per column)"});
   return f;
 }
 
-Register r("op_paths", "bf16 products, embedding fwd+bwd and log_softmax vs same-size baselines",
+Register r("op_paths",
+           "bf16 products, embedding fwd+bwd, log_softmax, column sums vs same-size baselines",
            op_paths);
 
 }  // namespace

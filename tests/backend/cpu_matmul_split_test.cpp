@@ -4,8 +4,11 @@
 
 #include <cmath>
 
+#include "backend/cpu/plan.h"
+#include "backend/cpu/program.h"
 #include "loom/ir/graph.h"
 #include "loom/loom.h"
+#include "loom/passes/pass.h"
 #include "loom/runtime/engine.h"
 
 namespace {
@@ -147,6 +150,51 @@ TEST(CpuHalfProducts, RunAsFloat32AndMatchTheRoundedHostProduct) {
           const double g = gb[c.trans ? j * c.k + q : q * c.n + j];
           ASSERT_NEAR(g, want, ulp * std::abs(want) + 1e-30) << "grad b " << q << "," << j;
         }
+    }
+  }
+}
+
+}  // namespace
+
+namespace {
+
+// dW = dY^T X with dY computed (a ReLU's gradient): dY is stored once, contiguously, and the
+// product reads it transposed through strides; no kernel writes the transpose. Values against
+// the host, with a second consumer of dY (the bias gradient, a column sum) beside the product.
+TEST(CpuViews, TransposedComputedOperandIsStoredOnceAndReadThroughStrides) {
+  const int64_t m = 64, k = 40, n = 30;
+  std::vector<double> gv = host_values(m * k, 5), hv = host_values(m * k, 6),
+                      xv = host_values(m * n, 7);
+  for (loom::DType dt : {loom::float32, loom::float64}) {
+    SCOPED_TRACE(dt == loom::float32 ? "f32" : "f64");
+    loom::runtime::set_backend("cpu");
+    Tensor g = loom::to(loom::tensor(gv, {m, k}), dt), h = loom::to(loom::tensor(hv, {m, k}), dt);
+    Tensor x = loom::to(loom::tensor(xv, {m, n}), dt);
+    Tensor dy = loom::where(h > 0.0, g, g * 0.0);
+    Tensor dw = loom::matmul(loom::transpose(dy, 0, 1), x);  // [k, n]
+    Tensor db = loom::sum(dy, {0});
+    loom::ir::Graph graph = loom::ir::parse(loom::pending_ir({dw, db}));
+    loom::passes::default_pipeline().run(graph);
+    loom::cpu::Program p = loom::cpu::compile_program(graph, /*region=*/false);
+    bool transposed_read = false;
+    for (const loom::cpu::Step& st : p.plan.steps)
+      if (st.kind == loom::cpu::Step::MatMul) transposed_read = st.views[0].trans;
+    EXPECT_TRUE(transposed_read);
+    for (const loom::cpu::KernelSpec& ks : p.plan.kernels)
+      for (const loom::cpu::Stage& st : ks.stages)
+        EXPECT_NE(p.graph.node(st.node).op, loom::ir::OpKind::Permute) << ks.name;
+    std::vector<double> got = dw.to_vector<double>(), gotb = db.to_vector<double>();
+    const double tol = dt == loom::float32 ? 1e-4 : 1e-12;
+    for (int64_t i = 0; i < k; ++i) {
+      double bias = 0;
+      for (int64_t r = 0; r < m; ++r) bias += hv[r * k + i] > 0 ? gv[r * k + i] : 0;
+      ASSERT_NEAR(gotb[i], bias, tol * (1 + std::abs(bias))) << i;
+      for (int64_t j = 0; j < n; ++j) {
+        double want = 0;
+        for (int64_t r = 0; r < m; ++r)
+          want += (hv[r * k + i] > 0 ? gv[r * k + i] : 0) * xv[r * n + j];
+        ASSERT_NEAR(got[i * n + j], want, tol * (1 + std::abs(want))) << i << "," << j;
+      }
     }
   }
 }

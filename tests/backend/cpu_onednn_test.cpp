@@ -232,6 +232,10 @@ std::vector<EpilogueCase> epilogue_cases() {
           // Scalars from the caller are 0-d inputs: binary post-ops broadcast from [1,1].
           {"scale and shift", {K::Mul, K::Add}, [](const Tensor& y) { return y * 0.25f + 3.0f; }},
 
+          // An SGD update, w - lr * dW: the product negated, then w added.
+          {"w - y * lr",
+           {K::Mul, K::Linear, K::Add},
+           [](const Tensor& y) { return residual() - y * 0.25f; }},
           {"residual times a row, minus a column",
            {K::Mul, K::Sub},
            [](const Tensor& y) { return y * data({1, 1, 40}, 13) - data({2, 24, 1}, 14); }},
@@ -292,8 +296,8 @@ TEST_F(CpuOnednn, FusedEpiloguesMatchTheReferenceAndTheUnfusedPlan) {
 
 TEST_F(CpuOnednn, GraphConstantsAreLinearPostOps) {
   // Constants of the graph itself (as composites write them) become a linear eltwise
-  // post-op: (a b) * 2 - 0.5 as one (oneDNN 2.6 gets two linear post-ops in a row wrong),
-  // then 3 - that (not folded: the constant comes first).
+  // post-op: (a b) * 2 - 0.5 and then 3 - that, -2 (a b) + 3.5, as one (oneDNN 2.6 gets two
+  // linear post-ops in a row wrong).
   loom::ir::Graph g = loom::ir::parse(R"(graph(%0: f32[24,32], %1: f32[32,40]) {
   %2 = matmul(%0, %1) : f32[24,40]
   %3 = constant() {value=2} : f32[]
@@ -313,7 +317,7 @@ TEST_F(CpuOnednn, GraphConstantsAreLinearPostOps) {
   for (const loom::cpu::Step& s : p.plan.steps)
     for (const PostOp& po : s.post) kinds.push_back(po.kind);
   EXPECT_EQ(kinds, (std::vector<PostOp::Kind>{PostOp::Linear}));
-  EXPECT_EQ(p.plan.kernels.size(), 1u);  // 3 - x stays a loop kernel
+  EXPECT_EQ(p.plan.kernels.size(), 0u);  // no loop kernel: the product writes 3 - x
   std::vector<loom::Buffer> in = {loom::tensor_buffer(data({24, 32}, 1)),
                                   loom::tensor_buffer(data({32, 40}, 2))};
   loom::runtime::set_backend("ref");

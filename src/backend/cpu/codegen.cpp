@@ -127,7 +127,9 @@ class Emitter {
     row_scalars_.clear();
     for (size_t si = 0; si < k_->stages.size(); ++si) {
       const Stage& s = k_->stages[si];
-      if (s.reduce)
+      if (s.columns > 0)
+        column_stage(s, oc);
+      else if (s.reduce)
         reduce_stage(s, oc);
       else
         elementwise_stage(s, oc);
@@ -177,14 +179,17 @@ class Emitter {
       if (std::find(s.reduced.begin(), s.reduced.end(), static_cast<int64_t>(d)) == s.reduced.end())
         order.push_back(d);
     for (int64_t d : s.reduced) order.push_back(static_cast<size_t>(d));
+    // argmax runs two passes that both vectorize: the maximum (NaN wins), then the first
+    // index holding it, an integer min over a select (a running index and value compared
+    // element by element kept the loop scalar: 14 ms over [2048,1000]).
     bool argmax = red.op == OpKind::ArgMax;
     auto* acc = entry_alloca(ct);
     auto* idx = argmax ? entry_alloca(b_.getInt64Ty()) : nullptr;
     b_.CreateStore(reduce_init(red.op, dt, ct), acc);
-    if (argmax) b_.CreateStore(b_.getInt64(0), idx);
+    if (argmax) b_.CreateStore(b_.getInt64(INT64_MAX), idx);
     std::vector<Value*> rv(s.reduced.size());
-    Value* flat = nullptr;  // running flat index over the reduced axes (argmax)
-    std::function<void(size_t, Value*)> nest = [&](size_t level, Value* flat_in) {
+    Value* best = nullptr;  // argmax's second pass: the maximum
+    std::function<void(size_t, Value*)> nest = [&](size_t level, Value* flat) {
       if (level == s.reduced.size()) {
         vars_.assign(oc.begin(), oc.begin() + static_cast<long>(r - s.reduced.size()));
         vars_.insert(vars_.end(), rv.begin(), rv.end());
@@ -192,13 +197,14 @@ class Emitter {
         Coords c(r);
         for (size_t j = 0; j < order.size(); ++j) c[order[j]] = var(j, r);
         Value* x = eval(in, c);
-        Value* a = b_.CreateLoad(ct, acc);
-        if (argmax) {
-          Value* take = argmax_take(x, a, dt);
-          b_.CreateStore(b_.CreateSelect(take, x, a), acc);
-          b_.CreateStore(b_.CreateSelect(take, flat_in, b_.CreateLoad(b_.getInt64Ty(), idx)), idx);
+        if (best) {
+          Value* at = b_.CreateSelect(argmax_hit(x, best, dt), flat ? flat : b_.getInt64(0),
+                                      b_.getInt64(INT64_MAX));
+          Value* i = b_.CreateLoad(b_.getInt64Ty(), idx);
+          b_.CreateStore(b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, i, at), idx);
         } else {
-          b_.CreateStore(combine(red.op, dt, a, x), acc);
+          Value* a = b_.CreateLoad(ct, acc);
+          b_.CreateStore(combine(argmax ? OpKind::ReduceMax : red.op, dt, a, x), acc);
         }
         return;
       }
@@ -207,12 +213,16 @@ class Emitter {
           b_.getInt64(0), b_.getInt64(ext),
           [&](Value* iv) {
             rv[level] = iv;
-            Value* f = flat_in ? b_.CreateAdd(b_.CreateMul(flat_in, b_.getInt64(ext)), iv) : iv;
+            Value* f = level ? b_.CreateAdd(b_.CreateMul(flat, b_.getInt64(ext)), iv) : iv;
             nest(level + 1, f);
           },
           /*parallel=*/level + 1 == s.reduced.size());
     };
-    nest(0, flat);
+    nest(0, nullptr);
+    if (argmax) {
+      best = b_.CreateLoad(ct, acc);
+      nest(0, nullptr);
+    }
     Value* result = argmax ? b_.CreateLoad(b_.getInt64Ty(), idx) : b_.CreateLoad(ct, acc);
     if (!argmax) result = round_to(result, red.type.dtype);
     row_scalars_[s.node] = result;
@@ -231,6 +241,81 @@ class Emitter {
       }
       store(s.out_buf, 0, s.out_strides, c, result, red.type.dtype);
     }
+  }
+
+  // A column reduction (Stage::columns): oc is the kept dims but the last, then the column
+  // block. An accumulator row of the block's columns (compute type, on the stack) takes each
+  // reduced point's contiguous block in turn, the column loop innermost; the row is stored
+  // once at the end. Each column adds in the reduced points' order, as the row walk did.
+  void column_stage(const Stage& s, const std::vector<Value*>& oc) {
+    const ir::Node& red = g_.node(s.node);
+    NodeId in = red.operands[0].node;
+    DType dt = g_.node(in).type.dtype;
+    llvm::Type* ct = compute_type(dt);
+    const size_t r = s.shape.size(), nr = s.reduced.size(), nk = r - nr;
+    const int64_t n = s.shape[r - 1];
+    auto* acc = entry_alloca(llvm::ArrayType::get(ct, static_cast<uint64_t>(s.columns)));
+    Value* j0 = b_.CreateMul(oc.back(), b_.getInt64(s.columns));
+    Value* width = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, b_.getInt64(s.columns),
+                                            b_.CreateSub(b_.getInt64(n), j0));
+    auto grouped = [&](llvm::Instruction* i) {
+      if (group_) i->setMetadata(llvm::LLVMContext::MD_access_group, group_);
+      return i;
+    };
+    auto slot = [&](Value* j) { return b_.CreateInBoundsGEP(ct, acc, j); };
+    auto get = [&](Value* j) { return grouped(b_.CreateLoad(ct, slot(j))); };
+    auto set = [&](Value* j, Value* v) { grouped(b_.CreateStore(v, slot(j))); };
+    loop(
+        b_.getInt64(0), width, [&](Value* j) { set(j, reduce_init(red.op, dt, ct)); },
+        /*parallel=*/true);
+    // Loop variables: the kept dims but the last (outer), the reduced dims, the column.
+    std::vector<size_t> var_of(r);
+    for (size_t d = 0, kept = 0; d < r; ++d) {
+      auto it = std::find(s.reduced.begin(), s.reduced.end(), static_cast<int64_t>(d));
+      var_of[d] = it == s.reduced.end() ? (d + 1 == r ? r - 1 : kept++)
+                                        : nk - 1 + static_cast<size_t>(it - s.reduced.begin());
+    }
+    std::vector<Value*> rv(nr);
+    std::function<void(size_t)> nest = [&](size_t level) {
+      if (level < nr) {
+        loop(b_.getInt64(0), b_.getInt64(s.shape[s.reduced[level]]), [&](Value* iv) {
+          rv[level] = iv;
+          nest(level + 1);
+        });
+        return;
+      }
+      loop(
+          b_.getInt64(0), width,
+          [&](Value* j) {
+            vars_.assign(oc.begin(), oc.end() - 1);
+            vars_.insert(vars_.end(), rv.begin(), rv.end());
+            vars_.push_back(b_.CreateAdd(j0, j));
+            memo_.clear();
+            Coords c(r);
+            for (size_t d = 0; d < r; ++d) c[d] = var(var_of[d], r);
+            set(j, combine(red.op, dt, get(j), eval(in, c)));
+          },
+          /*parallel=*/true);
+    };
+    nest(0);
+    // The output row: kept dims in order, 0 for kept (size-1) reduced dims.
+    loop(
+        b_.getInt64(0), width,
+        [&](Value* j) {
+          vars_.assign(oc.begin(), oc.end() - 1);
+          vars_.push_back(b_.CreateAdd(j0, j));
+          Coords c;
+          for (size_t d = 0, kept = 0; d < r; ++d) {
+            bool is_red = std::find(s.reduced.begin(), s.reduced.end(), static_cast<int64_t>(d)) !=
+                          s.reduced.end();
+            if (!is_red)
+              c.push_back(var(d + 1 == r ? nk - 1 : kept++, nk));
+            else if (red.attrs.flag)
+              c.push_back(Affine{});
+          }
+          store(s.out_buf, 0, s.out_strides, c, round_to(get(j), red.type.dtype), red.type.dtype);
+        },
+        /*parallel=*/true);
   }
 
   Value* reduce_init(OpKind op, DType dt, llvm::Type* ct) {
@@ -283,15 +368,12 @@ class Emitter {
     return b_.CreateSelect(b_.CreateFCmpUNO(a, a), a, r);
   }
 
-  // First maximum wins; NaN counts as the maximum, the first NaN wins.
-  Value* argmax_take(Value* x, Value* best, DType dt) {
-    if (!is_floating(dt)) {
-      if (dt == DType::Bool) return b_.CreateICmpUGT(x, best);
-      return b_.CreateICmpSGT(x, best);
-    }
-    Value* best_nan = b_.CreateFCmpUNO(best, best);
-    Value* x_wins = b_.CreateOr(b_.CreateFCmpUNO(x, x), b_.CreateFCmpOGT(x, best));
-    return b_.CreateAnd(b_.CreateNot(best_nan), x_wins);
+  // argmax's second pass: x is the maximum `best` (the first such index wins). A NaN maximum
+  // is matched by any NaN, so the first NaN wins.
+  Value* argmax_hit(Value* x, Value* best, DType dt) {
+    if (!is_floating(dt)) return b_.CreateICmpEQ(x, best);
+    Value* both_nan = b_.CreateAnd(b_.CreateFCmpUNO(x, x), b_.CreateFCmpUNO(best, best));
+    return b_.CreateOr(b_.CreateFCmpOEQ(x, best), both_nan);
   }
 
   // ---- expressions -------------------------------------------------------------------

@@ -21,15 +21,27 @@ namespace {
 using cpu::Plan;
 using cpu::Step;
 
-// LOOM_DEBUG=2: the plan's kernels, then one line per product (library, post-ops, oneDNN's
-// implementation and parts).
+// LOOM_DEBUG=2: the plan's kernels and their stages, then one line per product (library, post-ops,
+// oneDNN's implementation and parts).
 void log_plan(const cpu::Program& prog) {
   const Plan& plan = prog.plan;
   std::fprintf(stderr, "[loom] cpu plan: %zu steps, %zu kernels, %lld products\n",
                plan.steps.size(), plan.kernels.size(), static_cast<long long>(plan.blas_calls));
-  for (const auto& k : plan.kernels)
-    std::fprintf(stderr, "[loom]   %s outer%s chunk %lld, %zu stages\n", k.name.c_str(),
-                 k.outer.str().c_str(), static_cast<long long>(k.chunk), k.stages.size());
+  for (const auto& k : plan.kernels) {
+    // Each stage: E (elementwise) or R (a reduction, with its column block when it has one),
+    // the op and type of the value it computes.
+    std::string stages;
+    for (const cpu::Stage& s : k.stages) {
+      const ir::Node& n = prog.graph.node(s.node);
+      stages += s.reduce ? " R " : " E ";
+      stages += std::string(ir::op_name(n.op)) + " " + n.type.str();
+      if (s.columns > 0) stages += " columns " + std::to_string(s.columns);
+      stages += ";";
+    }
+    std::fprintf(stderr, "[loom]   %s outer%s chunk %lld, %zu stages:%s\n", k.name.c_str(),
+                 k.outer.str().c_str(), static_cast<long long>(k.chunk), k.stages.size(),
+                 stages.c_str());
+  }
   const std::string products = cpu::describe_products(prog.graph, plan);
   size_t at = 0;
   for (size_t si = 0; si < plan.steps.size(); ++si) {

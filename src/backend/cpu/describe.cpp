@@ -36,6 +36,10 @@ class Describer {
       put_dims(s.shape);
       put("r");
       put_dims(s.reduced);
+      if (s.columns > 0) {
+        put("c");
+        put(s.columns);
+      }
       put(" o");
       put(s.out_offset);
       put_dims(s.out_strides);

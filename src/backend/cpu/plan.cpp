@@ -186,6 +186,13 @@ bool codegen_supports(const ir::Graph& g, NodeId n) {
 
 namespace {
 
+// Ops that view_of reads through (a strided view of their operand's buffer).
+bool is_view_op(const ir::Graph& g, NodeId n) {
+  const ir::Node& node = g.node(n);
+  return node.op == OpKind::Permute || node.op == OpKind::Expand || node.op == OpKind::Slice ||
+         (node.op == OpKind::Reshape && trivial_reshape(g, n));
+}
+
 bool view_of(const ir::Graph& g, const std::vector<bool>& has_buf, NodeId n, BlasView* v,
              int depth) {
   if (depth > 64) return false;
@@ -196,9 +203,7 @@ bool view_of(const ir::Graph& g, const std::vector<bool>& has_buf, NodeId n, Bla
     v->strides = contiguous_strides(node.type.shape);
     return true;
   }
-  if (node.op != OpKind::Permute && node.op != OpKind::Expand && node.op != OpKind::Slice &&
-      !(node.op == OpKind::Reshape && trivial_reshape(g, n)))
-    return false;
+  if (!is_view_op(g, n)) return false;
   BlasView in;
   if (!view_of(g, has_buf, node.operands[0].node, &in, depth + 1)) return false;
   const Shape& out = node.type.shape;
@@ -383,7 +388,18 @@ class Planner {
       } else if (op == OpKind::MatMul) {
         for (const ir::Value& v : node.operands) {
           BlasView bv;
-          if (!blas_view(g_, has_buf_, v.node, &bv)) has_buf_[v.node] = true;
+          if (blas_view(g_, has_buf_, v.node, &bv)) continue;
+          // A layout op over a computed value (the transposed gradient of dW = dY^T X): store
+          // the value, contiguously, and let the library read the layout through strides,
+          // rather than a transposing copy that writes with a stride.
+          NodeId base = v.node;
+          while (!has_buf_[base] && is_view_op(g_, base)) base = g_.node(base).operands[0].node;
+          if (base != v.node && !has_buf_[base]) {
+            has_buf_[base] = true;
+            if (blas_view(g_, has_buf_, v.node, &bv)) continue;
+            has_buf_[base] = false;  // the layout is not a strided matrix: copy it after all
+          }
+          has_buf_[v.node] = true;
         }
       }
       // Transcendentals expand to ~20 instructions: recomputing them costs code and time.
@@ -668,9 +684,14 @@ class Planner {
         const int k = un.operands[0].node == x ? 0 : 1;
         const NodeId y = un.operands[1 - k].node;
         if (y == x) return 0;
-        const bool ordered = un.op == OpKind::Sub || un.op == OpKind::Div;
-        if (ordered && k != 0) return 0;
+        // y - x (an SGD update, w - lr * dW): -x, then + y.
+        const bool reversed_sub = un.op == OpKind::Sub && k == 1;
+        if (un.op == OpKind::Div && k != 0) return 0;
         double c = 0;
+        if (reversed_sub && const_value(y, &c)) {
+          post->push_back(PostOp{PostOp::Linear, -1, static_cast<float>(c)});
+          return u;
+        }
         if (const_value(y, &c)) {
           const float cf = static_cast<float>(c);
           switch (un.op) {
@@ -686,10 +707,11 @@ class Planner {
         }
         const TensorType& yt = g_.node(y).type;
         if (yt.dtype != DType::Float32 || yt.shape.rank() > t.shape.rank()) return 0;
+        if (reversed_sub) post->push_back(PostOp{PostOp::Linear, -1, 0});
         PostOp po;
         switch (un.op) {
           case OpKind::Add: po.kind = PostOp::Add; break;
-          case OpKind::Sub: po.kind = PostOp::Sub; break;
+          case OpKind::Sub: po.kind = reversed_sub ? PostOp::Add : PostOp::Sub; break;
           case OpKind::Mul: po.kind = PostOp::Mul; break;
           case OpKind::Div: po.kind = PostOp::Div; break;
           case OpKind::Maximum: po.kind = PostOp::Max; break;
@@ -733,20 +755,22 @@ class Planner {
       Epilogue e;
       std::vector<NodeId> binaries, inner;
       NodeId x = id;
-      while (e.post.size() < kMaxPostOps) {
+      while (e.post.size() + 2 <= kMaxPostOps) {  // a pattern appends one post-op or two
         // Binary operands are operands of the pattern's nodes, which only the product reaches:
         // they never depend on it, and the step runs at the pattern's end, after them.
+        const size_t before = e.post.size();
         NodeId end = match_post_op(x, t, &e.post, &binaries);
         if (end == 0) break;
         // Two linear post-ops in a row come out wrong from oneDNN 2.6's gemm:jit (the pair
-        // (x + 1) * 2 gives 3.5 for x = 1.5): one linear does both.
-        if (size_t np = e.post.size(); np >= 2 && e.post[np - 1].kind == PostOp::Linear &&
-                                       e.post[np - 2].kind == PostOp::Linear) {
-          PostOp& first = e.post[np - 2];
-          const PostOp& second = e.post[np - 1];
+        // (x + 1) * 2 gives 3.5 for x = 1.5): one linear does both. A pattern appends at most
+        // a linear and a binary, so only its first post-op can follow a linear.
+        if (before >= 1 && e.post[before - 1].kind == PostOp::Linear &&
+            e.post[before].kind == PostOp::Linear) {
+          PostOp& first = e.post[before - 1];
+          const PostOp& second = e.post[before];
           first.beta = second.alpha * first.beta + second.beta;  // a2 (a1 x + b1) + b2
           first.alpha *= second.alpha;
-          e.post.pop_back();
+          e.post.erase(e.post.begin() + static_cast<std::ptrdiff_t>(before));
         }
         if (x != id) inner.push_back(x);
         pattern_nodes(x, end, &inner);
@@ -809,7 +833,23 @@ class Planner {
       s.reduced.assign(node.attrs.ints.begin(), node.attrs.ints.end());
     }
     s.out_strides = contiguous_strides(node.type.shape);
-    add_stage(std::move(s));
+    s.columns = column_block(s, node.op);
+    bool columns = s.columns > 0;
+    add_stage(std::move(s), /*mergeable=*/!columns);
+  }
+
+  // The column block of a reduction that keeps the last axis (0: a row reduction). Blocks of
+  // at most 256 columns, evenly sized in multiples of 8 (one AVX2 vector): the accumulator
+  // row stays in L1, and a wide row splits across threads.
+  static int64_t column_block(const Stage& s, OpKind op) {
+    if (op == OpKind::ArgMax || s.shape.empty()) return 0;
+    const int64_t last = s.shape.rank() - 1;
+    if (std::find(s.reduced.begin(), s.reduced.end(), last) != s.reduced.end()) return 0;
+    const int64_t n = s.shape[last];
+    if (n < 2 || s.shape.numel() == 0) return 0;
+    constexpr int64_t kMaxBlock = 256;
+    const int64_t blocks = (n + kMaxBlock - 1) / kMaxBlock;
+    return std::min(n, ((n + blocks - 1) / blocks + 7) / 8 * 8);
   }
 
   void add_copy(NodeId value, int buf) { add_stage(elementwise_stage(value, buf), false); }
@@ -820,6 +860,7 @@ class Planner {
       for (int64_t d = 0; d < s.shape.rank(); ++d)
         if (std::find(s.reduced.begin(), s.reduced.end(), d) == s.reduced.end())
           o.push_back(s.shape[d]);
+      if (s.columns > 0) o[o.size() - 1] = (o[o.size() - 1] + s.columns - 1) / s.columns;  // blocks
     } else if (!s.shape.empty()) {
       o = Shape(s.shape.begin(), s.shape.end() - 1);
     }

@@ -63,6 +63,11 @@ struct Stage {
   std::vector<int64_t> out_strides;  // of the destination buffer, over the stage's coords
   Shape shape;                   // iteration shape: the value (elementwise) or the reduction input
   std::vector<int64_t> reduced;  // reduce: axes of `shape` reduced (trailing when merged)
+  // > 0: a column reduction (the last axis is kept, as in a bias gradient's sum over rows):
+  // the kernel's outer space is the other kept dims and blocks of this many columns; each
+  // reduced point adds a contiguous block into an accumulator row, so the loop over the
+  // columns is innermost and vectorizes (a strided walk per column did not).
+  int64_t columns = 0;
 };
 
 struct KernelSpec {
