@@ -199,4 +199,42 @@ TEST(CpuViews, TransposedComputedOperandIsStoredOnceAndReadThroughStrides) {
   }
 }
 
+// A reshape that merges dims of a dense value ([4,8,16] as [32,16], a weight gradient's
+// operands) is read by the product in place; a reshape of a transposed value is not dense and
+// is copied first. Values against the host either way.
+TEST(CpuViews, MergedDimsOfADenseValueAreReadInPlace) {
+  const int64_t b = 4, t = 8, c = 16, o = 12;
+  std::vector<double> xv = host_values(b * t * c, 8), gv = host_values(b * t * o, 9);
+  loom::runtime::set_backend("cpu");
+  Tensor x = loom::tensor(xv, {b, t, c}), g = loom::tensor(gv, {b, t, o});
+  Tensor dy = loom::tanh(g);                                        // computed
+  Tensor xt = loom::reshape(loom::transpose(x, 1, 2), {b * c, t});  // not dense: a copy
+  Tensor dw = loom::matmul(loom::transpose(loom::reshape(dy, {b * t, o}), 0, 1),
+                           loom::reshape(x, {b * t, c}));  // [o, c]
+  std::vector<double> wv = host_values(t * 5, 10);
+  Tensor q = loom::matmul(xt, loom::tensor(wv, {t, 5}));  // [b * c, 5]
+  loom::ir::Graph graph = loom::ir::parse(loom::pending_ir({dw}));
+  loom::passes::default_pipeline().run(graph);
+  loom::cpu::Program p = loom::cpu::compile_program(graph, /*region=*/false);
+  for (const loom::cpu::KernelSpec& ks : p.plan.kernels)
+    for (const loom::cpu::Stage& st : ks.stages)
+      EXPECT_NE(p.graph.node(st.node).op, loom::ir::OpKind::Reshape) << ks.name;
+  std::vector<double> got = dw.to_vector<double>();
+  for (int64_t i = 0; i < o; ++i)
+    for (int64_t j = 0; j < c; ++j) {
+      double want = 0;
+      for (int64_t r = 0; r < b * t; ++r) want += std::tanh(gv[r * o + i]) * xv[r * c + j];
+      ASSERT_NEAR(got[i * c + j], want, 1e-12 * (1 + std::abs(want))) << i << "," << j;
+    }
+  std::vector<double> gq = q.to_vector<double>();
+  for (int64_t bi = 0; bi < b; ++bi)
+    for (int64_t ci = 0; ci < c; ++ci)
+      for (int64_t j = 0; j < 5; ++j) {
+        double want = 0;
+        for (int64_t ti = 0; ti < t; ++ti) want += xv[(bi * t + ti) * c + ci] * wv[ti * 5 + j];
+        ASSERT_NEAR(gq[(bi * c + ci) * 5 + j], want, 1e-12 * (1 + std::abs(want)))
+            << bi << "," << ci;
+      }
+}
+
 }  // namespace

@@ -186,11 +186,22 @@ bool codegen_supports(const ir::Graph& g, NodeId n) {
 
 namespace {
 
-// Ops that view_of reads through (a strided view of their operand's buffer).
+// Ops that view_of may read through (a strided view of their operand's buffer; a reshape
+// that merges or splits dims only of a dense view).
 bool is_view_op(const ir::Graph& g, NodeId n) {
-  const ir::Node& node = g.node(n);
-  return node.op == OpKind::Permute || node.op == OpKind::Expand || node.op == OpKind::Slice ||
-         (node.op == OpKind::Reshape && trivial_reshape(g, n));
+  const OpKind op = g.node(n).op;
+  return op == OpKind::Permute || op == OpKind::Expand || op == OpKind::Slice ||
+         op == OpKind::Reshape;
+}
+
+// True when v lays `shape` out densely in row-major order (size-1 dims' strides aside).
+bool dense(const BlasView& v, const Shape& shape) {
+  int64_t want = 1;
+  for (size_t d = shape.size(); d-- > 0;) {
+    if (shape[d] != 1 && v.strides[d] != want) return false;
+    want *= shape[d];
+  }
+  return true;
 }
 
 bool view_of(const ir::Graph& g, const std::vector<bool>& has_buf, NodeId n, BlasView* v,
@@ -226,7 +237,14 @@ bool view_of(const ir::Graph& g, const std::vector<bool>& has_buf, NodeId n, Bla
         v->strides[d + off] = (ish[d] == 1 && out[d + off] != 1) ? 0 : in.strides[d];
       break;
     }
-    default: {  // trivial reshape
+    default: {  // reshape
+      if (!trivial_reshape(g, n)) {
+        // Dims merged or split ([4,512,512] as [2048,512] for a weight gradient): the same
+        // dense memory, when the operand is dense.
+        if (!dense(in, ish)) return false;
+        v->strides = contiguous_strides(out);
+        break;
+      }
       size_t j = 0;
       for (size_t d = 0; d < ish.size(); ++d) {
         if (ish[d] == 1) continue;
