@@ -45,6 +45,10 @@ inline double seconds() {
 // The median of v; of `reps` timings of f() in seconds.
 double median(std::vector<double> v);
 double median_seconds(int reps, const std::function<void()>& f);
+// The machine's floating-point peak in this run, FLOP/s: independent AVX2 fused multiply-adds
+// on `threads` threads at once (12 accumulators each, for ~0.2 s), the bound no product can
+// pass; 0 when the CPU has no AVX2 FMA (main.cpp).
+double fma_peak_flops(int threads);
 // The five products of the 784-256-10 MLP's training step (batch 64) alone, on OpenBLAS at
 // full width, best of 5 x 200: a lower bound of the step (cpu_bench.cpp).
 double mlp_products_seconds();

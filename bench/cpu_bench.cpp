@@ -572,6 +572,16 @@ std::vector<Figure> decoder_train_step() {
   f.push_back({"compile_ms", (m1.compile_seconds - m0.compile_seconds) * 1e3, "ms", "first step"});
   f.push_back({"baseline_3x_sgemm_ms", blas_ms, "ms",
                "same run: 3 x the forward's 50 matmuls on cblas_sgemm (a lower bound)"});
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (const double peak = fma_peak_flops(cores); peak > 0) {
+    // 50 forward products, 50 weight gradients, 49 input gradients (the input needs none).
+    const double flops = (3.0 * kLayers - 1) * 2.0 * kBatch * kSeq * kDim * kDim;
+    char note[160];
+    std::snprintf(note, sizeof note,
+                  "same run: the step's %d products at the FMA peak (%d threads, %.0f GFLOP/s)",
+                  3 * kLayers - 1, cores, peak / 1e9);
+    f.push_back({"baseline_fma_peak_ms", flops / peak * 1e3, "ms", note});
+  }
   std::string why, version;
   double torch_ms = torch_median_ms(why, version, "--train");
   if (torch_ms > 0) {

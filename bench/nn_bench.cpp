@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "bench.h"
@@ -249,6 +250,15 @@ std::vector<Figure> mlp_train() {
   f.push_back({"baseline_products_steps_per_s", bound, "steps/s",
                "same run: the step's 5 matmuls alone on cblas_sgemm, full width (an upper bound)"});
   f.push_back({"trace_once_over_products_bound", r / bound, "x", "1 = the matmuls' own speed"});
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (const double peak = fma_peak_flops(cores); peak > 0) {
+    const double flops = 2.0 * 64 * (2 * 784 * 256 + 3 * 256 * 10);  // fwd, dW1, dW2, dH
+    char note[160];
+    std::snprintf(note, sizeof note,
+                  "same run: the products' %.1f MFLOP at the FMA peak (%d threads, %.0f GFLOP/s)",
+                  flops / 1e6, cores, peak / 1e9);
+    f.push_back({"baseline_fma_peak_steps_per_s", peak / flops, "steps/s", note});
+  }
   double torch = torch_mlp_steps_per_s();
   if (torch > 0) {
     f.push_back(
