@@ -232,10 +232,6 @@ std::vector<EpilogueCase> epilogue_cases() {
           // Scalars from the caller are 0-d inputs: binary post-ops broadcast from [1,1].
           {"scale and shift", {K::Mul, K::Add}, [](const Tensor& y) { return y * 0.25f + 3.0f; }},
 
-          // An SGD update, w - lr * dW: the product negated, then w added.
-          {"w - y * lr",
-           {K::Mul, K::Linear, K::Add},
-           [](const Tensor& y) { return residual() - y * 0.25f; }},
           {"residual times a row, minus a column",
            {K::Mul, K::Sub},
            [](const Tensor& y) { return y * data({1, 1, 40}, 13) - data({2, 24, 1}, 14); }},
