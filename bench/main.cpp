@@ -46,28 +46,15 @@ namespace {
 // Fused multiply-adds on 12 independent vectors of 8 floats (two FMA units, four cycles of
 // latency: 8 chains keep them busy, 12 leave room): 192 FLOP per iteration.
 __attribute__((target("avx2,fma"))) float fma_loop(int64_t iterations) {
-  __m256 a0 = _mm256_set1_ps(0.f), a1 = _mm256_set1_ps(.001f), a2 = _mm256_set1_ps(.002f),
-         a3 = _mm256_set1_ps(.003f), a4 = _mm256_set1_ps(.004f), a5 = _mm256_set1_ps(.005f),
-         a6 = _mm256_set1_ps(.006f), a7 = _mm256_set1_ps(.007f), a8 = _mm256_set1_ps(.008f),
-         a9 = _mm256_set1_ps(.009f), a10 = _mm256_set1_ps(.01f), a11 = _mm256_set1_ps(.011f);
+  __m256 a[12];
+  for (int i = 0; i < 12; ++i) a[i] = _mm256_set1_ps(0.001f * static_cast<float>(i));
   const __m256 m = _mm256_set1_ps(0.999f), c = _mm256_set1_ps(1e-4f);
-  for (int64_t it = 0; it < iterations; ++it) {  // written out: kept in registers at -O2
-    a0 = _mm256_fmadd_ps(a0, m, c);
-    a1 = _mm256_fmadd_ps(a1, m, c);
-    a2 = _mm256_fmadd_ps(a2, m, c);
-    a3 = _mm256_fmadd_ps(a3, m, c);
-    a4 = _mm256_fmadd_ps(a4, m, c);
-    a5 = _mm256_fmadd_ps(a5, m, c);
-    a6 = _mm256_fmadd_ps(a6, m, c);
-    a7 = _mm256_fmadd_ps(a7, m, c);
-    a8 = _mm256_fmadd_ps(a8, m, c);
-    a9 = _mm256_fmadd_ps(a9, m, c);
-    a10 = _mm256_fmadd_ps(a10, m, c);
-    a11 = _mm256_fmadd_ps(a11, m, c);
+  for (int64_t it = 0; it < iterations; ++it) {
+#pragma GCC unroll 12  // unrolled, the accumulators stay in registers (at -O2 they did not)
+    for (__m256& v : a) v = _mm256_fmadd_ps(v, m, c);
   }
-  __m256 s = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)),
-                           _mm256_add_ps(_mm256_add_ps(a4, a5), _mm256_add_ps(a6, a7)));
-  s = _mm256_add_ps(s, _mm256_add_ps(_mm256_add_ps(a8, a9), _mm256_add_ps(a10, a11)));
+  __m256 s = a[0];
+  for (int i = 1; i < 12; ++i) s = _mm256_add_ps(s, a[i]);
   return _mm256_cvtss_f32(s);
 }
 

@@ -227,16 +227,12 @@ TEST_F(CpuColumnReductions, ArgmaxTakesTheFirstMaximumAndTheFirstNaN) {
     if (integral) x[4 * n + 300] = x[4 * n + 800] = 7;  // no NaN in integers
     Tensor t = loom::to(loom::tensor(x, {rows, n}), dt);
     std::vector<int64_t> got = loom::argmax(t, 1).to_vector<int64_t>();
-    std::vector<int64_t> want{0, 10, 999, 0, integral ? 100 : 300, 40};
-    for (int64_t r = 0; r < rows; ++r) {
-      if (r == 0) {  // the closed form of the plain row
-        int64_t best = 0;
-        for (int64_t j = 1; j < n; ++j)
-          if (x[static_cast<size_t>(j)] > x[static_cast<size_t>(best)]) best = j;
-        want[0] = best;
-      }
+    int64_t plain = 0;  // row 0: the closed form (the first strict maximum)
+    for (int64_t j = 1; j < n; ++j)
+      if (x[static_cast<size_t>(j)] > x[static_cast<size_t>(plain)]) plain = j;
+    const std::vector<int64_t> want{plain, 10, 999, 0, integral ? 100 : 300, 40};
+    for (int64_t r = 0; r < rows; ++r)
       EXPECT_EQ(got[static_cast<size_t>(r)], want[static_cast<size_t>(r)]) << "row " << r;
-    }
     // A middle dim: [2, rows, 3] with the rows' first three columns.
     std::vector<double> m(2 * rows * 3);
     for (int64_t a = 0; a < 2; ++a)

@@ -176,8 +176,7 @@ class Emitter {
     size_t r = s.shape.size();
     std::vector<size_t> order;  // stage coords as vars: outer dims, then reduced dims
     for (size_t d = 0; d < r; ++d)
-      if (std::find(s.reduced.begin(), s.reduced.end(), static_cast<int64_t>(d)) == s.reduced.end())
-        order.push_back(d);
+      if (!is_reduced(s, d)) order.push_back(d);
     for (int64_t d : s.reduced) order.push_back(static_cast<size_t>(d));
     // argmax runs two passes that both vectorize: the maximum (NaN wins), then the first
     // index holding it, an integer min over a select (a running index and value compared
@@ -227,20 +226,28 @@ class Emitter {
     if (!argmax) result = round_to(result, red.type.dtype);
     row_scalars_[s.node] = result;
     if (s.out_buf >= 0) {
-      // Output coordinates: outer vars in order, 0 for kept (size-1) reduced dims.
       vars_.assign(oc.begin(), oc.begin() + static_cast<long>(r - s.reduced.size()));
-      Coords c;
-      size_t j = 0;
-      for (size_t d = 0; d < r; ++d) {
-        bool is_red = std::find(s.reduced.begin(), s.reduced.end(), static_cast<int64_t>(d)) !=
-                      s.reduced.end();
-        if (!is_red)
-          c.push_back(var(j++, r));
-        else if (red.attrs.flag)
-          c.push_back(Affine{});
-      }
-      store(s.out_buf, 0, s.out_strides, c, result, red.type.dtype);
+      store(s.out_buf, 0, s.out_strides, output_coords(s), result, red.type.dtype);
     }
+  }
+
+  static bool is_reduced(const Stage& s, size_t d) {
+    return std::find(s.reduced.begin(), s.reduced.end(), static_cast<int64_t>(d)) !=
+           s.reduced.end();
+  }
+
+  // A reduction's output coordinates over vars_ holding its kept dims in order: those vars,
+  // and 0 for reduced dims kept as size 1 (keepdim).
+  Coords output_coords(const Stage& s) const {
+    const size_t r = s.shape.size(), kept = r - s.reduced.size();
+    Coords c;
+    for (size_t d = 0, j = 0; d < r; ++d) {
+      if (!is_reduced(s, d))
+        c.push_back(var(j++, kept));
+      else if (g_.node(s.node).attrs.flag)
+        c.push_back(Affine{});
+    }
+    return c;
   }
 
   // A column reduction (Stage::columns): oc is the kept dims but the last, then the column
@@ -258,13 +265,9 @@ class Emitter {
     Value* j0 = b_.CreateMul(oc.back(), b_.getInt64(s.columns));
     Value* width = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, b_.getInt64(s.columns),
                                             b_.CreateSub(b_.getInt64(n), j0));
-    auto grouped = [&](llvm::Instruction* i) {
-      if (group_) i->setMetadata(llvm::LLVMContext::MD_access_group, group_);
-      return i;
-    };
     auto slot = [&](Value* j) { return b_.CreateInBoundsGEP(ct, acc, j); };
-    auto get = [&](Value* j) { return grouped(b_.CreateLoad(ct, slot(j))); };
-    auto set = [&](Value* j, Value* v) { grouped(b_.CreateStore(v, slot(j))); };
+    auto get = [&](Value* j) { return in_group(b_.CreateLoad(ct, slot(j))); };
+    auto set = [&](Value* j, Value* v) { in_group(b_.CreateStore(v, slot(j))); };
     loop(
         b_.getInt64(0), width, [&](Value* j) { set(j, reduce_init(red.op, dt, ct)); },
         /*parallel=*/true);
@@ -272,8 +275,9 @@ class Emitter {
     std::vector<size_t> var_of(r);
     for (size_t d = 0, kept = 0; d < r; ++d) {
       auto it = std::find(s.reduced.begin(), s.reduced.end(), static_cast<int64_t>(d));
-      var_of[d] = it == s.reduced.end() ? (d + 1 == r ? r - 1 : kept++)
-                                        : nk - 1 + static_cast<size_t>(it - s.reduced.begin());
+      var_of[d] = it != s.reduced.end() ? nk - 1 + static_cast<size_t>(it - s.reduced.begin())
+                  : d + 1 == r          ? r - 1
+                                        : kept++;
     }
     std::vector<Value*> rv(nr);
     std::function<void(size_t)> nest = [&](size_t level) {
@@ -298,22 +302,14 @@ class Emitter {
           /*parallel=*/true);
     };
     nest(0);
-    // The output row: kept dims in order, 0 for kept (size-1) reduced dims.
+    // The output row (the last dim is the last kept one).
+    const Coords out = output_coords(s);
     loop(
         b_.getInt64(0), width,
         [&](Value* j) {
           vars_.assign(oc.begin(), oc.end() - 1);
           vars_.push_back(b_.CreateAdd(j0, j));
-          Coords c;
-          for (size_t d = 0, kept = 0; d < r; ++d) {
-            bool is_red = std::find(s.reduced.begin(), s.reduced.end(), static_cast<int64_t>(d)) !=
-                          s.reduced.end();
-            if (!is_red)
-              c.push_back(var(d + 1 == r ? nk - 1 : kept++, nk));
-            else if (red.attrs.flag)
-              c.push_back(Affine{});
-          }
-          store(s.out_buf, 0, s.out_strides, c, round_to(get(j), red.type.dtype), red.type.dtype);
+          store(s.out_buf, 0, s.out_strides, out, round_to(get(j), red.type.dtype), red.type.dtype);
         },
         /*parallel=*/true);
   }
@@ -393,16 +389,20 @@ class Emitter {
                                 affine(linear(strides, c, offset)));
   }
 
+  // A memory access of the innermost parallel loop's body joins its access group.
+  llvm::Instruction* in_group(llvm::Instruction* i) {
+    if (group_) i->setMetadata(llvm::LLVMContext::MD_access_group, group_);
+    return i;
+  }
+
   void store(int plan_buf, int64_t offset, const std::vector<int64_t>& strides, const Coords& c,
              Value* v, DType dt) {
-    auto* st = b_.CreateStore(to_storage(v, dt), address(plan_buf, offset, strides, c, dt));
-    if (group_) st->setMetadata(llvm::LLVMContext::MD_access_group, group_);
+    in_group(b_.CreateStore(to_storage(v, dt), address(plan_buf, offset, strides, c, dt)));
   }
 
   Value* load(int plan_buf, const std::vector<int64_t>& strides, const Coords& c, DType dt) {
-    auto* ld = b_.CreateLoad(storage_type(dt), address(plan_buf, 0, strides, c, dt));
-    if (group_) ld->setMetadata(llvm::LLVMContext::MD_access_group, group_);
-    return from_storage(ld, dt);
+    return from_storage(
+        in_group(b_.CreateLoad(storage_type(dt), address(plan_buf, 0, strides, c, dt))), dt);
   }
 
   std::string memo_key(NodeId n, const Coords& c) {
