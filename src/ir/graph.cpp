@@ -105,6 +105,25 @@ void Graph::clear() {
   outputs_.clear();
 }
 
+void Graph::compact(std::span<const NodeId> keep, std::vector<NodeId>& remap) {
+  remap.assign(nodes_.size(), std::numeric_limits<NodeId>::max());
+  params_.clear();
+  outputs_.clear();
+  NodeId next = 0;
+  for (NodeId id : keep) {
+    LOOM_ASSERT(id >= next && id < nodes_.size());  // ascending: moves only go down
+    Node& n = nodes_[id];
+    for (Value& v : n.operands) {
+      LOOM_ASSERT(remap[v.node] != std::numeric_limits<NodeId>::max());
+      v.node = remap[v.node];
+    }
+    if (id != next) nodes_[next] = std::move(n);
+    if (nodes_[next].op == OpKind::Parameter) params_.push_back(next);
+    remap[id] = next++;
+  }
+  while (nodes_.size() > next) nodes_.pop_back();
+}
+
 namespace {
 // Marks map[id] = 1 for every node the roots need (map: zeros of g.size()); returns how many.
 size_t mark_live(const Graph& g, std::span<const Value> roots, std::vector<NodeId>& map) {

@@ -289,6 +289,7 @@ class TraceContext {
   ir::Graph graph_;
   ir::Builder builder_;
   std::vector<DataSlot> slots_;
+  std::vector<DataSlot> spare_slots_;  // compact()'s second vector, kept for its capacity
   std::unordered_map<const void*, uint32_t> slot_by_buffer_;
   TensorImpl head_;  // sentinel of the pending list
   size_t gc_threshold_ = 1 << 14;

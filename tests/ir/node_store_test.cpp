@@ -77,5 +77,45 @@ TEST(NodeStoreTest, CopyMoveIterateAndClearKeepTheGraph) {
   }
 }
 
+// compact keeps what prune keeps, in place: the same text as prune's copy (the oracle), the
+// parameters in order, and the same chunks, which the graph refills without new memory.
+TEST(NodeStoreTest, CompactKeepsWhatPruneKeepsInPlace) {
+  Graph g;
+  Builder b(g);
+  Value x = b.parameter({float32, {4}}, 0);
+  Value dead = b.unary(OpKind::Exp, x);
+  Value y = b.parameter({float32, {4}}, 1);
+  Value v = x;
+  for (int i = 0; i < 300; ++i) {  // live nodes with dead ones between them, over chunks
+    v = b.binary(i % 2 ? OpKind::Mul : OpKind::Add, v, i % 3 ? x : y);
+    dead = b.binary(OpKind::Sub, dead, v);
+  }
+  Value z = b.parameter({float32, {4}}, 2);  // a parameter the roots do not need
+  b.binary(OpKind::Add, z, dead);
+  const size_t before = g.size();
+  std::vector<const Node*> addr;
+  for (NodeId id = 0; id < before; ++id) addr.push_back(&g.node(id));
+
+  const std::vector<Value> roots{v};
+  std::vector<NodeId> oracle_remap;
+  Graph oracle = prune(g, roots, false, &oracle_remap);  // returns the roots
+  std::vector<NodeId> keep;
+  for (NodeId id = 0; id < before; ++id)
+    if (oracle_remap[id] != UINT32_MAX) keep.push_back(id);
+
+  std::vector<NodeId> remap;
+  g.compact(keep, remap);
+  EXPECT_EQ(remap, oracle_remap);
+  g.outputs().push_back({remap[v.node], 0});
+  EXPECT_EQ(to_text(g), to_text(oracle));
+  ASSERT_EQ(g.size(), keep.size());
+  EXPECT_EQ(g.params(), (std::vector<NodeId>{remap[x.node], remap[y.node]}));
+  // Grown back to the old size: every node sits where the node of that id sat before.
+  Builder b2(g);
+  Value w = {remap[v.node], 0};
+  while (g.size() < before) w = b2.unary(OpKind::Neg, w);
+  for (NodeId id = 0; id < before; ++id) ASSERT_EQ(&g.node(id), addr[id]) << "node " << id;
+}
+
 }  // namespace
 }  // namespace loom::ir

@@ -193,6 +193,11 @@ class Graph {
   const std::vector<Value>& outputs() const { return outputs_; }
   void clear();
   void reserve(size_t n) { nodes_.reserve(n); }
+  // Keeps only the nodes `keep` (ascending ids, each node's operands among them), moved down
+  // in place to ids 0..keep.size()-1 with their operands renumbered; remap receives old id ->
+  // new id (UINT32_MAX if dropped). The chunks stay allocated, so a graph that compacts and
+  // grows again reuses its memory instead of faulting in fresh pages. Outputs are cleared.
+  void compact(std::span<const NodeId> keep, std::vector<NodeId>& remap);
 
  private:
   NodeStore nodes_;
