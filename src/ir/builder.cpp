@@ -68,6 +68,8 @@ Builder::Builder(Graph& g, bool hash_cons) : g_(&g), hash_cons_(hash_cons) { rei
 
 void Builder::reindex() {
   merkle_.clear();
+  first_user_.clear();
+  in_table_.clear();
   // Size the table for as many nodes as the graph had before (a traced step refills it to
   // about the same size): clearing costs less than growing it again from 64.
   size_t keep = 64;
@@ -77,10 +79,25 @@ void Builder::reindex() {
   if (!hash_cons_) return;
   merkle_.reserve(g_->size());
   for (NodeId id = 0; id < g_->size(); ++id) {
-    Hash128 h = node_hash(g_->node(id));
-    merkle_.push_back(h);
-    if (g_->node(id).regions.empty()) insert(h, id);
+    merkle_.push_back(node_hash(g_->node(id)));
+    record(id, has_unused_operand(g_->node(id)));
   }
+}
+
+bool Builder::has_unused_operand(const Node& n) const {
+  for (Value v : n.operands)
+    if (first_user_[v.node] == kEmpty) return true;
+  return false;
+}
+
+void Builder::record(NodeId id, bool defer) {
+  const Node& n = g_->node(id);
+  for (Value v : n.operands)
+    if (first_user_[v.node] == kEmpty) first_user_[v.node] = id;
+  first_user_.push_back(kEmpty);
+  const bool table = n.regions.empty() && !defer;  // control flow is never merged
+  in_table_.push_back(table || !n.regions.empty());
+  if (table) insert(merkle_[id], id);
 }
 
 namespace {
@@ -194,17 +211,32 @@ Value Builder::intern(NodeId id) {
   if (!hash_cons_) return {id, 0};
   const Node& n = g_->node(id);
   const Hash128 h = node_hash(n);
-  size_t mask = table_.size() - 1;
-  const uint32_t tag = static_cast<uint32_t>(h.lo);
-  for (size_t i = tag & mask; table_[i].id != kEmpty; i = (i + 1) & mask) {
-    const Slot& s = table_[i];
-    if (s.tag == tag && merkle_[s.id] == h && same_node(g_->node(s.id), n)) {
-      g_->pop_back();
-      return {s.id, 0};
+  // A node equal to n uses every operand of n: with an operand no node uses yet, n is new and
+  // is left out of the table (deferred) until a second node uses that operand. That node
+  // puts it in first, so it finds it. An elementwise chain never touches the table.
+  bool unused = false;
+  for (Value v : n.operands) {
+    const NodeId u = first_user_[v.node];
+    if (u == kEmpty) {
+      unused = true;
+    } else if (!in_table_[u]) {
+      in_table_[u] = 1;
+      insert(merkle_[u], u);
+    }
+  }
+  if (!unused) {
+    size_t mask = table_.size() - 1;
+    const uint32_t tag = static_cast<uint32_t>(h.lo);
+    for (size_t i = tag & mask; table_[i].id != kEmpty; i = (i + 1) & mask) {
+      const Slot& s = table_[i];
+      if (s.tag == tag && merkle_[s.id] == h && same_node(g_->node(s.id), n)) {
+        g_->pop_back();
+        return {s.id, 0};
+      }
     }
   }
   merkle_.push_back(h);
-  insert(h, id);
+  record(id, unused);
   return {id, 0};
 }
 
@@ -229,7 +261,10 @@ std::vector<Value> Builder::make_region(OpKind op, std::span<const Value> operan
 NodeId Builder::add(Node n) {
   Hash128 h = hash_cons_ ? node_hash(n) : Hash128{};
   NodeId id = g_->add(std::move(n));
-  if (hash_cons_) merkle_.push_back(h);
+  if (hash_cons_) {
+    merkle_.push_back(h);
+    record(id, false);
+  }
   return id;
 }
 

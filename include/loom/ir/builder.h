@@ -93,12 +93,22 @@ class Builder {
   Value intern(NodeId id);
   Hash128 node_hash(const Node& n) const;
   bool same_node(const Node& a, const Node& b) const;
+  // Whether an operand of n has no user yet (first_user_ kEmpty): then no node equals n.
+  bool has_unused_operand(const Node& n) const;
+  // Registers node id (its Merkle hash already pushed): the first user of its operands, and
+  // in the table unless deferred (or control flow, which is never merged).
+  void record(NodeId id, bool defer);
   void insert(const Hash128& h, NodeId id);
   void grow();
 
   Graph* g_;
   bool hash_cons_;
   std::vector<Hash128> merkle_;  // per node
+  // Per node: the first node that uses it (kEmpty: none yet), and whether it is in the table
+  // (or needs no entry). A node left out has an operand whose first user it is; the next node
+  // using that operand puts it in the table before it looks itself up.
+  std::vector<NodeId> first_user_;
+  std::vector<uint8_t> in_table_;
   // Open addressing by the low half of the Merkle hash: node id and 32 bits of the high half
   // (so probes rarely touch the nodes); id kEmpty marks a free slot.
   struct Slot {
