@@ -211,6 +211,9 @@ void TraceContext::link(TensorImpl* impl) {
 // Release: once a foreign drop sees false it may destroy impl, so nothing here touches impl
 // after the store, and callers that hold no reference to impl unlink it last.
 void TraceContext::unlink(TensorImpl* impl) {
+  // A dropped node that no node uses may be garbage now (another tensor may still hold it).
+  const ir::NodeId n = impl->value.node;
+  if (n >= graph_.size() || !builder_.used(n)) maybe_garbage_ = true;
   impl->prev->next = impl->next;
   impl->next->prev = impl->prev;
   impl->prev = impl->next = nullptr;
@@ -483,6 +486,7 @@ void TraceContext::rebind(TensorImpl& impl, ir::Value v) {
   }
   if (impl.scope != 0) escaped(impl);
   LOOM_ASSERT(graph_.type(v) == impl.type);
+  maybe_garbage_ = true;  // the old value may be needed by nothing now
   if (step_ && step_->recording && !impl.pending())
     step_->updated.push_back(impl.shared_from_this());
   if (grad_.any() && grad_.resolve(v.node) == GradTape::kActive) {
@@ -813,6 +817,7 @@ void TraceContext::write_back(const std::vector<TensorImpl*>& impls, const std::
     n.attrs = ir::Attrs{};
     n.attrs.i = slot;
     converted_ = true;
+    maybe_garbage_ = true;  // the node's operands lost a user
   }
 }
 
@@ -845,11 +850,22 @@ void TraceContext::reset_graph() {
   slots_.clear();
   slot_by_buffer_.clear();
   gc_threshold_ = 1 << 14;
+  maybe_garbage_ = false;
+  walked_ = 0;
 }
 
 void TraceContext::collect_garbage() {
   if (has_handoffs_.load(std::memory_order_relaxed)) drain_handoffs();
-  if (graph_.size() > gc_threshold_ && compaction_holds_ == 0) compact();
+  if (graph_.size() <= gc_threshold_ || compaction_holds_ != 0) return;
+  // Garbage needs a node that nothing uses and no tensor holds. When no tensor dropped such a
+  // node and no read cut the graph since the last walk, every node is still needed (a chain
+  // like x = x * c + y): skip the walk, up to 4x the size last walked (a backstop for the
+  // nodes of an op that threw halfway).
+  if (!maybe_garbage_ && graph_.size() < 4 * std::max<size_t>(walked_, 1 << 14)) {
+    gc_threshold_ = graph_.size() * 2;
+    return;
+  }
+  compact();
 }
 
 void TraceContext::compact() {
@@ -859,6 +875,8 @@ void TraceContext::compact() {
     live.push_back(p);
     roots.push_back(p->value);
   }
+  maybe_garbage_ = false;
+  walked_ = graph_.size();
   std::vector<ir::NodeId> order = collect(roots);
   if (order.size() * 2 > graph_.size()) {  // mostly live: a copy would free little
     gc_threshold_ = graph_.size() * 2;

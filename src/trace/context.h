@@ -293,6 +293,10 @@ class TraceContext {
   std::unordered_map<const void*, uint32_t> slot_by_buffer_;
   TensorImpl head_;  // sentinel of the pending list
   size_t gc_threshold_ = 1 << 14;
+  // Whether a node may have become garbage since the last compaction walk (a tensor dropped a
+  // node nothing uses, an in-place update, a partial read), and the size that walk saw.
+  bool maybe_garbage_ = false;
+  size_t walked_ = 0;
   int compaction_holds_ = 0;
   std::vector<uint32_t> mark_;
   std::vector<uint32_t> slot_mark_, slot_node_;  // per cut: the parameter of each data slot

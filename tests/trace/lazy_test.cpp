@@ -2,6 +2,7 @@
 // graph, the compile cache and host scalars.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 
@@ -111,6 +112,39 @@ TEST_F(LazyTest, PendingGraphStaysBoundedWithoutSync) {
   // The graph cut at the sync holds only the live result: one product and its inputs.
   EXPECT_LE(loom::metrics().sync_nodes, 4);
   EXPECT_EQ(y.to_vector<float>()[0], 99999.0f);
+}
+
+// A compaction walk is skipped while nothing can have become garbage (a live chain). These
+// loops make garbage in the other ways: an in-place update that replaces a value, and partial
+// reads (the read tensor leaves the pending list and its node turns into data, so the chain
+// before it loses its last user). The pending graph must stay bounded all along.
+TEST_F(LazyTest, PendingGraphStaysBoundedWhenUpdatesOrReadsMakeTheGarbage) {
+  constexpr int64_t kBound = 3 * (1 << 14);
+  {
+    Tensor x = loom::ones({2});
+    Tensor w = loom::zeros({2});
+    int64_t peak = 0;
+    for (int i = 0; i < 100000; ++i) {
+      w.copy_(x * static_cast<double>(i));
+      peak = std::max(peak, loom::pending_graph_size());
+    }
+    EXPECT_LE(peak, kBound);
+    EXPECT_EQ(w.to_vector<float>(), (std::vector<float>{99999, 99999}));
+  }
+  loom::sync();
+  loom::reset_metrics();
+  Tensor acc = loom::zeros({2});
+  Tensor one = loom::ones({2});
+  Tensor keep = one * 2.0;  // pending throughout: every read below is partial
+  int64_t peak = 0;
+  for (int i = 0; i < 100000; ++i) {
+    acc = acc + one;
+    if (i % 100 == 99) ASSERT_EQ(acc.to_vector<float>()[0], i + 1.0f);
+    peak = std::max(peak, loom::pending_graph_size());
+  }
+  EXPECT_LE(peak, kBound);
+  EXPECT_GT(loom::metrics().pending_compactions, 0);
+  EXPECT_EQ(keep.to_vector<float>(), (std::vector<float>{2, 2}));
 }
 
 TEST_F(LazyTest, LongLiveChainsStayCorrectAcrossCompactions) {

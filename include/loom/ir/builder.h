@@ -73,6 +73,9 @@ class Builder {
   // through the builder (make or add), never through Graph::add.
   NodeId add(Node n);
 
+  // Whether a node of the graph uses node id (false when unknown: hash-consing off).
+  bool used(NodeId id) const { return id < first_user_.size() && first_user_[id] != kNoUser; }
+
   // Rebuilds the hash-consing table and the Merkle hashes (after g changed elsewhere).
   void reindex();
 
@@ -107,6 +110,7 @@ class Builder {
   // Per node: the first node that uses it (kEmpty: none yet), and whether it is in the table
   // (or needs no entry). A node left out has an operand whose first user it is; the next node
   // using that operand puts it in the table before it looks itself up.
+  static constexpr NodeId kNoUser = UINT32_MAX;  // the table's kEmpty
   std::vector<NodeId> first_user_;
   std::vector<uint8_t> in_table_;
   // Open addressing by the low half of the Merkle hash: node id and 32 bits of the high half
