@@ -281,6 +281,17 @@ Value Builder::parameter(const TensorType& t, int64_t index) {
   n.attrs.i = index;
   return intern(id);
 }
+Value Builder::unique_parameter(const TensorType& t, int64_t index) {
+  if (!hash_cons_) return parameter(t, index);
+  if (!t.shape.empty()) check_shape("parameter", t.shape);
+  NodeId id = static_cast<NodeId>(g_->size());
+  Node& n = g_->emplace_back(OpKind::Parameter);
+  n.type = t;
+  n.attrs.i = index;
+  merkle_.push_back(node_hash(n));
+  record(id, /*defer=*/true);
+  return {id, 0};
+}
 Value Builder::constant(double v, DType dt) {
   Attrs a;
   a.f = v;

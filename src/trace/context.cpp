@@ -422,7 +422,7 @@ ir::Value TraceContext::scalar(const Scalar& s, DType dt) {
   d.i = s.is_int ? s.ivalue : static_cast<int64_t>(s.value);
   d.is_scalar = true;
   ++host_scalars;
-  return builder_.parameter(d.type, slot);
+  return builder_.unique_parameter(d.type, slot);  // a fresh slot: no other node reads it
 }
 
 ir::Value TraceContext::next_rng_key() {

@@ -85,5 +85,23 @@ TEST(HashConsTest, TheFirstUserOfAValueIsFoundByTheNext) {
   EXPECT_EQ(g.size(), size);
 }
 
+// A host number's parameter (unique_parameter) is a node of its own, the ops on it hash-cons
+// as any other's, and after a reindex parameter() of its index finds it.
+TEST(HashConsTest, UniqueParametersAreNodesOfTheirOwn) {
+  Graph g;
+  Builder b(g);
+  const Value x = b.parameter({float32, {4}}, 0);
+  const Value s1 = b.unique_parameter({float32, {}}, 1), s2 = b.unique_parameter({float32, {}}, 2);
+  EXPECT_NE(s1, s2);
+  EXPECT_EQ(g.params(), (std::vector<NodeId>{x.node, s1.node, s2.node}));
+  const Value m = b.binary(OpKind::Mul, x, b.expand(s1, {4}));
+  EXPECT_EQ(b.binary(OpKind::Mul, x, b.expand(s1, {4})), m);
+  const size_t size = g.size();
+  b.reindex();
+  EXPECT_EQ(b.parameter({float32, {}}, 1), s1);
+  EXPECT_EQ(b.parameter({float32, {}}, 2), s2);
+  EXPECT_EQ(g.size(), size);
+}
+
 }  // namespace
 }  // namespace loom::ir

@@ -43,6 +43,10 @@ class Builder {
 
   Value parameter(const TensorType& t);  // next parameter index
   Value parameter(const TensorType& t, int64_t index);
+  // A parameter of an index that no node has and that parameter() is never called with
+  // (a host number's fresh slot): no earlier node equals it, and no later lookup needs it, so
+  // it skips the hash-consing table (a reindex puts it in).
+  Value unique_parameter(const TensorType& t, int64_t index);
   Value constant(double v, DType dt);  // 0-d
   Value iota(const TensorType& t, int64_t axis);
   Value unary(OpKind op, Value x);
