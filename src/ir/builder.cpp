@@ -79,25 +79,26 @@ void Builder::reindex() {
   if (!hash_cons_) return;
   merkle_.reserve(g_->size());
   for (NodeId id = 0; id < g_->size(); ++id) {
-    merkle_.push_back(node_hash(g_->node(id)));
-    record(id, has_unused_operand(g_->node(id)));
+    const Node& n = g_->node(id);
+    merkle_.push_back(node_hash(n));
+    record(id, !n.regions.empty()      ? Entry::None
+               : has_unused_operand(n) ? Entry::Deferred
+                                       : Entry::Table);
   }
 }
 
 bool Builder::has_unused_operand(const Node& n) const {
   for (Value v : n.operands)
-    if (first_user_[v.node] == kEmpty) return true;
+    if (first_user_[v.node] == kNoUser) return true;
   return false;
 }
 
-void Builder::record(NodeId id, bool defer) {
-  const Node& n = g_->node(id);
-  for (Value v : n.operands)
-    if (first_user_[v.node] == kEmpty) first_user_[v.node] = id;
-  first_user_.push_back(kEmpty);
-  const bool table = n.regions.empty() && !defer;  // control flow is never merged
-  in_table_.push_back(table || !n.regions.empty());
-  if (table) insert(merkle_[id], id);
+void Builder::record(NodeId id, Entry e) {
+  for (Value v : g_->node(id).operands)
+    if (first_user_[v.node] == kNoUser) first_user_[v.node] = id;
+  first_user_.push_back(kNoUser);
+  in_table_.push_back(e != Entry::Deferred);
+  if (e == Entry::Table) insert(merkle_[id], id);
 }
 
 namespace {
@@ -217,7 +218,7 @@ Value Builder::intern(NodeId id) {
   bool unused = false;
   for (Value v : n.operands) {
     const NodeId u = first_user_[v.node];
-    if (u == kEmpty) {
+    if (u == kNoUser) {
       unused = true;
     } else if (!in_table_[u]) {
       in_table_[u] = 1;
@@ -236,7 +237,7 @@ Value Builder::intern(NodeId id) {
     }
   }
   merkle_.push_back(h);
-  record(id, unused);
+  record(id, unused ? Entry::Deferred : Entry::Table);
   return {id, 0};
 }
 
@@ -263,7 +264,7 @@ NodeId Builder::add(Node n) {
   NodeId id = g_->add(std::move(n));
   if (hash_cons_) {
     merkle_.push_back(h);
-    record(id, false);
+    record(id, Entry::None);  // never merged, as before a reindex
   }
   return id;
 }
@@ -289,7 +290,7 @@ Value Builder::unique_parameter(const TensorType& t, int64_t index) {
   n.type = t;
   n.attrs.i = index;
   merkle_.push_back(node_hash(n));
-  record(id, /*defer=*/true);
+  record(id, Entry::None);
   return {id, 0};
 }
 Value Builder::constant(double v, DType dt) {

@@ -100,21 +100,25 @@ class Builder {
   Value intern(NodeId id);
   Hash128 node_hash(const Node& n) const;
   bool same_node(const Node& a, const Node& b) const;
-  // Whether an operand of n has no user yet (first_user_ kEmpty): then no node equals n.
+  // Whether an operand of n has no user yet: then no earlier node equals n.
   bool has_unused_operand(const Node& n) const;
+  // How record() registers a node: in the table; left out until a second node uses the
+  // operand whose first user it is (Deferred); or with no entry (None: control flow and
+  // add()'s nodes are never merged into, a host number's parameter is never looked up).
+  enum class Entry { Table, Deferred, None };
   // Registers node id (its Merkle hash already pushed): the first user of its operands, and
-  // in the table unless deferred (or control flow, which is never merged).
-  void record(NodeId id, bool defer);
+  // its table entry.
+  void record(NodeId id, Entry e);
   void insert(const Hash128& h, NodeId id);
   void grow();
 
   Graph* g_;
   bool hash_cons_;
   std::vector<Hash128> merkle_;  // per node
-  // Per node: the first node that uses it (kEmpty: none yet), and whether it is in the table
-  // (or needs no entry). A node left out has an operand whose first user it is; the next node
-  // using that operand puts it in the table before it looks itself up.
-  static constexpr NodeId kNoUser = UINT32_MAX;  // the table's kEmpty
+  // Per node: the first node that uses it (kNoUser: none yet), and whether it is in the table
+  // or needs no entry (0 only while Deferred). A node left out has an operand whose first user it
+  // is; the next node using that operand puts it in the table before it looks itself up.
+  static constexpr NodeId kNoUser = UINT32_MAX;
   std::vector<NodeId> first_user_;
   std::vector<uint8_t> in_table_;
   // Open addressing by the low half of the Merkle hash: node id and 32 bits of the high half
