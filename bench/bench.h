@@ -45,6 +45,8 @@ inline double seconds() {
 // The median of v; of `reps` timings of f() in seconds.
 double median(std::vector<double> v);
 double median_seconds(int reps, const std::function<void()>& f);
+// The hardware threads of this machine (at least 1): the benches' full width (main.cpp).
+int hardware_threads();
 // The machine's floating-point peak in this run, FLOP/s: independent AVX2 fused multiply-adds
 // on `threads` threads at once (12 accumulators each, for ~0.2 s), the bound no product can
 // pass; 0 when the CPU has no AVX2 FMA (main.cpp).

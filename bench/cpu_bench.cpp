@@ -137,7 +137,7 @@ double time_once(const std::function<void()>& f) {
 class BlasThreads {
  public:
   BlasThreads() : previous_(openblas_get_num_threads()) {
-    openblas_set_num_threads(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+    openblas_set_num_threads(hardware_threads());
   }
   ~BlasThreads() { openblas_set_num_threads(previous_); }
   BlasThreads(const BlasThreads&) = delete;
@@ -572,7 +572,7 @@ std::vector<Figure> decoder_train_step() {
   f.push_back({"compile_ms", (m1.compile_seconds - m0.compile_seconds) * 1e3, "ms", "first step"});
   f.push_back({"baseline_3x_sgemm_ms", blas_ms, "ms",
                "same run: 3 x the forward's 50 matmuls on cblas_sgemm (a lower bound)"});
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int cores = hardware_threads();
   if (const double peak = fma_peak_flops(cores); peak > 0) {
     // 50 forward products, 50 weight gradients, 49 input gradients (the input needs none).
     const double flops = (3.0 * kLayers - 1) * 2.0 * kBatch * kSeq * kDim * kDim;

@@ -60,6 +60,10 @@ __attribute__((target("avx2,fma"))) float fma_loop(int64_t iterations) {
 
 }  // namespace
 
+int hardware_threads() {
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
 double fma_peak_flops(int threads) {
   if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) return 0;
   constexpr int64_t kIterations = 20'000'000;  // 3.84 GFLOP per thread

@@ -5,7 +5,6 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "bench.h"
@@ -250,7 +249,7 @@ std::vector<Figure> mlp_train() {
   f.push_back({"baseline_products_steps_per_s", bound, "steps/s",
                "same run: the step's 5 matmuls alone on cblas_sgemm, full width (an upper bound)"});
   f.push_back({"trace_once_over_products_bound", r / bound, "x", "1 = the matmuls' own speed"});
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int cores = hardware_threads();
   if (const double peak = fma_peak_flops(cores); peak > 0) {
     const double flops = 2.0 * 64 * (2 * 784 * 256 + 3 * 256 * 10);  // fwd, dW1, dW2, dH
     char note[160];

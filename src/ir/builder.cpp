@@ -272,25 +272,28 @@ NodeId Builder::add(Node n) {
 Value Builder::parameter(const TensorType& t) {
   return parameter(t, static_cast<int64_t>(g_->params().size()));
 }
-// infer_type's checks for a parameter (its shape), without the generic dispatch: every
-// host number and data tensor of a trace comes through here.
-Value Builder::parameter(const TensorType& t, int64_t index) {
+namespace {
+// Appends a parameter node after infer_type's checks for it (its shape), without the generic
+// dispatch: every host number and data tensor of a trace comes through here.
+NodeId append_parameter(Graph& g, const TensorType& t, int64_t index) {
   if (!t.shape.empty()) check_shape("parameter", t.shape);  // a 0-d type always passes
-  NodeId id = static_cast<NodeId>(g_->size());
-  Node& n = g_->emplace_back(OpKind::Parameter);
+  NodeId id = static_cast<NodeId>(g.size());
+  Node& n = g.emplace_back(OpKind::Parameter);
   n.type = t;
   n.attrs.i = index;
-  return intern(id);
+  return id;
+}
+}  // namespace
+
+Value Builder::parameter(const TensorType& t, int64_t index) {
+  return intern(append_parameter(*g_, t, index));
 }
 Value Builder::unique_parameter(const TensorType& t, int64_t index) {
-  if (!hash_cons_) return parameter(t, index);
-  if (!t.shape.empty()) check_shape("parameter", t.shape);
-  NodeId id = static_cast<NodeId>(g_->size());
-  Node& n = g_->emplace_back(OpKind::Parameter);
-  n.type = t;
-  n.attrs.i = index;
-  merkle_.push_back(node_hash(n));
-  record(id, Entry::None);
+  const NodeId id = append_parameter(*g_, t, index);
+  if (hash_cons_) {
+    merkle_.push_back(node_hash(g_->node(id)));
+    record(id, Entry::None);
+  }
   return {id, 0};
 }
 Value Builder::constant(double v, DType dt) {
