@@ -47,9 +47,10 @@ double median(std::vector<double> v);
 double median_seconds(int reps, const std::function<void()>& f);
 // The hardware threads of this machine (at least 1): the benches' full width (main.cpp).
 int hardware_threads();
-// The machine's floating-point peak in this run, FLOP/s: independent AVX2 fused multiply-adds
-// on `threads` threads at once (12 accumulators each, for ~0.2 s), the bound no product can
-// pass; 0 when the CPU has no AVX2 FMA (main.cpp).
+// The machine's floating-point peak in this run, FLOP/s: independent fused multiply-adds on
+// `threads` threads at once (12 accumulators each, for ~0.2 s; AVX2, and AVX-512 where the
+// CPU has it, the faster of the two), the bound no product can pass; 0 when the CPU has no
+// AVX2 FMA (main.cpp).
 double fma_peak_flops(int threads);
 // The five products of the 784-256-10 MLP's training step (batch 64) alone, on OpenBLAS at
 // full width, best of 5 x 200: a lower bound of the step (cpu_bench.cpp).
