@@ -86,10 +86,15 @@ def main():
         loss = train_step(loom.tensor(xs), loom.tensor(ys))
         if step == 1 or step % 50 == 0 or step == steps:
             print(f"  step {step:4d}  loss {loss.item():.4f}")
-    dt = time.perf_counter() - t0
+        if step == 1:
+            t1 = time.perf_counter()  # after the first step (traced and compiled)
+    end = time.perf_counter()
+    dt = end - t0
     m = loom.metrics()
     print(f"  {steps} steps in {dt:.2f} s ({dt / steps * 1e3:.1f} ms/step); compiles "
           f"{m.compiles}, compile {m.compile_seconds:.2f} s, bodies traced {m.bodies_traced}")
+    if steps > 1:
+        print(f"  steady: {(end - t1) / (steps - 1) * 1e3:.2f} ms/step (steps 2-{steps})")
     sample = text[:CONTEXT]
     with loom.no_grad():
         model.eval()

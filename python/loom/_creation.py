@@ -49,9 +49,9 @@ def tensor(data, dtype=None, requires_grad=False):
             raise TypeError(f"tensor(): could not convert data of type {type(data).__name__} "
                             f"to a tensor: {e}") from None
         if arr.dtype == np.float64 or arr.dtype.kind == "f":
-            arr = arr.astype(np.float32)
+            arr = arr.astype(np.float32, copy=False)
         elif arr.dtype.kind in "iu":
-            arr = arr.astype(np.int64)
+            arr = arr.astype(np.int64, copy=False)
         elif arr.dtype.kind == "b":
             pass
         elif arr.dtype == object or arr.dtype.kind not in "biuf":

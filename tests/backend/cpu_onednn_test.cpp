@@ -163,6 +163,17 @@ TEST_F(CpuOnednn, SplitProductsMatchTheReference) {
       [] { return Outs{loom::matmul(data({1, 200}, 5), data({200, 300}, 6))}; });
   expect_onednn_matches_ref(
       [] { return Outs{loom::matmul(data({3, 1, 40}, 7), data({3, 40, 50}, 8))}; });
+  // From 32 rows up rows are split before columns: the MLP's class (64 rows, B transposed,
+  // bias and relu as post-ops), an odd count (22 and 23 rows), and below 32 rows columns.
+  expect_onednn_matches_ref([] {
+    Tensor w = data({160, 200}, 9);
+    return Outs{
+        loom::relu(loom::matmul(data({64, 200}, 10), loom::transpose(w, 0, 1)) + data({160}, 11))};
+  });
+  expect_onednn_matches_ref(
+      [] { return Outs{loom::matmul(data({45, 100}, 12), data({100, 130}, 13))}; });
+  expect_onednn_matches_ref(
+      [] { return Outs{loom::matmul(data({20, 100}, 14), data({100, 300}, 15))}; });
 }
 
 TEST_F(CpuOnednn, BatchedAndBroadcastBatchesMatchTheReference) {

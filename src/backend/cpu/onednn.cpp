@@ -379,7 +379,11 @@ std::shared_ptr<const OnednnProduct> make_onednn_product(const ir::Graph& g, con
     batch.clear();
   }
   const int64_t pool = ThreadPool::instance().size();
-  int64_t row_parts = nb >= 2 * pool ? 1 : std::min<int64_t>(pool, std::max<int64_t>(1, m / 64));
+  // Rows first, down to parts of 32: a part of whole rows writes a dense block of C, which
+  // oneDNN 2.6's brgemm takes, while a part of columns writes a strided one and runs on its
+  // gemm:jit (the MLP's [64,784]x[784,256] at 2 threads: 83 against 93 us per part in the
+  // step, 4-12% more steps per second). Columns only for products of fewer rows.
+  int64_t row_parts = nb >= 2 * pool ? 1 : std::min<int64_t>(pool, std::max<int64_t>(1, m / 32));
   int64_t col_parts = 1;
   if (nb == 1 && row_parts == 1 && nn >= 128 && m * nn * k >= (int64_t{1} << 20))
     col_parts = std::min<int64_t>(pool, nn / 64);
