@@ -9,9 +9,10 @@ again. The same model as examples/train_lm.cpp. Prints the loss as it falls and 
     PYTHONPATH=build/python .venv/bin/python examples/python/train_lm.py [steps] [path]
 """
 import pathlib
-import random
 import sys
 import time
+
+import numpy as np
 
 import loom
 import loom.nn as nn
@@ -74,16 +75,15 @@ def main():
         opt.zero_grad()
         return loss
 
-    rng = random.Random(1)
+    # The text as class indices once; a batch is a gather of BATCH random windows (numpy).
+    ids = np.array([index[c] for c in text], dtype=np.int64)
+    window = np.arange(CONTEXT + 1)
+    rng = np.random.default_rng(1)
     loom.reset_metrics()
     t0 = time.perf_counter()
     for step in range(1, steps + 1):
-        xs, ys = [], []
-        for _ in range(BATCH):
-            s = rng.randrange(0, len(text) - CONTEXT - 1)
-            xs.append([index[c] for c in text[s:s + CONTEXT]])
-            ys.append([index[c] for c in text[s + 1:s + CONTEXT + 1]])
-        loss = train_step(loom.tensor(xs), loom.tensor(ys))
+        rows = ids[rng.integers(0, len(text) - CONTEXT - 1, BATCH)[:, None] + window]
+        loss = train_step(loom.from_numpy(rows[:, :-1]), loom.from_numpy(rows[:, 1:]))
         if step == 1 or step % 50 == 0 or step == steps:
             print(f"  step {step:4d}  loss {loss.item():.4f}")
         if step == 1:
