@@ -23,8 +23,6 @@ import subprocess
 import sys
 import time
 
-import numpy as np
-
 import loom
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
