@@ -290,6 +290,46 @@ TEST_F(NativeLoopsTest, RegionsThatReturnTheirParameters) {
   }
 }
 
+// Carries of at most 64 bytes live on the native function's stack (in registers once promoted),
+// larger ones ping-pong between the result and scratch buffers: a loop with both kinds, each
+// carry read after the other is written, at zero, odd and even trip counts, both directions.
+TEST_F(NativeLoopsTest, CarriesOnBothSidesOfTheStackBound) {
+  for (int64_t n : {0, 1, 2, 5}) {
+    for (bool reverse : {false, true}) {
+      SCOPED_TRACE("length " + std::to_string(n) + (reverse ? " reverse" : ""));
+      expect_native_matches(19, 1, [&] {
+        Tensor xs = loom::randn({n, 17});
+        std::vector<Tensor> init = {loom::randn({16}), loom::randn({17}), loom::tensor(0.5f),
+                                    loom::tensor(std::vector<double>(9, 1.0), {9})};
+        auto [c, ys] = loom::scan(
+            [](const std::vector<Tensor>& c, const Tensor& x) {
+              Tensor big = loom::tanh(c[1] * 0.75 + x) + loom::sum(c[0]) * 0.125;
+              Tensor small = c[0] * 0.5 + loom::sum(c[1]) * 0.0625;
+              Tensor s = c[2] * 0.875 + loom::sum(x) * 0.25;
+              Tensor d = c[3] * 0.5 + loom::to(s, DType::Float64);
+              return std::pair{std::vector<Tensor>{small, big, s, d},
+                               std::vector<Tensor>{s, small}};
+            },
+            init, xs, loom::ScanOptions{.reverse = reverse});
+        return std::vector<Tensor>{c[0], c[1], c[2], c[3], ys[0], ys[1]};
+      });
+    }
+  }
+  for (int64_t stop : {0, 1, 4}) {
+    SCOPED_TRACE("while, " + std::to_string(stop) + " trips");
+    expect_native_matches(23, 1, [&] {
+      auto [i, small, big] = loom::while_loop(
+          [&](const Tensor& i, const Tensor&, const Tensor&) { return i < stop; },
+          [](const Tensor& i, const Tensor& small, const Tensor& big) {
+            return std::tuple{i + 1, small * 0.5 + loom::sum(big) * 0.03125,
+                              loom::sin(big) + loom::sum(small) * 0.25};
+          },
+          std::tuple{loom::tensor(int64_t{0}), loom::randn({4}), loom::randn({32})});
+      return std::vector<Tensor>{i, small, big};
+    });
+  }
+}
+
 // A scan's length is an argument of its native function: another length compiles nothing.
 TEST_F(NativeLoopsTest, ScansOfAnyLengthShareOneFunction) {
   loom::runtime::set_backend("cpu");

@@ -876,7 +876,8 @@ KernelFn detail::cached_function(const std::string& text,
     }
   }
   bool loaded = false;
-  std::vector<void*> fns = Jit::instance().compile(text + '\n', {"k0"}, emit, &loaded);
+  std::vector<void*> fns =
+      Jit::instance().compile(text + '\n', {"k0"}, emit, &loaded, Codegen::Optimized);
   if (t_code_info) (loaded ? t_code_info->modules_loaded : t_code_info->modules_compiled)++;
   std::lock_guard lock(cache().mu);
   auto [it, fresh] = cache().fns.try_emplace(text, reinterpret_cast<KernelFn>(fns[0]));

@@ -65,8 +65,9 @@ constexpr const char* kIrPipeline =
     "loop-mssa(licm),loop-rotate,indvars,loop-vectorize,instcombine<no-verify-fixpoint>,"
     "simplifycfg)";
 
-// Every setting below that changes the object code; part of the persistent-cache key.
-constexpr const char* kPipeline = "codegen=None; object-format=1";
+// Every setting below that changes the object code; part of the persistent-cache key (with the
+// module's Codegen level, added per module).
+constexpr const char* kPipeline = "object-format=1";
 
 // Multiply-adds fused: `fadd contract (fmul contract a, b), c`, the product used only there,
 // becomes llvm.fmuladd (and fsub likewise, with c or a negated), one FMA instruction on a CPU
@@ -158,9 +159,10 @@ struct Jit::Impl {
   // between threads, and an optimizing or generating thread holds one for the whole compile.
   // Idle ones wait here, so the pool grows to the largest number of concurrent compiles and
   // threads that come and go do not each pay for a new one (about 0.5 ms).
-  std::optional<llvm::orc::JITTargetMachineBuilder> jtmb;
+  // Per Codegen level (its code generation optimization level set).
+  std::optional<llvm::orc::JITTargetMachineBuilder> jtmb[2];
   std::mutex machines_mu;
-  std::vector<std::unique_ptr<llvm::TargetMachine>> idle_machines;
+  std::vector<std::unique_ptr<llvm::TargetMachine>> idle_machines[2];
   std::string triple, environment;
   llvm::DataLayout layout{""};
   // The memory of every linked object: code stays loaded for the life of the process.
@@ -171,18 +173,21 @@ struct Jit::Impl {
   std::map<Hash128, std::vector<void*>> preloaded;
 
   // A target machine for this thread's compile; give it back with release_machine.
-  std::unique_ptr<llvm::TargetMachine> acquire_machine() {
-    std::lock_guard lock(machines_mu);
-    if (!idle_machines.empty()) {
-      auto tm = std::move(idle_machines.back());
-      idle_machines.pop_back();
-      return tm;
+  std::unique_ptr<llvm::TargetMachine> acquire_machine(Codegen c) {
+    auto& idle = idle_machines[static_cast<int>(c)];
+    {
+      std::lock_guard lock(machines_mu);
+      if (!idle.empty()) {
+        auto tm = std::move(idle.back());
+        idle.pop_back();
+        return tm;
+      }
     }
-    return take(jtmb->createTargetMachine(), "create target machine");
+    return take(jtmb[static_cast<int>(c)]->createTargetMachine(), "create target machine");
   }
-  void release_machine(std::unique_ptr<llvm::TargetMachine> tm) {
+  void release_machine(Codegen c, std::unique_ptr<llvm::TargetMachine> tm) {
     std::lock_guard lock(machines_mu);
-    idle_machines.push_back(std::move(tm));
+    idle_machines[static_cast<int>(c)].push_back(std::move(tm));
   }
 
   // A fresh module configured for the host.
@@ -291,8 +296,10 @@ Jit::Jit() : impl_(std::make_unique<Impl>()) {
                        kIrPipeline + "; " + kPipeline;
   auto tm = take(jtmb.createTargetMachine(), "create target machine");
   impl_->layout = tm->createDataLayout();
-  impl_->jtmb.emplace(std::move(jtmb));
-  impl_->idle_machines.push_back(std::move(tm));
+  impl_->jtmb[static_cast<int>(Codegen::Fast)].emplace(jtmb);
+  jtmb.setCodeGenOptLevel(llvm::CodeGenOptLevel::Default);
+  impl_->jtmb[static_cast<int>(Codegen::Optimized)].emplace(std::move(jtmb));
+  impl_->idle_machines[static_cast<int>(Codegen::Fast)].push_back(std::move(tm));
 }
 
 Jit::~Jit() = default;
@@ -300,7 +307,8 @@ Jit::~Jit() = default;
 const std::string& Jit::environment() const { return impl_->environment; }
 
 std::vector<void*> Jit::compile(std::string_view what, const std::vector<std::string>& names,
-                                const std::function<void(llvm::Module&)>& emit, bool* loaded) {
+                                const std::function<void(llvm::Module&)>& emit, bool* loaded,
+                                Codegen codegen) {
   if (loaded) *loaded = false;
   backend::DiskCache& disk = backend::DiskCache::instance();
   const bool use_disk = disk.enabled();
@@ -308,7 +316,8 @@ std::vector<void*> Jit::compile(std::string_view what, const std::vector<std::st
   if (use_disk) {
     {
       profile::Scope pk("compile", "disk cache key");
-      key = module_key(what, impl_->environment);
+      key = module_key(what, impl_->environment + (codegen == Codegen::Fast ? "; codegen=None"
+                                                                            : "; codegen=Default"));
     }
     {
       std::unique_lock lock(impl_->memory_mu);
@@ -357,9 +366,10 @@ std::vector<void*> Jit::compile(std::string_view what, const std::vector<std::st
   // compiles run in parallel and never share one.
   struct Lease {
     Impl& impl;
+    Codegen codegen;
     std::unique_ptr<llvm::TargetMachine> tm;
-    ~Lease() { impl.release_machine(std::move(tm)); }
-  } lease{*impl_, impl_->acquire_machine()};
+    ~Lease() { impl.release_machine(codegen, std::move(tm)); }
+  } lease{*impl_, codegen, impl_->acquire_machine(codegen)};
   {
     profile::Scope ps("compile", "llvm optimize");
     optimize(*module, lease.tm.get());

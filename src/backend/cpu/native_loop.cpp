@@ -3,9 +3,10 @@
 // loop's operands, its results, then its scratch block (a while ignores the length). The function
 // runs every trip itself: the regions' kernels are emitted as always-inline functions and called
 // with argument tables on its stack, which inlining and SROA turn into plain pointers, so an
-// iteration is the kernels' loads, arithmetic and stores with no dispatch. The carries ping-pong
-// between the result buffers and the scratch set exactly as run_scan / run_while do (loops.cpp, the
-// general path and this function's specification), the regions' temporaries live in the scratch (in
+// iteration is the kernels' loads, arithmetic and stores with no dispatch. Small carries live in
+// locals of the function (registers, see local_carries); larger ones ping-pong between the result
+// buffers and the scratch set exactly as run_scan / run_while do (loops.cpp, the general path and
+// this function's specification), the regions' temporaries live in the scratch (in
 // cache: can_go_native bounds them), xs slices are read and ys written in place, a while's
 // condition is evaluated inline. The function is cached like a kernel, by a canonical text of
 // everything that shapes its code: the loop's layout and each kernel's describe() text and buffers.
@@ -113,12 +114,43 @@ class Driver {
     return b_.CreateConstInBoundsGEP1_64(b_.getInt8Ty(), base, static_cast<uint64_t>(bytes));
   }
   Value* at(Value* base, Value* bytes) { return b_.CreateInBoundsGEP(b_.getInt8Ty(), base, bytes); }
+  // An alloca of n elements as one array-typed object: SROA skips array allocations (a count
+  // operand), so an argument table made that way stayed in memory through the first SROA.
   llvm::AllocaInst* entry_alloca(llvm::Type* t, uint64_t n = 1) {
     llvm::IRBuilder<> eb(entry_, entry_->begin());
-    return eb.CreateAlloca(t, eb.getInt64(n));
+    return eb.CreateAlloca(n == 1 ? t : llvm::ArrayType::get(t, n));
   }
   void copy(Value* dst, Value* src, int64_t bytes) {
     if (bytes > 0) b_.CreateMemMove(dst, llvm::MaybeAlign(1), src, llvm::MaybeAlign(1), bytes);
+  }
+
+  // Carries of at most kLocalCarryBytes live on the function's stack instead of ping-ponging
+  // between the result and scratch buffers: the body reads `cur` and writes `next`, `next` is
+  // copied to `cur` after each trip and `cur` to the result after the last. Every access to
+  // them is then at a constant address, so SROA keeps a scalar carry in a register across trips
+  // (a cumsum's trip is a load, an add and a store; through memory each trip also waited for the
+  // carry's store to forward to the next trip's load).
+  static constexpr int64_t kLocalCarryBytes = 64;
+  struct Local {
+    Value* cur = nullptr;  // null: the carry ping-pongs
+    Value* next = nullptr;
+  };
+  std::vector<Local> local_carries() {
+    std::vector<Local> loc(static_cast<size_t>(l_.carries));
+    for (int64_t k = 0; k < l_.carries; ++k) {
+      const int64_t bytes = l_.result_bytes[k];
+      if (bytes <= 0 || bytes > kLocalCarryBytes) continue;
+      for (Value** v : {&loc[k].cur, &loc[k].next}) {
+        llvm::AllocaInst* a = entry_alloca(b_.getInt8Ty(), static_cast<uint64_t>(bytes));
+        a->setAlignment(llvm::Align(64));
+        *v = a;
+      }
+      local_copy(loc[k].cur, ops_[k], bytes);
+    }
+    return loc;
+  }
+  void local_copy(Value* dst, Value* src, int64_t bytes) {
+    b_.CreateMemCpy(dst, llvm::MaybeAlign(1), src, llvm::MaybeAlign(1), bytes);
   }
 
   // Region r's pointer table, its temporaries bound (parameters and outputs are set per trip).
@@ -157,9 +189,14 @@ class Driver {
     Value* n = fn_->getArg(2);  // the length: scans of any length share the function
     auto* empty = llvm::BasicBlock::Create(ctx_, "empty", fn_);
     auto* start = llvm::BasicBlock::Create(ctx_, "start", fn_);
+    // The local carries are filled before the branch, so that both ways out copy them from the
+    // same place (simplifycfg merges the two copies; from different sources it would select the
+    // source pointer, and the alloca would stay in memory).
+    const std::vector<Local> loc = local_carries();
     b_.CreateCondBr(b_.CreateICmpEQ(n, b_.getInt64(0)), empty, start);
     b_.SetInsertPoint(empty);
-    for (int64_t k = 0; k < c; ++k) copy(res_[k], ops_[k], l_.result_bytes[k]);
+    for (int64_t k = 0; k < c; ++k)
+      copy(res_[k], loc[k].cur ? loc[k].cur : ops_[k], l_.result_bytes[k]);
     b_.CreateRetVoid();
     b_.SetInsertPoint(start);
     const Program& body = l_.regions[0];
@@ -190,20 +227,24 @@ class Driver {
     Value* to_result = b_.CreateICmpEQ(b_.CreateAnd(left, b_.getInt64(1)), b_.getInt64(0));
     std::vector<Value*> wrote(c);
     for (int64_t k = 0; k < c; ++k) {
-      wrote[k] = b_.CreateSelect(to_result, res_[k], other_[k]);
-      t[in[1 + k]] = prev[k];
-      t[out[k]] = wrote[k];
+      wrote[k] = loc[k].cur ? prev[k] : b_.CreateSelect(to_result, res_[k], other_[k]);
+      t[in[1 + k]] = loc[k].cur ? loc[k].cur : prev[k];
+      t[out[k]] = loc[k].cur ? loc[k].next : wrote[k];
     }
     for (int64_t j = 0; j < x; ++j)
       t[in[1 + c + j]] = at(ops_[c + j], b_.CreateMul(ti, b_.getInt64(l_.slice_bytes[j])));
     for (size_t j = 0; j < l_.y_bytes.size(); ++j)
       t[out[c + j]] = at(res_[c + j], b_.CreateMul(ti, b_.getInt64(l_.y_bytes[j])));
     run_region(0, t);
+    for (int64_t k = 0; k < c; ++k)
+      if (loc[k].cur) local_copy(loc[k].cur, loc[k].next, l_.result_bytes[k]);
     Value* next = b_.CreateAdd(s, b_.getInt64(1), "", true, true);
     s->addIncoming(next, b_.GetInsertBlock());
     for (int64_t k = 0; k < c; ++k) prev[k]->addIncoming(wrote[k], b_.GetInsertBlock());
     b_.CreateBr(head);
     b_.SetInsertPoint(exit);
+    for (int64_t k = 0; k < c; ++k)
+      if (loc[k].cur) local_copy(res_[k], loc[k].cur, l_.result_bytes[k]);
   }
 
   // As run_while: the state moves from the operands to the result buffers, then alternates
@@ -219,6 +260,7 @@ class Driver {
     }
     llvm::AllocaInst* go = entry_alloca(b_.getInt8Ty());
     ct[cond.plan.output_bufs[0]] = go;
+    const std::vector<Local> loc = local_carries();
     auto* pre = b_.GetInsertBlock();
     auto* head = llvm::BasicBlock::Create(ctx_, "trip", fn_);
     auto* bodyb = llvm::BasicBlock::Create(ctx_, "trip_body", fn_);
@@ -233,7 +275,7 @@ class Driver {
     for (int64_t k = 0; k < n; ++k) {
       cur[k] = b_.CreatePHI(b_.getPtrTy(), 2);
       cur[k]->addIncoming(ops_[k], pre);
-      ct[cond.param_bufs[k]] = cur[k];
+      ct[cond.param_bufs[k]] = loc[k].cur ? loc[k].cur : cur[k];
     }
     run_region(0, ct);
     Value* g = b_.CreateLoad(b_.getInt8Ty(), go);
@@ -241,18 +283,23 @@ class Driver {
     b_.SetInsertPoint(bodyb);
     std::vector<Value*> next(n);
     for (int64_t k = 0; k < n; ++k) {
-      next[k] = b_.CreateSelect(in_result, other_[k], res_[k]);
-      bt[body.param_bufs[k]] = cur[k];
-      bt[body.plan.output_bufs[k]] = next[k];
+      next[k] = loc[k].cur ? cur[k] : b_.CreateSelect(in_result, other_[k], res_[k]);
+      bt[body.param_bufs[k]] = loc[k].cur ? loc[k].cur : cur[k];
+      bt[body.plan.output_bufs[k]] = loc[k].cur ? loc[k].next : next[k];
     }
     run_region(1, bt);
+    for (int64_t k = 0; k < n; ++k)
+      if (loc[k].cur) local_copy(loc[k].cur, loc[k].next, l_.result_bytes[k]);
     in_result->addIncoming(b_.CreateNot(in_result), b_.GetInsertBlock());
     for (int64_t k = 0; k < n; ++k) cur[k]->addIncoming(next[k], b_.GetInsertBlock());
     b_.CreateBr(head);
     b_.SetInsertPoint(exit);
+    for (int64_t k = 0; k < n; ++k)
+      if (loc[k].cur) local_copy(res_[k], loc[k].cur, l_.result_bytes[k]);
     b_.CreateCondBr(in_result, done, copyb);
     b_.SetInsertPoint(copyb);
-    for (int64_t k = 0; k < n; ++k) copy(res_[k], cur[k], l_.result_bytes[k]);
+    for (int64_t k = 0; k < n; ++k)
+      if (!loc[k].cur) copy(res_[k], cur[k], l_.result_bytes[k]);
     b_.CreateBr(done);
     b_.SetInsertPoint(done);
   }
