@@ -1,8 +1,8 @@
 // Distributed figures, each rank a child process (`loom-bench --child ...`) over Gloo on
-// 127.0.0.1 with a fresh file store:
+// 127.0.0.1 with a fresh file store (all_reduce through the ranks' shared-memory segment):
 //   dist_all_reduce     float32 all_reduce(sum) of 1, 16 and 256 MiB between 2 local ranks
 //                       (LOOM_BENCH_DIST_MIB="1,16,256"), against memcpy of the same size
-//                       in the same run
+//                       in the same run, and on Gloo's TCP ring (LOOM_DIST_SHM=0)
 //   dist_data_parallel  the seed decoder's training step (DataParallel, compile trace_once),
 //                       2 ranks x 1 thread against 1 rank x 1 thread, each rank with the
 //                       seed's x [4,512,512]: samples per second (LOOM_BENCH_DP_LAYERS,
@@ -78,24 +78,33 @@ int all_reduce_rank(int argc, char** argv) {
 RegisterChild all_reduce_child("dist_all_reduce_rank", all_reduce_rank);
 
 Register all_reduce_bench(
-    "dist_all_reduce", "Gloo all_reduce(sum) of float32 buffers between 2 local ranks vs memcpy",
+    "dist_all_reduce",
+    "all_reduce(sum) of float32 buffers between 2 local ranks (shared memory; Gloo's TCP ring) "
+    "vs memcpy",
     [] {
       std::vector<Figure> f;
       std::string out = run_ranks("dist_all_reduce_rank", 2, "");
+      // The same ranks with the segment off: Gloo's ring over loopback TCP.
+      std::string ring = run_ranks("dist_all_reduce_rank", 2, "", "LOOM_DIST_SHM=0");
       for (int64_t mib : sizes_mib()) {
         const std::string k = std::to_string(mib);
         double t = figure_in(out, "all_reduce_" + k), m = figure_in(out, "memcpy_" + k);
-        if (t <= 0 || m <= 0) {
+        double g = figure_in(ring, "all_reduce_" + k);
+        if (t <= 0 || m <= 0 || g <= 0) {
           f.push_back(
               {"failed_" + k, 0, "", "a rank failed (loom-bench --child dist_all_reduce_rank)"});
           continue;
         }
         const double gb = static_cast<double>(mib) / 1024;
-        f.push_back({"all_reduce_ms_" + k + "MiB", t * 1e3, "ms", "one all_reduce, 2 ranks"});
+        f.push_back({"all_reduce_ms_" + k + "MiB", t * 1e3, "ms",
+                     "one all_reduce, 2 ranks, through shared memory"});
         f.push_back({"all_reduce_GBps_" + k + "MiB", gb / t, "GB/s", "buffer size / time"});
         f.push_back({"memcpy_GBps_" + k + "MiB", gb / m, "GB/s", "the same size, same run"});
         f.push_back(
             {"all_reduce_over_memcpy_" + k + "MiB", t / m, "x", "all_reduce time / memcpy time"});
+        f.push_back({"gloo_ring_ms_" + k + "MiB", g * 1e3, "ms",
+                     "the same on Gloo's TCP ring (LOOM_DIST_SHM=0), same run"});
+        f.push_back({"ring_over_shm_" + k + "MiB", g / t, "x", "Gloo ring time / shared memory"});
       }
       return f;
     });

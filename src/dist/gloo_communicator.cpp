@@ -2,7 +2,9 @@
 // the user names, rendezvous through a store (tcp_store.h): a directory every rank sees or a
 // TCP store at host:port that rank 0 serves. Gloo's errors (IoException, timeouts) become
 // DistError naming the op, the rank(s) and the timeout; after one the communicator is broken
-// (Gloo: the transport state is unknown).
+// (Gloo: the transport state is unknown). When every rank is on this host, all_reduce (and so
+// reduce_scatter) goes through a shared-memory segment instead of the TCP ring (shm_reduce.h);
+// the other collectives, small and rare, stay on Gloo.
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
 #include <gloo/barrier.h>
@@ -17,6 +19,7 @@
 #include <thread>
 
 #include "dist/reduce_impl.h"
+#include "dist/shm_reduce.h"
 #include "dist/tcp_store.h"
 #include "loom/core/error.h"
 #include "loom/dist/dist.h"
@@ -117,15 +120,26 @@ class GlooCommunicator final : public Communicator {
                               "): connecting the ranks failed within ", seconds(timeout()),
                               " s (the timeout): ", e.what()));
     }
+    shm_ = detail::ShmReduce::create(*this, &no_shm_);
   }
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
-  std::string_view kind() const override { return "gloo"; }
+  std::string_view kind() const override { return shm_ ? "gloo+shm" : "gloo"; }
 
   void all_reduce(void* data, int64_t n, DType dt, ReduceOp op) override {
     detail::check_reduce("all_reduce", dt, op);
     if (n == 0) return;
+    if (shm_) {
+      check_broken("all_reduce");
+      try {
+        shm_->all_reduce(data, n, dt, op, timeout());
+      } catch (const DistError& e) {
+        broken_ = e.what();
+        throw;
+      }
+      return;
+    }
     guarded("all_reduce", [&] {
       gloo::AllreduceOptions opts(ctx_);
       set_output(opts, data, n, itemsize(dt));
@@ -299,6 +313,8 @@ class GlooCommunicator final : public Communicator {
   std::unique_ptr<RendezvousStore> store_;
   std::shared_ptr<gloo::rendezvous::Context> ctx_;
   std::string broken_;
+  std::unique_ptr<detail::ShmReduce> shm_;  // null: all_reduce on the ring (no_shm_ says why)
+  std::string no_shm_;
 };
 
 }  // namespace

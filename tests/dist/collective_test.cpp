@@ -1,11 +1,16 @@
 // The collectives against closed forms: every op, every dtype, ranks as threads (2 and 4, on
-// the ref and cpu backends) and as processes over Gloo (2 ranks on 127.0.0.1, sizes past
-// Gloo's 1 MiB segments); their VJPs against float64 central differences of the ranks' summed
+// the ref and cpu backends) and as processes over Gloo (2 and 3 ranks on 127.0.0.1, all_reduce
+// through shared memory and on the TCP ring, sizes past Gloo's 1 MiB segments and the
+// segment's slots); their VJPs against float64 central differences of the ranks' summed
 // objective computed on the host.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <vector>
 
 #include "dist/dist_util.h"
 #include "expect_error.h"
@@ -136,18 +141,72 @@ INSTANTIATE_TEST_SUITE_P(Ranks, InProcessCollectives,
                                             ::testing::Values(std::string("cpu"),
                                                               std::string("ref"))));
 
-TEST(GlooCollectives, EveryOpAndDTypeOverTcp) {
-  gloo_ranks(2, 20, [](int r) {
+// Sets an environment variable for the life of the object (the rank processes inherit it).
+struct ScopedEnv {
+  std::string name;
+  ScopedEnv(const char* n, const char* v) : name(n) { ::setenv(n, v, 1); }
+  ~ScopedEnv() { ::unsetenv(name.c_str()); }
+};
+
+// Gloo ranks on one host: all_reduce through the shared-memory segment (its 4 MiB slots, and
+// 4 KiB slots so that every size crosses chunks) and, with LOOM_DIST_SHM=0, on Gloo's TCP ring.
+class GlooTransports : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GlooTransports, EveryOpAndDTypeMatchesTheClosedForm) {
+  const std::string mode = GetParam();
+  ScopedEnv shm("LOOM_DIST_SHM", mode == "tcp" ? "0" : "1");
+  ScopedEnv kib("LOOM_DIST_SHM_KIB", mode == "shm_4kib" ? "4" : "4096");
+  gloo_ranks(2, 20, [&](int r) {
+    EXPECT_EQ(dist::require("test").kind(), mode == "tcp" ? "gloo" : "gloo+shm");
     for (DType dt : kAll) {
       check_all_reduce(r, 2, 37, dt);
       check_gather_scatter(r, 2, dt);
     }
-    // Past Gloo's 1 MiB segments (an odd count, so the ring's chunks are uneven).
+    // Past Gloo's 1 MiB segments and a 4 MiB slot (odd counts: uneven chunks and blocks).
     check_all_reduce(r, 2, (3 << 18) + 7, DType::Float32);
+    check_all_reduce(r, 2, (5 << 18) + 3, DType::Float32);
     check_all_reduce(r, 2, (1 << 18) + 3, DType::Float64);
     check_all_reduce(r, 2, (1 << 19) + 1, DType::BFloat16);
     dist::barrier();
   });
+}
+
+INSTANTIATE_TEST_SUITE_P(Gloo, GlooTransports,
+                         ::testing::Values(std::string("shm"), std::string("shm_4kib"),
+                                           std::string("tcp")));
+
+// Three ranks through the segment: blocks of uneven sizes, and buffers shorter than the world
+// (ranks with an empty block), every dtype.
+TEST(GlooSharedMemory, ThreeRanks) {
+  ScopedEnv kib("LOOM_DIST_SHM_KIB", "4");
+  gloo_ranks(3, 20, [](int r) {
+    EXPECT_EQ(dist::require("test").kind(), "gloo+shm");
+    for (DType dt : kAll)
+      for (int64_t n : {1, 2, 37, 4099}) check_all_reduce(r, 3, n, dt);
+    dist::barrier();
+  });
+}
+
+// A rank that never reaches an all_reduce on the segment: the other raises within twice the
+// timeout, naming it, and the communicator stays broken.
+TEST(GlooSharedMemory, MissingRankTimesOut) {
+  gloo_ranks(
+      2, 2.0,
+      [](int r) {
+        dist::Communicator& c = dist::require("test");
+        ASSERT_EQ(c.kind(), "gloo+shm");
+        if (r == 1) return;  // skips the collective
+        std::vector<float> v(1000, 1.0f);
+        const auto t0 = std::chrono::steady_clock::now();
+        testing::expect_error<DistError>(
+            [&] { c.all_reduce(v.data(), 1000, DType::Float32, ReduceOp::Sum); },
+            {"[all_reduce]", "rank 0 of 2", "shared memory", "rank(s) 1", "2 s"});
+        EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+                  4.0);
+        testing::expect_error<DistError>(
+            [&] { c.all_reduce(v.data(), 1000, DType::Float32, ReduceOp::Sum); }, {"broken"});
+      },
+      30);
 }
 
 // Collectives inside scan bodies, assume_pure and compile(trace_once): the same closed form.

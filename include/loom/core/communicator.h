@@ -37,7 +37,7 @@ class Communicator {
   virtual ~Communicator();
   virtual int rank() const = 0;
   virtual int size() const = 0;
-  // "gloo" or "in-process", for messages.
+  // "gloo", "gloo+shm" (all_reduce through shared memory) or "in-process", for messages.
   virtual std::string_view kind() const = 0;
 
   // In place over n elements of dtype dt. Mean divides the sum by size() (floating dtypes

@@ -1,0 +1,201 @@
+// All_reduce through a shared-memory segment (shm_reduce.h).
+#include "dist/shm_reduce.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include "dist/reduce_impl.h"
+#include "dist/tcp_store.h"
+#include "loom/core/error.h"
+
+namespace loom::dist::detail {
+
+namespace {
+
+using loom::detail::str_cat;
+
+constexpr size_t kLine = 64;  // one counter per cache line
+
+size_t control_bytes(int size) {
+  const size_t b = static_cast<size_t>(size) * 2 * kLine;
+  return (b + 4095) / 4096 * 4096;
+}
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+// What must match for two ranks to share a segment: the host, the boot, the user.
+std::string host_identity() {
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  std::string boot;
+  std::ifstream in("/proc/sys/kernel/random/boot_id");
+  std::getline(in, boot);
+  return str_cat(host, " boot ", boot, " uid ", ::getuid());
+}
+
+std::string errno_text(const char* what) { return str_cat(what, ": ", std::strerror(errno)); }
+
+}  // namespace
+
+std::unique_ptr<ShmReduce> ShmReduce::create(Communicator& c, std::string* why) {
+  const char* on = std::getenv("LOOM_DIST_SHM");
+  if (on && std::strcmp(on, "0") == 0) {
+    *why = "LOOM_DIST_SHM=0";
+    return nullptr;
+  }
+  const int rank = c.rank(), size = c.size();
+  if (size < 2) {
+    *why = "one rank";
+    return nullptr;
+  }
+  int64_t kib = 4096;
+  if (const char* k = std::getenv("LOOM_DIST_SHM_KIB"); k && *k)
+    kib = std::clamp<int64_t>(std::atoll(k), 4, int64_t{1} << 20);
+  const int64_t slot = kib * 1024;
+  // Every rank sees every identity, so all take the same branch.
+  const std::vector<std::string> ids = c.exchange(host_identity());
+  for (int r = 1; r < size; ++r)
+    if (ids[static_cast<size_t>(r)] != ids[0]) {
+      *why = str_cat("rank ", r, " is on another host than rank 0");
+      return nullptr;
+    }
+  const size_t bytes = control_bytes(size) + static_cast<size_t>(size + 1) * slot;
+  std::string name, status;
+  int fd = -1;
+  if (rank == 0) {
+    std::random_device rd;
+    name = str_cat("/loom-", ::getpid(), "-", rd(), "-", rd());
+    fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+    if (fd < 0) {
+      status = errno_text("shm_open");
+    } else if (int err = ::posix_fallocate(fd, 0, static_cast<off_t>(bytes)); err != 0) {
+      // Reserved now, so that a full /dev/shm is a fallback here and never a SIGBUS later.
+      status = str_cat("reserving ", bytes, " bytes in /dev/shm: ", std::strerror(err));
+    }
+    if (!status.empty()) {
+      if (fd >= 0) ::close(fd);
+      fd = -1;
+      ::shm_unlink(name.c_str());
+    }
+  }
+  const std::string from0 = c.exchange(rank == 0 ? (status.empty() ? name : "!" + status) : "")[0];
+  if (!from0.empty() && from0[0] == '!') {
+    *why = str_cat("rank 0: ", from0.substr(1));
+    return nullptr;
+  }
+  name = from0;
+  if (rank != 0) {
+    fd = ::shm_open(name.c_str(), O_RDWR, 0);
+    if (fd < 0) status = errno_text("shm_open");  // another IPC namespace, say
+  }
+  void* p = MAP_FAILED;
+  if (status.empty()) {
+    p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) status = errno_text("mmap");
+  }
+  if (fd >= 0) ::close(fd);
+  const std::vector<std::string> all = c.exchange(status);
+  // Every rank has mapped the segment or given up: the name goes, the memory stays mapped.
+  if (rank == 0) ::shm_unlink(name.c_str());
+  for (int r = 0; r < size; ++r)
+    if (!all[static_cast<size_t>(r)].empty()) {
+      if (p != MAP_FAILED) ::munmap(p, bytes);
+      *why = str_cat("rank ", r, ": ", all[static_cast<size_t>(r)]);
+      return nullptr;
+    }
+  return std::unique_ptr<ShmReduce>(new ShmReduce(rank, size, static_cast<char*>(p), bytes, slot));
+}
+
+ShmReduce::ShmReduce(int rank, int size, char* base, size_t bytes, int64_t slot_bytes)
+    : rank_(rank), size_(size), base_(base), bytes_(bytes), slot_bytes_(slot_bytes) {}
+
+ShmReduce::~ShmReduce() { ::munmap(base_, bytes_); }
+
+void ShmReduce::arrive_and_wait(int which, uint64_t seq, const char* op,
+                                std::chrono::milliseconds timeout) {
+  auto counter = [&](int r) {
+    return std::atomic_ref<uint64_t>(
+        *reinterpret_cast<uint64_t*>(base_ + (static_cast<size_t>(r) * 2 + which) * kLine));
+  };
+  counter(rank_).store(seq, std::memory_order_release);
+  const auto start = std::chrono::steady_clock::now();
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_) continue;
+    for (int64_t spin = 0; counter(p).load(std::memory_order_acquire) < seq; ++spin) {
+      if (spin < 2048) {
+        cpu_relax();
+        continue;
+      }
+      if ((spin & 63) == 0) {
+        const auto waited = std::chrono::steady_clock::now() - start;
+        if (waited > timeout) {
+          std::string missing;
+          for (int q = 0; q < size_; ++q)
+            if (q != rank_ && counter(q).load(std::memory_order_acquire) < seq)
+              missing += (missing.empty() ? "" : ", ") + std::to_string(q);
+          broken_ =
+              str_cat("[", op, "] rank ", rank_, " of ", size_, " (gloo, shared memory): rank(s) ",
+                      missing, " did not reach the collective within ", seconds(timeout),
+                      " s (the timeout): it died, or it runs other collectives");
+          throw DistError(broken_);
+        }
+        if (waited > std::chrono::milliseconds(1)) {
+          std::this_thread::sleep_for(std::chrono::microseconds(50));
+          continue;
+        }
+      }
+      std::this_thread::yield();
+    }
+  }
+}
+
+void ShmReduce::all_reduce(void* data, int64_t n, DType dt, ReduceOp op,
+                           std::chrono::milliseconds timeout) {
+  if (!broken_.empty())
+    throw DistError(str_cat("[all_reduce] rank ", rank_, " of ", size_,
+                            ": the communicator is broken by an earlier failure: ", broken_));
+  const int64_t item = itemsize(dt);
+  const int64_t per = slot_bytes_ / item;
+  auto slot = [&](int r) {
+    return base_ + control_bytes(size_) + static_cast<size_t>(r) * static_cast<size_t>(slot_bytes_);
+  };
+  char* result = slot(size_);
+  char* d = static_cast<char*>(data);
+  for (int64_t off = 0; off < n; off += per) {
+    const int64_t m = std::min(per, n - off);
+    char* mine = d + off * item;
+    const int64_t b0 = m * rank_ / size_, b1 = m * (rank_ + 1) / size_;
+    // 1. The chunk but this rank's own block (which it reads in place) into its slot.
+    std::memcpy(slot(rank_), mine, static_cast<size_t>(b0 * item));
+    std::memcpy(slot(rank_) + b1 * item, mine + b1 * item, static_cast<size_t>((m - b1) * item));
+    ++seq_;
+    arrive_and_wait(0, seq_, "all_reduce", timeout);
+    // 2. Block rank_ over the ranks in rank order, into the result area.
+    if (b1 > b0) {
+      char* out = result + b0 * item;
+      auto src = [&](int r) { return (r == rank_ ? mine : slot(r)) + b0 * item; };
+      std::memcpy(out, src(0), static_cast<size_t>((b1 - b0) * item));
+      for (int r = 1; r < size_; ++r) reduce_into(out, src(r), b1 - b0, dt, op);
+      if (op == ReduceOp::Mean) divide(out, b1 - b0, dt, size_);
+    }
+    arrive_and_wait(1, seq_, "all_reduce", timeout);
+    // 3. The whole reduced chunk back.
+    std::memcpy(mine, result, static_cast<size_t>(m * item));
+  }
+}
+
+}  // namespace loom::dist::detail
