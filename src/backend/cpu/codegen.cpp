@@ -153,18 +153,20 @@ class Emitter {
       hi = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, b_.getInt64(k_->chunk),
                                     b_.CreateSub(b_.getInt64(n), base));
     }
-    loop(
-        lo, hi,
-        [&](Value* i) {
-          vars_.assign(oc.begin(), oc.begin() + static_cast<long>(r - 1));
-          vars_.push_back(k_->chunk > 0 ? b_.CreateAdd(base, i) : i);
-          memo_.clear();
-          Coords c(r);
-          for (size_t d = 0; d < r; ++d) c[d] = var(d, r);
-          Value* v = computes ? compute(s.node, c) : eval(s.node, c);
-          store(s.out_buf, s.out_offset, s.out_strides, c, v, g_.node(s.node).type.dtype);
-        },
-        /*parallel=*/true);
+    hoisting([&] {
+      loop(
+          lo, hi,
+          [&](Value* i) {
+            vars_.assign(oc.begin(), oc.begin() + static_cast<long>(r - 1));
+            vars_.push_back(k_->chunk > 0 ? b_.CreateAdd(base, i) : i);
+            memo_.clear();
+            Coords c(r);
+            for (size_t d = 0; d < r; ++d) c[d] = var(d, r);
+            Value* v = computes ? compute(s.node, c) : eval(s.node, c);
+            store(s.out_buf, s.out_offset, s.out_strides, c, v, g_.node(s.node).type.dtype);
+          },
+          /*parallel=*/true);
+    });
   }
 
   // ---- reductions --------------------------------------------------------------------
@@ -217,10 +219,10 @@ class Emitter {
           },
           /*parallel=*/level + 1 == s.reduced.size());
     };
-    nest(0, nullptr);
+    hoisting([&] { nest(0, nullptr); });
     if (argmax) {
       best = b_.CreateLoad(ct, acc);
-      nest(0, nullptr);
+      hoisting([&] { nest(0, nullptr); });
     }
     Value* result = argmax ? b_.CreateLoad(b_.getInt64Ty(), idx) : b_.CreateLoad(ct, acc);
     if (!argmax) result = round_to(result, red.type.dtype);
@@ -301,7 +303,7 @@ class Emitter {
           },
           /*parallel=*/true);
     };
-    nest(0);
+    hoisting([&] { nest(0); });
     // The output row (the last dim is the last kept one).
     const Coords out = output_coords(s);
     loop(
@@ -418,10 +420,45 @@ class Emitter {
   Value* eval(NodeId n, const Coords& c) {
     auto rs = row_scalars_.find(n);
     if (rs != row_scalars_.end()) return rs->second;
+    if (hoist_ && g_.node(n).type.shape.empty() && g_.node(n).op != OpKind::Constant)
+      return hoisted(n);
     if (p_.buf_of[n] >= 0)
       return load(p_.buf_of[n], contiguous_strides(g_.node(n).type.shape), c,
                   g_.node(n).type.dtype);
     return compute(n, c);
+  }
+
+  // A rank-0 value read inside a stage's loops is the same on every trip: it is computed once,
+  // in hoist_ (the block before the stage's loops), with its rank-0 operands. LICM cannot do
+  // it: the loads it reads may alias the loop's stores as far as LLVM knows, so an AdamW's bias
+  // corrections (pow or exp of the step count) were evaluated per element.
+  Value* hoisted(NodeId n) {
+    auto it = hoisted_.find(n);
+    if (it != hoisted_.end()) return it->second;
+    llvm::IRBuilderBase::InsertPointGuard guard(b_);
+    // Before the branch into the loops; with no loop yet (a reduction of no dims), right here.
+    if (llvm::Instruction* end = hoist_->getTerminator()) b_.SetInsertPoint(end);
+    llvm::BasicBlock* at = std::exchange(hoist_, nullptr);
+    llvm::MDNode* group = std::exchange(group_, nullptr);
+    std::unordered_map<std::string, Value*> memo;
+    memo.swap(memo_);
+    Value* v = eval(n, {});
+    memo.swap(memo_);
+    group_ = group;
+    hoist_ = at;
+    hoisted_[n] = v;
+    return v;
+  }
+
+  // Runs `loops` (a stage's loop nest, emitted at the current block) with rank-0 values hoisted
+  // in front of it.
+  template <class Loops>
+  void hoisting(Loops&& loops) {
+    hoist_ = b_.GetInsertBlock();
+    hoisted_.clear();
+    loops();
+    hoist_ = nullptr;
+    hoisted_.clear();
   }
 
   Value* compute(NodeId n, const Coords& c) {
@@ -720,6 +757,8 @@ class Emitter {
   std::vector<Value*> ptrs_, vars_;
   std::unordered_map<std::string, Value*> memo_;
   std::map<NodeId, Value*> row_scalars_;
+  llvm::BasicBlock* hoist_ = nullptr;  // set while a stage's loops are emitted (hoisted())
+  std::map<NodeId, Value*> hoisted_;
 };
 
 int64_t work_per_outer(const KernelSpec& k) {
