@@ -31,7 +31,8 @@ std::vector<std::vector<double>> run(const std::string& backend) {
   loom::runtime::clear_compile_cache();
   loom::manual_seed(5);
   Tensor step = loom::zeros({}, DType::Float64), own = loom::zeros({}, DType::Float64);
-  Tensor p = data({64, 256}, 0.01f), m = data({64, 256}, 0.002f), q = data({256}, 0.01f), mq = data({256}, 0.003f);
+  Tensor p = data({64, 256}, 0.01f), m = data({64, 256}, 0.002f), q = data({256}, 0.01f),
+         mq = data({256}, 0.003f);
   loom::sync();
   auto once = loom::compile(
       [&](const Tensor& g) {
@@ -40,10 +41,10 @@ std::vector<std::vector<double>> run(const std::string& backend) {
         Tensor c2 = loom::to(loom::sqrt(1.0 - loom::exp(step * std::log(0.99))), DType::Float32);
         m.copy_(m * 0.9 + g * 0.1);
         p.copy_(p - (m / c1) / (loom::abs(g) / c2 + 1e-3) * 0.01);
-        Tensor rows = loom::sum(p * c1, {1});             // a row reduction reading c1
-        Tensor cols = loom::sum(g / c2, {0});             // a column reduction reading c2
-        Tensor centred = g - loom::mean(g) * c1;          // a rank-0 reduction, then c1
-        Tensor noisy = g + loom::rand({}) * c2;           // a rank-0 draw
+        Tensor rows = loom::sum(p * c1, {1});     // a row reduction reading c1
+        Tensor cols = loom::sum(g / c2, {0});     // a column reduction reading c2
+        Tensor centred = g - loom::mean(g) * c1;  // a rank-0 reduction, then c1
+        Tensor noisy = g + loom::rand({}) * c2;   // a rank-0 draw
         // A count read only by q's update: its increment is a stage of q's kernel, before the
         // loop that reads it.
         own.copy_(own + 1.0);
