@@ -14,6 +14,7 @@
 #include <gloo/transport/tcp/device.h>
 
 #include <csignal>
+#include <cstdio>
 #include <cstring>
 #include <sstream>
 #include <thread>
@@ -21,6 +22,7 @@
 #include "dist/reduce_impl.h"
 #include "dist/shm_reduce.h"
 #include "dist/tcp_store.h"
+#include "loom/core/config.h"
 #include "loom/core/error.h"
 #include "loom/dist/dist.h"
 
@@ -120,7 +122,11 @@ class GlooCommunicator final : public Communicator {
                               "): connecting the ranks failed within ", seconds(timeout()),
                               " s (the timeout): ", e.what()));
     }
-    shm_ = detail::ShmReduce::create(*this, &no_shm_);
+    std::string no_shm;
+    shm_ = detail::ShmReduce::create(*this, &no_shm);
+    if (config().debug)
+      std::fprintf(stderr, "[loom] rank %d of %d: all_reduce %s\n", rank_, size_,
+                   shm_ ? "through shared memory" : ("on Gloo's ring: " + no_shm).c_str());
   }
 
   int rank() const override { return rank_; }
@@ -313,8 +319,7 @@ class GlooCommunicator final : public Communicator {
   std::unique_ptr<RendezvousStore> store_;
   std::shared_ptr<gloo::rendezvous::Context> ctx_;
   std::string broken_;
-  std::unique_ptr<detail::ShmReduce> shm_;  // null: all_reduce on the ring (no_shm_ says why)
-  std::string no_shm_;
+  std::unique_ptr<detail::ShmReduce> shm_;  // null: all_reduce on the ring (LOOM_DEBUG says why)
 };
 
 }  // namespace

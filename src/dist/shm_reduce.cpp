@@ -52,27 +52,32 @@ std::string errno_text(const char* what) { return str_cat(what, ": ", std::strer
 }  // namespace
 
 std::unique_ptr<ShmReduce> ShmReduce::create(Communicator& c, std::string* why) {
-  const char* on = std::getenv("LOOM_DIST_SHM");
-  if (on && std::strcmp(on, "0") == 0) {
-    *why = "LOOM_DIST_SHM=0";
-    return nullptr;
-  }
   const int rank = c.rank(), size = c.size();
   if (size < 2) {
     *why = "one rank";
     return nullptr;
   }
-  int64_t kib = 4096;
-  if (const char* k = std::getenv("LOOM_DIST_SHM_KIB"); k && *k)
-    kib = std::clamp<int64_t>(std::atoll(k), 4, int64_t{1} << 20);
-  const int64_t slot = kib * 1024;
-  // Every rank sees every identity, so all take the same branch.
-  const std::vector<std::string> ids = c.exchange(host_identity());
+  // Every rank sees every rank's answer, so all take the same branch (the environment may
+  // differ between ranks).
+  const char* on = std::getenv("LOOM_DIST_SHM");
+  const bool off = on && std::strcmp(on, "0") == 0;
+  const std::vector<std::string> ids = c.exchange(off ? "off" : host_identity());
+  for (int r = 0; r < size; ++r)
+    if (ids[static_cast<size_t>(r)] == "off") {
+      *why = str_cat("LOOM_DIST_SHM=0 on rank ", r);
+      return nullptr;
+    }
   for (int r = 1; r < size; ++r)
     if (ids[static_cast<size_t>(r)] != ids[0]) {
       *why = str_cat("rank ", r, " is on another host than rank 0");
       return nullptr;
     }
+  // Rank 0's slot size holds for all.
+  int64_t kib = 4096;
+  if (const char* k = std::getenv("LOOM_DIST_SHM_KIB"); k && *k)
+    kib = std::clamp<int64_t>(std::atoll(k), 4, int64_t{1} << 20);
+  kib = std::atoll(c.exchange(std::to_string(kib))[0].c_str());
+  const int64_t slot = kib * 1024;
   const size_t bytes = control_bytes(size) + static_cast<size_t>(size + 1) * slot;
   std::string name, status;
   int fd = -1;

@@ -31,8 +31,8 @@ class ShmReduce {
  public:
   // Collective over `c` (every rank calls it at the same point): the segment when every rank
   // of c is on this host (hostname and boot id) and it could be made and mapped, else nullptr
-  // with the reason in *why. LOOM_DIST_SHM=0 turns it off; LOOM_DIST_SHM_KIB sets the slot
-  // size (default 4096 KiB; tests use small slots to cross chunks).
+  // with the reason in *why. LOOM_DIST_SHM=0 on any rank turns it off; LOOM_DIST_SHM_KIB on
+  // rank 0 sets the slot size (default 4096 KiB; tests use small slots to cross chunks).
   static std::unique_ptr<ShmReduce> create(Communicator& c, std::string* why);
   ~ShmReduce();
   ShmReduce(const ShmReduce&) = delete;
