@@ -40,11 +40,12 @@ class DataLayout;
 namespace loom::cpu {
 
 // How a module's code is generated. Fast: fast instruction selection and register allocation
-// (CodeGenOptLevel::None), the kernels' default: they are straight loops whose values live in one
-// block. Optimized: the full selector and the greedy register allocator (CodeGenOptLevel::Default),
-// for native loops: the fast allocator keeps no value in a register from one block to the next,
-// so a carry promoted to a register would go through the stack on every trip (4.3 against 1.1 ns
-// a trip of a scalar cumsum).
+// (CodeGenOptLevel::None), the kernels' default (the IR is optimized first; see above for what
+// it costs and keeps). Optimized: the full selector and the greedy register allocator
+// (CodeGenOptLevel::Default), for native loops: the fast allocator keeps no value in a register
+// from one block to the next, so a carry promoted to a register would go through the stack on
+// every trip (4.3 against 1.1 ns a trip of a scalar cumsum; the loop's first compile takes about
+// 2 ms more).
 enum class Codegen { Fast, Optimized };
 
 class Jit {
