@@ -1,7 +1,11 @@
 // The graph's node arena (ir::NodeStore): nodes never move while the graph grows, and copies,
-// moves, pops and clears keep the graph's text (the printer is the oracle).
+// moves, pops and clears keep the graph's text (the printer is the oracle); freed chunks are
+// reused by the next graphs of the thread, across threads and through a thread's exit.
 #include <gtest/gtest.h>
 
+#include <memory>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "loom/ir/builder.h"
@@ -18,6 +22,36 @@ Graph chain(int n) {
   for (int i = 0; i < n; ++i) v = b.binary(i % 2 ? OpKind::Mul : OpKind::Add, v, x);
   g.outputs().push_back(v);
   return g;
+}
+
+// Graphs built one after another reuse the chunks the earlier ones freed (the thread's cache)
+// and read back exactly; graphs made on one thread and freed on another, and thread-local
+// graphs destroyed after the thread's cache at its exit, free their chunks cleanly (ASan and
+// TSan builds check the memory).
+TEST(NodeStoreTest, FreedChunksAreReusedAcrossGraphsAndThreads) {
+  const std::string want = to_text(chain(300));
+  for (int round = 0; round < 40; ++round) {
+    Graph g = chain(300);  // 5 chunks, freed at the end of each round
+    ASSERT_EQ(to_text(g), want) << "round " << round;
+  }
+  std::vector<std::unique_ptr<Graph>> made;
+  std::thread maker([&] {
+    for (int i = 0; i < 20; ++i) made.push_back(std::make_unique<Graph>(chain(70 + i)));
+  });
+  maker.join();
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(to_text(*made[i]), to_text(chain(70 + i)));
+  made.clear();  // freed here, into this thread's cache
+  std::thread exiting([] {
+    thread_local Graph late;  // made before the thread's chunk cache, so destroyed after it
+    Builder b(late);
+    Value x = b.parameter({float32, {4}});
+    Value v = x;
+    for (int i = 0; i < 200; ++i) v = b.binary(OpKind::Add, v, x);
+    late.outputs().push_back(v);
+    for (int i = 0; i < 5; ++i) Graph passing = chain(100);  // cached chunks on this thread
+  });
+  exiting.join();
+  EXPECT_EQ(to_text(chain(300)), want);
 }
 
 TEST(NodeStoreTest, NodesStayPutWhileTheGraphGrows) {
