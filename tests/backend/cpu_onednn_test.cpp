@@ -176,6 +176,39 @@ TEST_F(CpuOnednn, SplitProductsMatchTheReference) {
       [] { return Outs{loom::matmul(data({20, 100}, 14), data({100, 300}, 15))}; });
 }
 
+// A read transposed (a weight gradient's dY^T [m,k] of a stored [k,m]): on AVX-512 each task
+// copies its rows of A dense and the product runs on brgemm with its post-ops fused, where it
+// would run on gemm:jit; parts past 64K elements of A keep reading it in place.
+TEST_F(CpuOnednn, TransposedAIsCopiedDenseForBrgemm) {
+  struct Case {
+    int64_t m, n, k;
+    bool dense;
+  };
+  for (const Case& c : {Case{256, 784, 64, true}, Case{45, 130, 64, true}, Case{300, 96, 64, true},
+                        Case{2048, 64, 128, false}}) {
+    SCOPED_TRACE(std::to_string(c.m) + "x" + std::to_string(c.n) + "x" + std::to_string(c.k));
+    auto program = [&] {
+      Tensor dy = data({c.k, c.m}, 21), x = data({c.k, c.n}, 22);
+      // A scale and an update folded in as post-ops (binary with a scalar, binary with a full
+      // operand), and the plain product.
+      Tensor g = loom::matmul(loom::transpose(dy, 0, 1), x);
+      Tensor h = loom::matmul(loom::transpose(dy * 0.5, 0, 1), x);
+      return Outs{g, h * data({1}, 23) + data({c.m, c.n}, 24)};
+    };
+    expect_onednn_matches_ref(program, 5e-5);
+    if (!loom::cpu::onednn_avx512()) continue;
+    ForcedLibrary forced(Library::Onednn);
+    Outs outs = program();
+    loom::cpu::Program p = program_of(outs);
+    for (const auto& prod : p.onednn) {
+      if (!prod) continue;
+      const std::string impl = loom::cpu::onednn_describe(*prod);
+      EXPECT_EQ(impl.rfind(c.dense ? "brg" : "gemm", 0), 0u) << impl;
+    }
+    loom::sync();
+  }
+}
+
 TEST_F(CpuOnednn, BatchedAndBroadcastBatchesMatchTheReference) {
   expect_onednn_matches_ref(
       [] { return Outs{loom::matmul(data({3, 17, 23}, 1), data({3, 23, 19}, 2))}; });
