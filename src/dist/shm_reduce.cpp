@@ -152,11 +152,10 @@ void ShmReduce::arrive_and_wait(int which, uint64_t seq, const char* op,
           for (int q = 0; q < size_; ++q)
             if (q != rank_ && counter(q).load(std::memory_order_acquire) < seq)
               missing += (missing.empty() ? "" : ", ") + std::to_string(q);
-          broken_ =
-              str_cat("[", op, "] rank ", rank_, " of ", size_, " (gloo, shared memory): rank(s) ",
-                      missing, " did not reach the collective within ", seconds(timeout),
-                      " s (the timeout): it died, or it runs other collectives");
-          throw DistError(broken_);
+          throw DistError(str_cat("[", op, "] rank ", rank_, " of ", size_,
+                                  " (gloo, shared memory): rank(s) ", missing,
+                                  " did not reach the collective within ", seconds(timeout),
+                                  " s (the timeout): it died, or it runs other collectives"));
         }
         if (waited > std::chrono::milliseconds(1)) {
           std::this_thread::sleep_for(std::chrono::microseconds(50));
@@ -170,9 +169,6 @@ void ShmReduce::arrive_and_wait(int which, uint64_t seq, const char* op,
 
 void ShmReduce::all_reduce(void* data, int64_t n, DType dt, ReduceOp op,
                            std::chrono::milliseconds timeout) {
-  if (!broken_.empty())
-    throw DistError(str_cat("[all_reduce] rank ", rank_, " of ", size_,
-                            ": the communicator is broken by an earlier failure: ", broken_));
   const int64_t item = itemsize(dt);
   const int64_t per = slot_bytes_ / item;
   auto slot = [&](int r) {

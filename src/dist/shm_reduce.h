@@ -39,7 +39,7 @@ class ShmReduce {
   ShmReduce& operator=(const ShmReduce&) = delete;
 
   // As Communicator::all_reduce (the dtype and op already checked); DistError after
-  // `timeout` waiting for a rank, and every later call raises too.
+  // `timeout` waiting for a rank (the Gloo communicator is then broken: later calls raise).
   void all_reduce(void* data, int64_t n, DType dt, ReduceOp op, std::chrono::milliseconds timeout);
 
  private:
@@ -53,7 +53,6 @@ class ShmReduce {
   size_t bytes_;
   int64_t slot_bytes_;
   uint64_t seq_ = 0;
-  std::string broken_;
 };
 
 }  // namespace loom::dist::detail

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -141,11 +142,21 @@ INSTANTIATE_TEST_SUITE_P(Ranks, InProcessCollectives,
                                             ::testing::Values(std::string("cpu"),
                                                               std::string("ref"))));
 
-// Sets an environment variable for the life of the object (the rank processes inherit it).
+// Sets an environment variable for the life of the object (the rank processes inherit it),
+// then puts back what was there.
 struct ScopedEnv {
   std::string name;
-  ScopedEnv(const char* n, const char* v) : name(n) { ::setenv(n, v, 1); }
-  ~ScopedEnv() { ::unsetenv(name.c_str()); }
+  std::optional<std::string> before;
+  ScopedEnv(const char* n, const char* v) : name(n) {
+    if (const char* b = std::getenv(n)) before = b;
+    ::setenv(n, v, 1);
+  }
+  ~ScopedEnv() {
+    if (before)
+      ::setenv(name.c_str(), before->c_str(), 1);
+    else
+      ::unsetenv(name.c_str());
+  }
 };
 
 // Gloo ranks on one host: all_reduce through the shared-memory segment (its 4 MiB slots, and

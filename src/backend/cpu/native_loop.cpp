@@ -149,6 +149,8 @@ class Driver {
     }
     return loc;
   }
+  // A memcpy, where copy() emits a memmove (operands may overlap there): through memmove the
+  // local carry stayed slower (cumsum 1.5-1.7 against 1.2-1.6 ns a trip, alternated runs).
   void local_copy(Value* dst, Value* src, int64_t bytes) {
     b_.CreateMemCpy(dst, llvm::MaybeAlign(1), src, llvm::MaybeAlign(1), bytes);
   }
