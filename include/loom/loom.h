@@ -3,6 +3,7 @@
 
 #include "loom/core/dtype.h"
 #include "loom/core/error.h"
+#include "loom/core/fp_mode.h"
 #include "loom/core/profile.h"
 #include "loom/core/shape.h"
 #include "loom/dist/dist.h"

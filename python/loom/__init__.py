@@ -7,6 +7,7 @@ from ._loom import (Tensor, dtype, Error, ShapeError, DTypeError, TraceError, Au
                     metrics,
                     reset_metrics, metrics_report, manual_seed, promote_types,
                     recompile_reasons, graph_metrics, graph_name, set_explain_recompiles,
+                    set_flush_denormal, flush_denormal,
                     set_dump_ir_dir, set_cache_dir, cache_dir, RecompileReason, GraphMetrics,
                     PureFunction, CompiledFunction,
                     pending_graph_size, is_grad_enabled, from_numpy, from_dlpack,

@@ -104,6 +104,11 @@ void register_transforms(nb::module_& m) {
   m.def("graph_metrics", &graph_metrics, "One entry per graph name since reset_metrics().");
   m.def("set_explain_recompiles", &set_explain_recompiles, nb::arg("on"),
         "Prints each recompile explanation to stderr (default: LOOM_EXPLAIN_RECOMPILES).");
+  m.def("set_flush_denormal", &set_flush_denormal, nb::arg("mode"),
+        "Whether runs read and write denormal floats as zero (x86's DAZ and FTZ, as XLA runs;\n"
+        "default on, LOOM_FLUSH_DENORMAL=0 turns it off). Returns the previous setting, as\n"
+        "torch.set_flush_denormal returns whether it is supported.");
+  m.def("flush_denormal", &flush_denormal, "Whether runs flush denormal floats to zero.");
   m.def("set_dump_ir_dir", &runtime::set_dump_ir_dir, nb::arg("dir"),
         "Writes each compiled graph's IR (before, after every pass, .dot) into dir; '' stops.");
   m.def("set_cache_dir", &runtime::set_cache_dir, nb::arg("dir"),

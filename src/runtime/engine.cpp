@@ -15,6 +15,7 @@
 #include "loom/backend/ref_backend.h"
 #include "loom/core/config.h"
 #include "loom/core/error.h"
+#include "loom/core/fp_mode.h"
 #include "loom/core/profile.h"
 #include "loom/passes/pass.h"
 #include "loom/runtime/dist_check.h"
@@ -277,7 +278,11 @@ std::vector<Buffer> run_executable(const backend::Executable& exe, std::span<con
   detail::NameStats& name = detail::current_name();
   profile::Scope ps("execute", [&] { return "execute " + name.name; });
   double t0 = loom::detail::now_seconds();
-  std::vector<Buffer> out = donated.empty() ? exe.run(inputs) : exe.run(inputs, donated);
+  std::vector<Buffer> out;
+  {
+    loom::detail::FpModeScope fp;  // denormals flushed or not (loom/core/fp_mode.h)
+    out = donated.empty() ? exe.run(inputs) : exe.run(inputs, donated);
+  }
   auto& counters = loom::detail::counters();
   counters.executions++;
   double dt = loom::detail::now_seconds() - t0;

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "loom/core/fp_mode.h"
 #include "loom/core/profile.h"
 
 namespace loom::cpu {
@@ -73,12 +74,15 @@ void ThreadPool::work() {
   for (;;) {
     const std::function<void(int)>* fn;
     int i;
+    uint32_t fp;
     {
       std::lock_guard lock(mu_);
       if (!job_ || next_ >= n_) return;
       fn = job_;
       i = next_++;
+      fp = fp_control_;
     }
+    if (detail::fp_control() != fp) detail::set_fp_control(fp);
     (*fn)(i);
     std::lock_guard lock(mu_);
     if (finished_.fetch_add(1) + 1 == n_) done_.notify_all();
@@ -111,6 +115,7 @@ void ThreadPool::run(int n, const std::function<void(int)>& fn) {
     std::lock_guard lock(mu_);
     job_ = &fn;
     n_ = n;
+    fp_control_ = detail::fp_control();
     next_ = 0;
     finished_ = 0;
     ++generation_;

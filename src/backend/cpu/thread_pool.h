@@ -10,7 +10,8 @@
 // process sleeps, and BLAS calls are made from the pool with OpenBLAS itself
 // single-threaded, so the two never compete for cores (PyTorch 1.13 runs 2-6x slower here
 // when both pools spin unbounded). A run from a worker (nested) executes inline. Threads:
-// LOOM_NUM_THREADS, else the number of cores.
+// LOOM_NUM_THREADS, else the number of cores. Tasks run in the caller's floating-point mode
+// (its MXCSR, loom/core/fp_mode.h: a run flushes denormals on every thread or on none).
 // Thread-safe: concurrent run() calls from different threads are serialized.
 #pragma once
 
@@ -41,6 +42,7 @@ class ThreadPool {
   std::vector<std::thread> workers_;
   const std::function<void(int)>* job_ = nullptr;
   int n_ = 0, next_ = 0;
+  uint32_t fp_control_ = 0;              // the caller's floating-point control word
   std::atomic<int> finished_{0};         // written under mu_, read by spinning callers
   std::atomic<uint64_t> generation_{0};  // written under mu_, read by spinning workers
   std::atomic<bool> stop_{false};
