@@ -20,6 +20,7 @@
 #include "backend/cpu/onednn.h"
 #include "backend/cpu/plan.h"
 #include "backend/cpu/program.h"
+#include "backend/cpu/thread_pool.h"
 #include "loom/ir/graph.h"
 #include "loom/loom.h"
 #include "loom/passes/pass.h"
@@ -204,6 +205,50 @@ TEST_F(CpuOnednn, TransposedAIsCopiedDenseForBrgemm) {
       if (!prod) continue;
       const std::string impl = loom::cpu::onednn_describe(*prod);
       EXPECT_EQ(impl.rfind(c.dense ? "brg" : "gemm", 0), 0u) << impl;
+    }
+    loom::sync();
+  }
+}
+
+// A product of few rows against a transposed B (an MLP's batch against a Linear's weight, each
+// part's block of B dense) splits its columns across the pool; each part writes its
+// block of C dense for brgemm, post-ops fused, and copies it into place, on AVX-512, where a
+// strided block ran on gemm:jit with its bias in a loop; a full residual operand, which
+// brgemm refuses beside a dense C, stays fused on gemm:jit. A plain B, whose column blocks are
+// strided (gemm:jit again), keeps splitting rows. Widths that do not split evenly.
+TEST_F(CpuOnednn, ColumnPartsWriteDenseForBrgemm) {
+  struct Case {
+    int64_t m, n, k;
+    bool bt;
+  };
+  for (const Case& c : {Case{64, 256, 784, true}, Case{64, 256, 784, false},
+                        Case{17, 301, 256, true}, Case{100, 130, 128, false}}) {
+    SCOPED_TRACE(std::to_string(c.m) + "x" + std::to_string(c.n) + "x" + std::to_string(c.k) +
+                 (c.bt ? " B^T" : ""));
+    auto program = [&] {
+      Tensor x = data({c.m, c.k}, 31);
+      Tensor w = c.bt ? loom::transpose(data({c.n, c.k}, 32), 0, 1) : data({c.k, c.n}, 32);
+      Tensor plain = loom::matmul(x, w);
+      Tensor biased = loom::relu(loom::matmul(x * 0.5, w) + data({c.n}, 33));
+      Tensor residual = loom::matmul(x * 2.0, w) + data({c.m, c.n}, 34);
+      return Outs{plain, biased, residual};
+    };
+    expect_onednn_matches_ref(program, 5e-5);
+    if (!loom::cpu::onednn_avx512() || loom::cpu::ThreadPool::instance().size() < 2) continue;
+    ForcedLibrary forced(Library::Onednn);
+    Outs outs = program();
+    loom::cpu::Program p = program_of(outs);
+    std::vector<std::string> impls;
+    for (const auto& prod : p.onednn)
+      if (prod) impls.push_back(loom::cpu::onednn_describe(*prod));
+    ASSERT_EQ(impls.size(), 3u);
+    for (size_t i = 0; i < impls.size(); ++i) {
+      SCOPED_TRACE(impls[i]);
+      EXPECT_EQ(impls[i].find(", 2 column parts") != std::string::npos, c.bt);
+      EXPECT_EQ(impls[i].find(", 2 parts") != std::string::npos, !c.bt);
+      EXPECT_EQ(impls[i].find("post-ops in a loop"), std::string::npos);
+      const bool brg = impls[i].rfind("brg", 0) == 0;
+      EXPECT_EQ(brg, !(c.bt && i == 2));
     }
     loom::sync();
   }
