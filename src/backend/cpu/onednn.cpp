@@ -191,10 +191,12 @@ std::shared_ptr<const Part> build_part(int64_t rows, int64_t cols, int64_t k, co
       }
       if (!part->dense_a) *part = std::move(plain);
     }
-    // Likewise a block of columns (ldc > cols): brgemm writes it dense, the task copies it into
-    // place (the MLP's [64,784]x[784,256]^T as two column halves, post-ops fused, one thread,
-    // hot: 90 against 97 us on gemm:jit, on a Xeon with AVX-512).
-    if (ldc != cols && rows > 1 && part->impl.rfind("gemm", 0) == 0) {
+    // Likewise a block of columns (ldc > cols): brgemm writes it dense into a per-thread
+    // scratch (parts of up to 1M elements, 4 MiB), the task copies it into place (the MLP's
+    // [64,784]x[784,256]^T as two column halves, post-ops fused, one thread, hot: 90 against
+    // 97 us on gemm:jit, on a Xeon with AVX-512).
+    if (ldc != cols && rows > 1 && rows * cols <= (int64_t{1} << 20) &&
+        part->impl.rfind("gemm", 0) == 0) {
       Part plain = *part;
       part->c = matrix_md(rows, cols, cols, 1);
       // Post-ops fused if brgemm takes them (a strided C may be what sent them to a loop);
