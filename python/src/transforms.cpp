@@ -106,8 +106,8 @@ void register_transforms(nb::module_& m) {
         "Prints each recompile explanation to stderr (default: LOOM_EXPLAIN_RECOMPILES).");
   m.def("set_flush_denormal", &set_flush_denormal, nb::arg("mode"),
         "Whether runs read and write denormal floats as zero (x86's DAZ and FTZ, as XLA runs;\n"
-        "default on, LOOM_FLUSH_DENORMAL=0 turns it off). Returns the previous setting, as\n"
-        "torch.set_flush_denormal returns whether it is supported.");
+        "default on, LOOM_FLUSH_DENORMAL=0 turns it off). Returns the previous setting\n"
+        "(torch.set_flush_denormal returns whether the mode is supported).");
   m.def("flush_denormal", &flush_denormal, "Whether runs flush denormal floats to zero.");
   m.def("set_dump_ir_dir", &runtime::set_dump_ir_dir, nb::arg("dir"),
         "Writes each compiled graph's IR (before, after every pass, .dot) into dir; '' stops.");

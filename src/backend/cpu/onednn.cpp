@@ -352,7 +352,8 @@ void run_task(const OnednnProduct& p, const Task& t, void* const* ptr) {
   stream.wait();
   if (part.dense_c)
     for (int64_t i = 0; i < t.rows; ++i)
-      std::memcpy(c + i * p.ldc, dense_c.data() + i * t.cols, static_cast<size_t>(t.cols) * 4);
+      std::memcpy(c + i * p.ldc, dense_c.data() + i * t.cols,
+                  static_cast<size_t>(t.cols) * sizeof(float));
   if (part.fused || p.post.empty()) return;
   for (int64_t i = 0; i < t.rows; ++i) {
     float* row = c + i * p.ldc;
