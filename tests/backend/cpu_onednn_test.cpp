@@ -254,6 +254,24 @@ TEST_F(CpuOnednn, ColumnPartsWriteDenseForBrgemm) {
   }
 }
 
+// Products summed into one value (m1 + m2 + m3 + ...): each sum is a pattern the first
+// product's epilogue folds, with the next product as its binary operand; a later product must
+// not fold the same sums again (it read the other's unwritten values: garbage, or a null
+// operand past oneDNN's post-op limit). Chains of 2 to 12 products, with a bias and a GELU.
+TEST_F(CpuOnednn, ProductsSummedInAChainAreFoldedOnce) {
+  for (int n : {2, 3, 5, 12}) {
+    SCOPED_TRACE(std::to_string(n) + " products");
+    expect_onednn_matches_ref([n] {
+      Tensor sum;
+      for (int i = 0; i < n; ++i) {
+        Tensor m = loom::matmul(data({8, 16 + i}, i), data({16 + i, 24}, 50 + i));
+        sum = i == 0 ? m + data({24}, 99) : sum + m;
+      }
+      return Outs{sum, loom::gelu(sum)};
+    });
+  }
+}
+
 TEST_F(CpuOnednn, BatchedAndBroadcastBatchesMatchTheReference) {
   expect_onednn_matches_ref(
       [] { return Outs{loom::matmul(data({3, 17, 23}, 1), data({3, 23, 19}, 2))}; });

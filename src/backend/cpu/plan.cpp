@@ -766,6 +766,7 @@ class Planner {
     if (!any) return;
     is_out_.assign(n_, false);
     for (const ir::Value& v : g_.outputs()) is_out_[v.node] = true;
+    folded_.assign(n_, 0);
     build_users();
     for (NodeId id = 0; id < n_; ++id) {
       const ir::Node& node = g_.node(id);
@@ -779,9 +780,25 @@ class Planner {
       while (e.post.size() < kMaxPostOps) {
         // Binary operands are operands of the pattern's nodes, which only the product reaches:
         // they never depend on it, and the step runs at the pattern's end, after them.
-        const size_t before = e.post.size();
+        const size_t before = e.post.size(), bin_before = binaries.size();
         NodeId end = match_post_op(x, t, &e.post, &binaries);
         if (end == 0) break;
+        // A pattern another product's epilogue already folded (products summed in a chain,
+        // s2 = s1 + m2 with s1 = m1 + ...): folding it twice would run one product's step
+        // where the other computes the pattern in registers; nor may a binary operand be a
+        // value computed inside an epilogue, which no buffer holds.
+        std::vector<NodeId> pattern;
+        pattern_nodes(x, end, &pattern);
+        pattern.push_back(end);
+        bool taken =
+            std::any_of(pattern.begin(), pattern.end(), [&](NodeId n) { return folded_[n] != 0; });
+        for (size_t b = bin_before; b < binaries.size(); ++b)
+          taken = taken || folded_[binaries[b]] == 1;
+        if (taken) {
+          e.post.resize(before);
+          binaries.resize(bin_before);
+          break;
+        }
         // Two linear post-ops in a row come out wrong from oneDNN 2.6's gemm:jit (the pair
         // (x + 1) * 2 gives 3.5 for x = 1.5): one linear does both. A pattern appends one
         // post-op.
@@ -802,8 +819,12 @@ class Planner {
       LOOM_ASSERT(blas_view(g_, has_buf_, node.operands[0].node, &a));
       if (product_library(id, a.trans, true) != Library::Onednn) continue;
       e.end = x;
-      for (NodeId n : inner) has_buf_[n] = false;
+      for (NodeId n : inner) {
+        has_buf_[n] = false;
+        folded_[n] = 1;
+      }
       has_buf_[x] = true;
+      folded_[x] = 2;
       for (size_t i = 0, b = 0; i < e.post.size(); ++i) {
         PostOp& po = e.post[i];
         if (!po.binary()) continue;
@@ -1158,8 +1179,10 @@ class Planner {
   bool allow_views_ = false;
   std::vector<uint8_t> view_;  // per node: a View buffer
   std::vector<bool> has_buf_;
-  std::vector<int> uses_;        // per node: operand slots that read it
-  std::vector<bool> is_out_;     // per node: a graph output (epilogue matching only)
+  std::vector<int> uses_;     // per node: operand slots that read it
+  std::vector<bool> is_out_;  // per node: a graph output (epilogue matching only)
+  // Per node: 1 computed inside a folded epilogue (no buffer), 2 an epilogue's end.
+  std::vector<uint8_t> folded_;
   std::vector<int> user_start_;  // users of node x: users_[user_start_[x] .. user_start_[x+1])
   std::vector<NodeId> users_;
   std::map<NodeId, Epilogue> epilogues_;      // per product folded with its consumers
