@@ -272,6 +272,22 @@ TEST_F(CpuOnednn, ProductsSummedInAChainAreFoldedOnce) {
   }
 }
 
+// Each thread keeps an argument table per part (memory objects re-pointed per task): more
+// distinct parts than its cache holds (512), run twice, so tables are dropped and remade
+// mid-run, and parts shared by tasks at different offsets (batches) are re-pointed.
+TEST_F(CpuOnednn, ArgumentTablesSurviveManyPartsAndRepeatedRuns) {
+  auto program = [] {
+    Outs outs;
+    Tensor sum = loom::zeros({2, 3});
+    for (int64_t k = 1; k <= 530; ++k)
+      sum = sum + loom::matmul(data({2, k}, static_cast<int>(k)), data({k, 3}, 7));
+    outs.push_back(sum);
+    outs.push_back(loom::matmul(data({5, 4, 9}, 1), data({5, 9, 6}, 2)));
+    return outs;
+  };
+  for (int run = 0; run < 2; ++run) expect_onednn_matches_ref(program, 5e-5);
+}
+
 TEST_F(CpuOnednn, BatchedAndBroadcastBatchesMatchTheReference) {
   expect_onednn_matches_ref(
       [] { return Outs{loom::matmul(data({3, 17, 23}, 1), data({3, 23, 19}, 2))}; });
