@@ -268,6 +268,7 @@ const Config& config() {
   static const Config cfg = [] {
     Config c;
     c.debug = static_cast<int>(env_int("LOOM_DEBUG", 0));
+    c.flush_denormal = env_int("LOOM_FLUSH_DENORMAL", 1) != 0;
     c.dump_ir_dir = env_str("LOOM_DUMP_IR");
     c.backend = env_str("LOOM_BACKEND");
     c.cache_size = std::max<int64_t>(1, env_int("LOOM_CACHE_SIZE", 1024));

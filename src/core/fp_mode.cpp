@@ -2,13 +2,13 @@
 #include "loom/core/fp_mode.h"
 
 #include <atomic>
-#include <cstdlib>
-#include <cstring>
 
 #if defined(__x86_64__) || defined(_M_X64)
 #include <xmmintrin.h>
 #define LOOM_HAVE_MXCSR 1
 #endif
+
+#include "loom/core/config.h"
 
 namespace loom {
 
@@ -20,13 +20,8 @@ constexpr uint32_t kControlBits = 0xffc0;  // bits 0-5 are the sticky exception 
 constexpr uint32_t kFlushBits = 0;
 #endif
 
-bool initial_flush() {
-  const char* v = std::getenv("LOOM_FLUSH_DENORMAL");
-  return !(v && (std::strcmp(v, "0") == 0 || std::strcmp(v, "off") == 0));
-}
-
 std::atomic<bool>& flush_setting() {
-  static std::atomic<bool> on{initial_flush()};
+  static std::atomic<bool> on{config().flush_denormal};
   return on;
 }
 }  // namespace

@@ -28,6 +28,7 @@ struct Config {
   int64_t cache_dir_mb = 1024;
   bool explain_recompiles = false;
   bool check_purity = false;
+  bool flush_denormal = true;  // the initial set_flush_denormal (loom/core/fp_mode.h)
 };
 
 const Config& config();

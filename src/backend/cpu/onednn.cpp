@@ -179,46 +179,45 @@ std::shared_ptr<const Part> build_part(int64_t rows, int64_t cols, int64_t k, co
       make(false);
       part->fused = false;
     }
+    // The part rebuilt with `relayout` applied, kept if brgemm takes it: post-ops fused first
+    // when `fuse_first`, else (or if refused fused) the product alone, unless that would move
+    // fused post-ops into a loop. Otherwise the part is put back as it was.
+    auto onto_brgemm = [&](auto relayout, bool fuse_first) {
+      Part plain = *part;
+      relayout(*part);
+      for (bool with_post : {fuse_first, false}) {
+        if (!with_post && plain.fused && !post.empty()) break;
+        try {
+          make(with_post);
+          if (part->impl.rfind("brg", 0) == 0) {
+            part->fused = with_post || post.empty();
+            return true;
+          }
+        } catch (const dnnl::error&) {
+        }
+        if (!with_post) break;
+      }
+      *part = std::move(plain);
+      return false;
+    };
     // A transposed (a weight gradient's dY^T) sends the product to gemm:jit. Copying the
     // task's block of A dense (at most 256 KB) lets brgemm take it, post-ops fused: half of
     // the MLP's [256,64]^T x [64,784] with its scale, one thread, hot, 59.9 against 66.4 us;
     // in the step 61.8-64.0 against 68.5-78.1 us (LOOM_PROFILE medians).
     if (a.sr == 1 && a.sc != 1 && rows > 1 && k > 1 && rows * k <= (int64_t{1} << 16) &&
-        part->impl.rfind("gemm", 0) == 0) {
-      Part plain = *part;
-      part->a = matrix_md(rows, k, k, 1);
-      try {
-        make(part->fused && !post.empty());
-        part->dense_a = part->impl.rfind("brg", 0) == 0;
-      } catch (const dnnl::error&) {
-        part->dense_a = false;  // refused dense: keep the transposed part that was built
-      }
-      if (!part->dense_a) *part = std::move(plain);
-    }
+        part->impl.rfind("gemm", 0) == 0)
+      part->dense_a = onto_brgemm([&](Part& q) { q.a = matrix_md(rows, k, k, 1); },
+                                  part->fused && !post.empty());
     // Likewise a block of columns (ldc > cols): brgemm writes it dense into a per-thread
     // scratch (parts of up to 1M elements, 4 MiB), the task copies it into place (the MLP's
     // [64,784]x[784,256]^T as two column halves, post-ops fused, one thread, hot: 90 against
-    // 97 us on gemm:jit, on a Xeon with AVX-512).
+    // 97 us on gemm:jit, on a Xeon with AVX-512). Its post-ops are tried fused even where the
+    // strided part ran them in a loop (a strided C may be why); brgemm refuses a full binary
+    // operand laid out unlike its dense C, and such a part stays fused on gemm:jit.
     if (ldc != cols && rows > 1 && rows * cols <= (int64_t{1} << 20) &&
-        part->impl.rfind("gemm", 0) == 0) {
-      Part plain = *part;
-      part->c = matrix_md(rows, cols, cols, 1);
-      // Post-ops fused if brgemm takes them (a strided C may be what sent them to a loop);
-      // else the product alone, unless that would move fused post-ops into a loop (brgemm
-      // refuses a full binary operand laid out unlike its dense C).
-      for (bool with_post : {!post.empty(), false}) {
-        if (!with_post && plain.fused && !post.empty()) break;
-        try {
-          make(with_post);
-          part->dense_c = part->impl.rfind("brg", 0) == 0;
-          part->fused = with_post || post.empty();
-        } catch (const dnnl::error&) {
-          part->dense_c = false;
-        }
-        if (part->dense_c || !with_post) break;
-      }
-      if (!part->dense_c) *part = std::move(plain);
-    }
+        part->impl.rfind("gemm", 0) == 0)
+      part->dense_c =
+          onto_brgemm([&](Part& q) { q.c = matrix_md(rows, cols, cols, 1); }, !post.empty());
   } catch (const dnnl::error& e) {
     if (post.empty()) throw refused(e);
     try {
@@ -348,7 +347,6 @@ void run_task(const OnednnProduct& p, const Task& t, void* const* ptr) {
   if (t.rows == 0 || t.cols == 0) return;
   OneOmpThread one;
   const Part& part = *p.parts[t.part];
-  dnnl::engine& eng = engine();
   thread_local dnnl::stream stream(engine());
   auto at = [&](int buf, int64_t off) { return static_cast<float*>(ptr[buf]) + off; };
   float* c = at(p.c_buf, t.c);
@@ -379,8 +377,7 @@ void run_task(const OnednnProduct& p, const Task& t, void* const* ptr) {
     char* s = scratch.data() + (64 - reinterpret_cast<uintptr_t>(scratch.data()) % 64) % 64;
     b.set(DNNL_ARG_SCRATCHPAD, s);
   }
-  const std::unordered_map<int, dnnl::memory>& args = b.args;
-  part.prim.execute(stream, args);
+  part.prim.execute(stream, b.args);
   stream.wait();
   if (part.dense_c)
     for (int64_t i = 0; i < t.rows; ++i)

@@ -811,7 +811,7 @@ class Planner {
           e.post.erase(e.post.begin() + static_cast<std::ptrdiff_t>(before));
         }
         if (x != id) inner.push_back(x);
-        pattern_nodes(x, end, &inner);
+        inner.insert(inner.end(), pattern.begin(), pattern.end() - 1);  // without end
         x = end;
       }
       if (e.post.empty()) continue;
