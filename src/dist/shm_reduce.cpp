@@ -2,7 +2,9 @@
 #include "dist/shm_reduce.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -48,6 +50,27 @@ std::string host_identity() {
 }
 
 std::string errno_text(const char* what) { return str_cat(what, ": ", std::strerror(errno)); }
+
+// The inode of this process's PID namespace: pids of two ranks compare only within one.
+uint64_t pid_namespace() {
+  struct stat st{};
+  return ::stat("/proc/self/ns/pid", &st) == 0 ? static_cast<uint64_t>(st.st_ino) : 0;
+}
+
+// False once the process has exited (gone, or a zombie its parent has not reaped yet).
+bool process_alive(pid_t pid) {
+  if (::kill(pid, 0) != 0 && errno == ESRCH) return false;
+  std::ifstream in(str_cat("/proc/", pid, "/stat"));
+  std::string text;
+  if (!std::getline(in, text)) return true;  // no /proc: kill's answer stands
+  const size_t paren = text.rfind(')');      // "pid (comm) S ...": comm may hold spaces
+  return paren == std::string::npos || paren + 2 >= text.size() ||
+         (text[paren + 2] != 'Z' && text[paren + 2] != 'X');
+}
+
+std::string ranks_text(const std::string& list, bool several) {
+  return str_cat(several ? "ranks " : "rank ", list);
+}
 
 }  // namespace
 
@@ -113,6 +136,12 @@ std::unique_ptr<ShmReduce> ShmReduce::create(Communicator& c, std::string* why) 
     if (p == MAP_FAILED) status = errno_text("mmap");
   }
   if (fd >= 0) ::close(fd);
+  if (p != MAP_FAILED) {
+    // This rank's process, for the others' waits to tell a dead rank from a slow one.
+    auto* line = reinterpret_cast<uint64_t*>(static_cast<char*>(p) + rank * 2 * kLine);
+    line[1] = static_cast<uint64_t>(::getpid());
+    line[2] = pid_namespace();
+  }
   const std::vector<std::string> all = c.exchange(status);
   // Every rank has mapped the segment or given up: the name goes, the memory stays mapped.
   if (rank == 0) ::shm_unlink(name.c_str());
@@ -136,8 +165,16 @@ void ShmReduce::arrive_and_wait(int which, uint64_t seq, const char* op,
     return std::atomic_ref<uint64_t>(
         *reinterpret_cast<uint64_t*>(base_ + (static_cast<size_t>(r) * 2 + which) * kLine));
   };
+  auto line = [&](int r) {
+    return reinterpret_cast<const uint64_t*>(base_ + static_cast<size_t>(r) * 2 * kLine);
+  };
+  auto pid_of = [&](int r) { return static_cast<pid_t>(line(r)[1]); };
   counter(rank_).store(seq, std::memory_order_release);
   const auto start = std::chrono::steady_clock::now();
+  auto looked = start;
+  const uint64_t ns = line(rank_)[2];
+  bool same_ns = ns != 0;
+  for (int q = 0; q < size_; ++q) same_ns = same_ns && line(q)[2] == ns;
   for (int p = 0; p < size_; ++p) {
     if (p == rank_) continue;
     for (int64_t spin = 0; counter(p).load(std::memory_order_acquire) < seq; ++spin) {
@@ -147,16 +184,28 @@ void ShmReduce::arrive_and_wait(int which, uint64_t seq, const char* op,
       }
       if ((spin & 63) == 0) {
         const auto waited = std::chrono::steady_clock::now() - start;
-        if (waited > timeout) {
-          std::string missing;
-          for (int q = 0; q < size_; ++q)
-            if (q != rank_ && counter(q).load(std::memory_order_acquire) < seq)
-              missing += (missing.empty() ? "" : ", ") + std::to_string(q);
+        // After the first millisecond, every 10 ms: has a rank we wait for exited?
+        const bool look = waited > std::chrono::milliseconds(1) &&
+                          std::chrono::steady_clock::now() - looked > std::chrono::milliseconds(10);
+        if (look) looked = std::chrono::steady_clock::now();
+        std::string missing, dead;
+        int n_missing = 0, n_dead = 0;
+        if (look || waited > timeout)
+          for (int q = 0; q < size_; ++q) {
+            if (q == rank_ || counter(q).load(std::memory_order_acquire) >= seq) continue;
+            missing += (n_missing++ ? ", " : "") + std::to_string(q);
+            if (look && same_ns && !process_alive(pid_of(q)))
+              dead += (n_dead++ ? ", " : "") + std::to_string(q);
+          }
+        if (n_dead > 0)
           throw DistError(str_cat("[", op, "] rank ", rank_, " of ", size_,
-                                  " (gloo, shared memory): rank(s) ", missing,
+                                  " (gloo, shared memory): ", ranks_text(dead, n_dead > 1),
+                                  " died (the process exited) before reaching the collective"));
+        if (waited > timeout)
+          throw DistError(str_cat("[", op, "] rank ", rank_, " of ", size_,
+                                  " (gloo, shared memory): ", ranks_text(missing, n_missing > 1),
                                   " did not reach the collective within ", seconds(timeout),
                                   " s (the timeout): it died, or it runs other collectives"));
-        }
         if (waited > std::chrono::milliseconds(1)) {
           std::this_thread::sleep_for(std::chrono::microseconds(50));
           continue;

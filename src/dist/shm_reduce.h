@@ -15,7 +15,9 @@
 // the next chunk only after every rank has published step 2 of this one, so no slot and no
 // block of the result area is written while another rank still reads it.
 // Waits spin briefly, then yield, then sleep, and raise DistError naming the ranks that did
-// not arrive when the communicator's timeout passes (a rank died, or runs other collectives).
+// not arrive when the communicator's timeout passes (a rank died, or runs other collectives),
+// or sooner, naming it, when a rank's process has exited (each rank's control line holds its
+// pid and PID namespace; the check runs every 10 ms of a wait, when the ranks share one).
 #pragma once
 
 #include <chrono>

@@ -197,6 +197,7 @@ class CollectiveExecutable final : public backend::Executable {
   void check() const {
     dist::Communicator* c = dist::current();
     if (!c) return;  // the collectives themselves raise "no communicator"
+    profile::Scope ps("dist", "cross-rank check");  // LOOM_PROFILE shows what the check waits
     check_sync_point(*c, {tag_, "'" + detail::current_name().name + "'", ir_});
   }
 

@@ -4,6 +4,7 @@
 // segment's slots); their VJPs against float64 central differences of the ranks' summed
 // objective computed on the host.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
@@ -11,6 +12,7 @@
 #include <cstdlib>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "dist/dist_util.h"
@@ -24,6 +26,7 @@ namespace {
 
 using dist::ReduceOp;
 using testing::gloo_ranks;
+using testing::ScopedEnv;
 using testing::thread_ranks;
 
 // Rank r's element i: small integers, exact in every dtype (bf16 holds integers to 256).
@@ -142,23 +145,6 @@ INSTANTIATE_TEST_SUITE_P(Ranks, InProcessCollectives,
                                             ::testing::Values(std::string("cpu"),
                                                               std::string("ref"))));
 
-// Sets an environment variable for the life of the object (the rank processes inherit it),
-// then puts back what was there.
-struct ScopedEnv {
-  std::string name;
-  std::optional<std::string> before;
-  ScopedEnv(const char* n, const char* v) : name(n) {
-    if (const char* b = std::getenv(n)) before = b;
-    ::setenv(n, v, 1);
-  }
-  ~ScopedEnv() {
-    if (before)
-      ::setenv(name.c_str(), before->c_str(), 1);
-    else
-      ::unsetenv(name.c_str());
-  }
-};
-
 // Gloo ranks on one host: all_reduce through the shared-memory segment (its 4 MiB slots, and
 // 4 KiB slots so that every size crosses chunks) and, with LOOM_DIST_SHM=0, on Gloo's TCP ring.
 class GlooTransports : public ::testing::TestWithParam<std::string> {};
@@ -198,26 +184,55 @@ TEST(GlooSharedMemory, ThreeRanks) {
   });
 }
 
-// A rank that never reaches an all_reduce on the segment: the other raises within twice the
-// timeout, naming it, and the communicator stays broken.
+// A rank that never reaches an all_reduce on the segment while its process lives: the other
+// raises within twice the timeout, naming it, and the communicator stays broken.
 TEST(GlooSharedMemory, MissingRankTimesOut) {
   gloo_ranks(
       2, 2.0,
       [](int r) {
         dist::Communicator& c = dist::require("test");
         ASSERT_EQ(c.kind(), "gloo+shm");
-        if (r == 1) return;  // skips the collective
+        if (r == 1) {  // skips the collective, alive past rank 0's timeout
+          std::this_thread::sleep_for(std::chrono::milliseconds(3000));
+          return;
+        }
         std::vector<float> v(1000, 1.0f);
         const auto t0 = std::chrono::steady_clock::now();
         testing::expect_error<DistError>(
             [&] { c.all_reduce(v.data(), 1000, DType::Float32, ReduceOp::Sum); },
-            {"[all_reduce]", "rank 0 of 2", "shared memory", "rank(s) 1", "2 s"});
-        EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
-                  4.0);
+            {"[all_reduce]", "rank 0 of 2", "shared memory", "rank 1 did not reach", "2 s"});
+        const double waited =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        EXPECT_GT(waited, 1.9);
+        EXPECT_LT(waited, 4.0);
         testing::expect_error<DistError>(
             [&] { c.all_reduce(v.data(), 1000, DType::Float32, ReduceOp::Sum); }, {"broken"});
       },
       30);
+}
+
+// A rank whose process exits instead: the other raises as soon as it sees the process gone
+// (it looks every 10 ms of a wait), naming the rank, well before the timeout.
+TEST(GlooSharedMemory, DeadRankIsNamedBeforeTheTimeout) {
+  gloo_ranks(
+      2, 20.0,
+      [](int r) {
+        dist::Communicator& c = dist::require("test");
+        ASSERT_EQ(c.kind(), "gloo+shm");
+        std::vector<float> v(1000, 1.0f);
+        c.all_reduce(v.data(), 1000, DType::Float32, ReduceOp::Sum);
+        if (r == 1) {
+          std::fflush(stdout);
+          ::_exit(0);  // dies: no goodbye to rank 0
+        }
+        const auto t0 = std::chrono::steady_clock::now();
+        testing::expect_error<DistError>(
+            [&] { c.all_reduce(v.data(), 1000, DType::Float32, ReduceOp::Sum); },
+            {"[all_reduce]", "rank 0 of 2", "shared memory", "rank 1 died"});
+        EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+                  5.0);
+      },
+      60);
 }
 
 // Collectives inside scan bodies, assume_pure and compile(trace_once): the same closed form.

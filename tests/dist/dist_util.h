@@ -19,6 +19,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -118,6 +119,23 @@ inline void reap(std::vector<Child>& kids, double deadline_s) {
     }
   }
 }
+
+// Sets an environment variable for the life of the object (the rank processes inherit it),
+// then puts back what was there.
+struct ScopedEnv {
+  std::string name;
+  std::optional<std::string> before;
+  ScopedEnv(const char* n, const char* v) : name(n) {
+    if (const char* b = std::getenv(n)) before = b;
+    ::setenv(n, v, 1);
+  }
+  ~ScopedEnv() {
+    if (before)
+      ::setenv(name.c_str(), before->c_str(), 1);
+    else
+      ::unsetenv(name.c_str());
+  }
+};
 
 // Runs body(rank) as rank 0 here and ranks 1..n-1 in child processes over Gloo (127.0.0.1),
 // with the given collective timeout, meeting through `store` (default: a fresh directory).

@@ -68,6 +68,16 @@ TEST(DistFaults, InProcessMissingRankTimesOut) {
 
 TEST(DistFaults, GlooDifferentGraphs) { gloo_ranks(2, kTimeout, different_graphs, 30); }
 TEST(DistFaults, GlooSkippedCollective) { gloo_ranks(2, kTimeout, skipped_collective, 30); }
+// The same on Gloo's TCP ring (LOOM_DIST_SHM=0), where the cross-rank check's all_reduce
+// and the collectives go over TCP instead of the shared-memory segment.
+TEST(DistFaults, GlooRingDifferentGraphs) {
+  testing::ScopedEnv ring("LOOM_DIST_SHM", "0");
+  gloo_ranks(2, kTimeout, different_graphs, 30);
+}
+TEST(DistFaults, GlooRingSkippedCollective) {
+  testing::ScopedEnv ring("LOOM_DIST_SHM", "0");
+  gloo_ranks(2, kTimeout, skipped_collective, 30);
+}
 
 // Rank 1 dies after the first step: rank 0's second step raises within twice the timeout,
 // naming rank 1 as dead. Which check sees it first depends on timing: a send to the closed

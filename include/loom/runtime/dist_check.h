@@ -1,9 +1,10 @@
 // The cross-rank check that keeps collectives from hanging: before a graph that holds
-// collectives runs (every run), and at every barrier, the ranks exchange a short tag (the
-// graph's fingerprint, or "barrier"). When the tags differ, every rank raises the same
-// DistError naming the ranks and, for graphs, the first differing op as IR text (the IR text
-// is exchanged only then). A rank that does not come within the timeout makes the others
-// raise a DistError naming it (the communicator's exchange does). Thread-safety: per rank.
+// collectives runs (every run), and at every barrier, the ranks compare a short tag (the
+// graph's fingerprint, or "barrier") in one small all_reduce of its digest. When the tags
+// differ, every rank raises the same DistError naming the ranks and, for graphs, the first
+// differing op as IR text (tags and IR text are exchanged only then). A rank that does not
+// come within the timeout makes the others raise a DistError naming it (the communicator's
+// all_reduce does). Thread-safety: per rank.
 #pragma once
 
 #include <string>
