@@ -1,10 +1,13 @@
 // `loom-bench --peers`: the peer workloads (decoder_forward, decoder_train_step,
 // scan_layers_compile, cumsum_scan, mlp_train) run by JAX, PyTorch/XLA, torch.compile and
-// PyTorch eager in the same run, each figure beside loom's as a ratio. The peers live in
-// venvs outside the repository (LOOM_PEER_JAX, LOOM_PEER_TORCH_XLA, LOOM_PEER_TORCH; recipe
-// in ../shared/reference/peers_setup.md); their scripts are bench/peers/*.py.
+// PyTorch eager in the same run, each figure beside loom's as a ratio, in rounds of loom and
+// every peer back to back (LOOM_BENCH_PEER_ROUNDS, default 3): medians of the rounds' ratios. The
+// peers live in venvs outside the repository (LOOM_PEER_JAX, LOOM_PEER_TORCH_XLA, LOOM_PEER_TORCH;
+// recipe in ../shared/reference/peers_setup.md); their scripts are bench/peers/*.py.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <map>
 #include <string>
 #include <vector>
@@ -105,16 +108,47 @@ double value_of(const std::vector<Figure>& figs, const std::string& key) {
   return -1;
 }
 
-// The figures of the last --peers run, for the closing table: [work/loom_key][peer] = value.
+// The figures of the last --peers run, for the closing table: medians over the rounds.
 struct Row {
   std::string label, goal;
   bool higher_is_better = false;
   double loom = -1;
   std::map<std::string, double> peer;
+  std::vector<double> vs_best;  // each round's loom / its best peer
 };
 std::vector<Row>& rows() {
   static std::vector<Row> r;
   return r;
+}
+
+// Rounds of loom and every peer back to back (LOOM_BENCH_PEER_ROUNDS, default 3; 1 when no
+// peer is set): this machine's speed drifts by tens of percent between minutes, so each ratio
+// is taken within a round and the median of the rounds' ratios reported, as
+// dist_data_parallel does.
+int peer_rounds() {
+  bool any = false;
+  for (const Peer& p : peers()) any = any || (std::getenv(p.env) && *std::getenv(p.env));
+  const char* r = std::getenv("LOOM_BENCH_PEER_ROUNDS");
+  return any ? std::max(1, r && *r ? std::atoi(r) : 3) : 1;
+}
+
+// `loom-bench --child figures NAME`: one benchmark in a fresh process, its figures as "key
+// value" lines (the later rounds: a fresh process has cold caches, as the first round had).
+RegisterChild figures_child("figures", [](int argc, char** argv) {
+  for (const Benchmark& b : registry())
+    if (argc > 0 && b.name == argv[0]) {
+      for (const Figure& f : b.run()) std::printf("%s %.9g\n", f.name.c_str(), f.value);
+      return 0;
+    }
+  return 2;
+});
+
+std::string range_note(std::vector<double> v) {
+  if (v.size() < 2) return "";
+  std::sort(v.begin(), v.end());
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "median of %zu rounds (%.3g-%.3g)", v.size(), v.front(), v.back());
+  return buf;
 }
 
 }  // namespace
@@ -136,36 +170,82 @@ void add_peer_figures(const std::string& benchmark, std::vector<Figure>& figs) {
   for (const Work& w : works())
     if (benchmark == w.name) work = &w;
   if (!work) return;
-  const size_t first_row = rows().size();
-  for (const Pair& p : work->pairs) {
+  const size_t np = work->pairs.size();
+  const int rounds = peer_rounds();
+  // [pair][round] of loom's figure; [peer][pair][round] of each peer's (-1: not measured).
+  std::vector<std::vector<double>> loom(np);
+  std::map<std::string, std::vector<std::vector<double>>> theirs;
+  std::map<std::string, std::string> who, why;
+  for (int r = 0; r < rounds; ++r) {
+    std::string out;
+    if (r > 0) {
+      std::fprintf(stderr, "loom-bench: %s, round %d of %d: loom...\n", benchmark.c_str(), r + 1,
+                   rounds);
+      out = command_output("'" + std::filesystem::read_symlink("/proc/self/exe").string() +
+                           "' --child figures " + benchmark + " 2>/dev/null");
+    }
+    for (size_t i = 0; i < np; ++i)
+      loom[i].push_back(r == 0 ? value_of(figs, work->pairs[i].loom_key)
+                               : figure_in(out, work->pairs[i].loom_key));
+    for (const Peer& peer : peers()) {
+      std::fprintf(stderr, "loom-bench: %s on %s (round %d of %d)...\n", benchmark.c_str(),
+                   peer.name, r + 1, rounds);
+      const PeerRun run = run_peer(peer, benchmark);
+      auto& v = theirs[peer.name];
+      v.resize(np);
+      if (!run.why.empty()) why[peer.name] = run.why;
+      if (!run.version.empty()) who[peer.name] = std::string(peer.name) + " " + run.version;
+      for (size_t i = 0; i < np; ++i)
+        v[i].push_back(run.why.empty() ? figure_in(run.output, work->pairs[i].peer_key) : -1);
+    }
+  }
+  auto measured = [](const std::vector<double>& v) {
+    std::vector<double> m;
+    for (double x : v)
+      if (x > 0) m.push_back(x);
+    return m;
+  };
+  for (size_t i = 0; i < np; ++i) {
+    const Pair& p = work->pairs[i];
     Row row;
     row.label = benchmark + ": " + p.loom_key + " vs " + p.peer_key;
     row.goal = p.goal;
     row.higher_is_better = p.higher_is_better;
-    row.loom = value_of(figs, p.loom_key);
-    rows().push_back(row);
-  }
-  for (const Peer& peer : peers()) {
-    std::fprintf(stderr, "loom-bench: %s on %s...\n", benchmark.c_str(), peer.name);
-    const PeerRun run = run_peer(peer, benchmark);
-    if (!run.why.empty()) {
-      figs.push_back({std::string(peer.id) + "_not_measured", 0, "", run.why});
-      continue;
+    std::vector<double> lm = measured(loom[i]);
+    row.loom = lm.empty() ? -1 : median(lm);
+    if (rounds > 1 && !lm.empty())
+      figs.push_back({std::string("loom_") + p.loom_key + "_rounds", row.loom, "",
+                      "loom's figure, " + range_note(lm)});
+    for (int r = 0; r < rounds; ++r) {
+      double best = -1;
+      for (const Peer& peer : peers()) {
+        const double v = theirs[peer.name][i][static_cast<size_t>(r)];
+        if (v > 0 && (best < 0 || (p.higher_is_better ? v > best : v < best))) best = v;
+      }
+      const double l = loom[i][static_cast<size_t>(r)];
+      if (best > 0 && l > 0) row.vs_best.push_back(l / best);
     }
-    const std::string who = std::string(peer.name) + " " + run.version;
-    for (size_t i = 0; i < work->pairs.size(); ++i) {
-      const Pair& p = work->pairs[i];
-      const double v = figure_in(run.output, p.peer_key);
-      if (v <= 0) continue;
-      const double loom = rows()[first_row + i].loom;
-      rows()[first_row + i].peer[peer.name] = v;
+    for (const Peer& peer : peers()) {
+      if (why.count(peer.name)) {
+        if (i == 0) figs.push_back({std::string(peer.id) + "_not_measured", 0, "", why[peer.name]});
+        continue;
+      }
+      const std::vector<double>& v = theirs[peer.name][i];
+      std::vector<double> pm = measured(v), ratios;
+      if (pm.empty()) continue;
+      row.peer[peer.name] = median(pm);
+      for (size_t r = 0; r < v.size(); ++r)
+        if (v[r] > 0 && loom[i][r] > 0) ratios.push_back(loom[i][r] / v[r]);
       const std::string key = std::string(peer.id) + "_" + p.peer_key;
-      if (value_of(figs, key) < 0) figs.push_back({key, v, "", "same run: " + who});
-      if (loom > 0)
-        figs.push_back({"ratio_vs_" + key, loom / v, "x",
-                        p.higher_is_better ? "loom / peer: > 1 = loom faster"
-                                           : "loom / peer: < 1 = loom faster"});
+      if (value_of(figs, key) < 0)
+        figs.push_back({key, median(pm), "", "same run: " + who[peer.name] + " " + range_note(pm)});
+      if (!ratios.empty())
+        figs.push_back({"ratio_vs_" + key, median(ratios), "x",
+                        std::string(p.higher_is_better ? "loom / peer: > 1 = loom faster"
+                                                       : "loom / peer: < 1 = loom faster") +
+                            (ratios.size() > 1 ? "; " + range_note(ratios) : "")});
     }
+    rows().push_back(std::move(row));
   }
 }
 
@@ -178,21 +258,24 @@ void print_peer_table() {
   std::printf("---|---|\n");
   for (const Row& r : rows()) {
     std::printf("| %s | %.4g |", r.label.c_str(), r.loom);
-    double best = -1;
     for (const Peer& p : peers()) {
       auto it = r.peer.find(p.name);
-      if (it == r.peer.end()) {
+      if (it == r.peer.end())
         std::printf(" — |");
-        continue;
-      }
-      std::printf(" %.4g |", it->second);
-      if (best < 0 || (r.higher_is_better ? it->second > best : it->second < best))
-        best = it->second;
+      else
+        std::printf(" %.4g |", it->second);
     }
-    if (best > 0 && r.loom > 0)
-      std::printf(" %.3g |", r.loom / best);
-    else
+    // The median of the rounds' own ratios (each against that round's best peer).
+    if (!r.vs_best.empty()) {
+      std::vector<double> v = r.vs_best;
+      std::sort(v.begin(), v.end());
+      if (v.size() > 1)
+        std::printf(" %.3g (%.3g-%.3g) |", median(v), v.front(), v.back());
+      else
+        std::printf(" %.3g |", v[0]);
+    } else {
       std::printf(" — |");
+    }
     std::printf(" %s |\n", r.goal.c_str());
   }
 }
