@@ -217,7 +217,7 @@ void ShmReduce::arrive_and_wait(int which, uint64_t seq, const char* op,
 }
 
 void ShmReduce::all_reduce(void* data, int64_t n, DType dt, ReduceOp op,
-                           std::chrono::milliseconds timeout) {
+                           std::chrono::milliseconds timeout, const char* what) {
   const int64_t item = itemsize(dt);
   const int64_t per = slot_bytes_ / item;
   auto slot = [&](int r) {
@@ -233,7 +233,7 @@ void ShmReduce::all_reduce(void* data, int64_t n, DType dt, ReduceOp op,
     std::memcpy(slot(rank_), mine, static_cast<size_t>(b0 * item));
     std::memcpy(slot(rank_) + b1 * item, mine + b1 * item, static_cast<size_t>((m - b1) * item));
     ++seq_;
-    arrive_and_wait(0, seq_, "all_reduce", timeout);
+    arrive_and_wait(0, seq_, what, timeout);
     // 2. Block rank_ over the ranks in rank order, into the result area.
     if (b1 > b0) {
       char* out = result + b0 * item;
@@ -242,7 +242,7 @@ void ShmReduce::all_reduce(void* data, int64_t n, DType dt, ReduceOp op,
       for (int r = 1; r < size_; ++r) reduce_into(out, src(r), b1 - b0, dt, op);
       if (op == ReduceOp::Mean) divide(out, b1 - b0, dt, size_);
     }
-    arrive_and_wait(1, seq_, "all_reduce", timeout);
+    arrive_and_wait(1, seq_, what, timeout);
     // 3. The whole reduced chunk back.
     std::memcpy(mine, result, static_cast<size_t>(m * item));
   }

@@ -42,7 +42,9 @@ class ShmReduce {
 
   // As Communicator::all_reduce (the dtype and op already checked); DistError after
   // `timeout` waiting for a rank (the Gloo communicator is then broken: later calls raise).
-  void all_reduce(void* data, int64_t n, DType dt, ReduceOp op, std::chrono::milliseconds timeout);
+  // `what` names the collective in messages (a barrier is an all_reduce of one byte).
+  void all_reduce(void* data, int64_t n, DType dt, ReduceOp op, std::chrono::milliseconds timeout,
+                  const char* what = "all_reduce");
 
  private:
   ShmReduce(int rank, int size, char* base, size_t bytes, int64_t slot_bytes);

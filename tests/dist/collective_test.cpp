@@ -211,6 +211,30 @@ TEST(GlooSharedMemory, MissingRankTimesOut) {
       30);
 }
 
+// barrier() through the segment: nobody leaves before the last rank arrives, and a rank that
+// never comes is named at the timeout as "[barrier]".
+TEST(GlooSharedMemory, BarrierWaitsForTheLastRank) {
+  gloo_ranks(
+      2, 2.0,
+      [](int r) {
+        dist::Communicator& c = dist::require("test");
+        ASSERT_EQ(c.kind(), "gloo+shm");
+        const auto t0 = std::chrono::steady_clock::now();
+        if (r == 1) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        c.barrier();
+        const double waited =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        EXPECT_GT(waited, 0.25) << "rank " << r << " left the barrier before rank 1 came";
+        if (r == 1) {  // alive, but skips the next barrier past rank 0's timeout
+          std::this_thread::sleep_for(std::chrono::milliseconds(3000));
+          return;
+        }
+        testing::expect_error<DistError>(
+            [&] { c.barrier(); }, {"[barrier]", "rank 0 of 2", "rank 1 did not reach", "2 s"});
+      },
+      30);
+}
+
 // A rank whose process exits instead: the other raises as soon as it sees the process gone
 // (it looks every 10 ms of a wait), naming the rank, well before the timeout.
 TEST(GlooSharedMemory, DeadRankIsNamedBeforeTheTimeout) {
