@@ -2,9 +2,10 @@
 // the user names, rendezvous through a store (tcp_store.h): a directory every rank sees or a
 // TCP store at host:port that rank 0 serves. Gloo's errors (IoException, timeouts) become
 // DistError naming the op, the rank(s) and the timeout; after one the communicator is broken
-// (Gloo: the transport state is unknown). When every rank is on this host, all_reduce (and so
-// reduce_scatter and the cross-rank check) and barrier go through a shared-memory segment
-// instead of TCP (shm_reduce.h); the other collectives, small and rare, stay on Gloo.
+// (Gloo: the transport state is unknown). When every rank is on this host, every collective
+// (all_reduce and so reduce_scatter and the cross-rank check, all_gather, broadcast, barrier)
+// goes through a shared-memory segment instead of TCP (shm_reduce.h); exchange, which only
+// the mismatch path and the segment's own setup use, stays on Gloo.
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
 #include <gloo/barrier.h>
@@ -136,16 +137,8 @@ class GlooCommunicator final : public Communicator {
   void all_reduce(void* data, int64_t n, DType dt, ReduceOp op) override {
     detail::check_reduce("all_reduce", dt, op);
     if (n == 0) return;
-    if (shm_) {
-      check_broken("all_reduce");
-      try {
-        shm_->all_reduce(data, n, dt, op, timeout());
-      } catch (const DistError& e) {
-        broken_ = e.what();
-        throw;
-      }
-      return;
-    }
+    if (shm_)
+      return on_segment("all_reduce", [&] { shm_->all_reduce(data, n, dt, op, timeout()); });
     guarded("all_reduce", [&] {
       gloo::AllreduceOptions opts(ctx_);
       set_output(opts, data, n, itemsize(dt));
@@ -162,6 +155,7 @@ class GlooCommunicator final : public Communicator {
 
   void all_gather(const void* in, void* out, int64_t bytes) override {
     if (bytes == 0) return;
+    if (shm_) return on_segment("all_gather", [&] { shm_->all_gather(in, out, bytes, timeout()); });
     guarded("all_gather", [&] {
       gloo::AllgatherOptions opts(ctx_);
       opts.setInput(static_cast<uint8_t*>(const_cast<void*>(in)), static_cast<size_t>(bytes));
@@ -174,6 +168,8 @@ class GlooCommunicator final : public Communicator {
   void broadcast(void* data, int64_t bytes, int root) override {
     LOOM_CHECK(root >= 0 && root < size_, "[broadcast] root ", root, " is not a rank of ", size_);
     if (bytes == 0) return;
+    if (shm_)
+      return on_segment("broadcast", [&] { shm_->broadcast(data, bytes, root, timeout()); });
     guarded("broadcast", [&] {
       gloo::BroadcastOptions opts(ctx_);
       opts.setOutput(static_cast<uint8_t*>(data), static_cast<size_t>(bytes));
@@ -184,19 +180,11 @@ class GlooCommunicator final : public Communicator {
   }
 
   void barrier() override {
-    if (shm_) {
-      // Through the segment, as the cross-rank check: Gloo's TCP barrier took 2-10 ms to
-      // wake the ranks after a busy step on a 2-core VM.
-      check_broken("barrier");
-      uint8_t one = 1;
-      try {
+    uint8_t one = 1;
+    if (shm_)
+      return on_segment("barrier", [&] {
         shm_->all_reduce(&one, 1, DType::Bool, ReduceOp::Max, timeout(), "barrier");
-      } catch (const DistError& e) {
-        broken_ = e.what();
-        throw;
-      }
-      return;
-    }
+      });
     guarded("barrier", [&] {
       gloo::BarrierOptions opts(ctx_);
       opts.setTimeout(timeout());
@@ -254,6 +242,20 @@ class GlooCommunicator final : public Communicator {
     if (size_ == 2) return str_cat("rank ", 1 - rank_);
     return str_cat("one of ranks ", (rank_ + size_ - 1) % size_, " and ", (rank_ + 1) % size_,
                    " (its ring neighbours) or a rank they wait on");
+  }
+
+  // A collective on the shared-memory segment: Gloo's TCP path took 2-10 ms to wake the ranks
+  // after a busy step on a 2-core VM (the segment: 5-140 us). Its DistError breaks the
+  // communicator, as a Gloo failure does.
+  template <class F>
+  void on_segment(const char* op, F&& f) {
+    check_broken(op);
+    try {
+      f();
+    } catch (const DistError& e) {
+      broken_ = e.what();
+      throw;
+    }
   }
 
   template <class F>

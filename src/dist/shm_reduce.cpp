@@ -216,13 +216,14 @@ void ShmReduce::arrive_and_wait(int which, uint64_t seq, const char* op,
   }
 }
 
+char* ShmReduce::slot(int r) const {
+  return base_ + control_bytes(size_) + static_cast<size_t>(r) * static_cast<size_t>(slot_bytes_);
+}
+
 void ShmReduce::all_reduce(void* data, int64_t n, DType dt, ReduceOp op,
                            std::chrono::milliseconds timeout, const char* what) {
   const int64_t item = itemsize(dt);
   const int64_t per = slot_bytes_ / item;
-  auto slot = [&](int r) {
-    return base_ + control_bytes(size_) + static_cast<size_t>(r) * static_cast<size_t>(slot_bytes_);
-  };
   char* result = slot(size_);
   char* d = static_cast<char*>(data);
   for (int64_t off = 0; off < n; off += per) {
@@ -245,6 +246,32 @@ void ShmReduce::all_reduce(void* data, int64_t n, DType dt, ReduceOp op,
     arrive_and_wait(1, seq_, what, timeout);
     // 3. The whole reduced chunk back.
     std::memcpy(mine, result, static_cast<size_t>(m * item));
+  }
+}
+
+void ShmReduce::all_gather(const void* in, void* out, int64_t bytes,
+                           std::chrono::milliseconds timeout) {
+  const char* src = static_cast<const char*>(in);
+  char* dst = static_cast<char*>(out);
+  for (int64_t off = 0; off < bytes; off += slot_bytes_) {
+    const size_t m = static_cast<size_t>(std::min(slot_bytes_, bytes - off));
+    std::memcpy(slot(rank_), src + off, m);
+    ++seq_;
+    arrive_and_wait(0, seq_, "all_gather", timeout);
+    for (int r = 0; r < size_; ++r) std::memcpy(dst + r * bytes + off, slot(r), m);
+    arrive_and_wait(1, seq_, "all_gather", timeout);
+  }
+}
+
+void ShmReduce::broadcast(void* data, int64_t bytes, int root, std::chrono::milliseconds timeout) {
+  char* d = static_cast<char*>(data);
+  for (int64_t off = 0; off < bytes; off += slot_bytes_) {
+    const size_t m = static_cast<size_t>(std::min(slot_bytes_, bytes - off));
+    if (rank_ == root) std::memcpy(slot(root), d + off, m);
+    ++seq_;
+    arrive_and_wait(0, seq_, "broadcast", timeout);
+    if (rank_ != root) std::memcpy(d + off, slot(root), m);
+    arrive_and_wait(1, seq_, "broadcast", timeout);
   }
 }
 

@@ -4,7 +4,8 @@
 // ranks; through the segment: about 1 ms).
 //
 // One POSIX shared-memory segment per group: a control line per rank, a slot per rank and a
-// result area, each `slot_bytes`. A buffer goes through in chunks of at most slot_bytes:
+// result area, each `slot_bytes`. all_gather, broadcast and barrier (an all_reduce of one
+// byte) use it too. An all_reduce goes through in chunks of at most slot_bytes:
 //   1. each rank copies its chunk into its slot, except the block it reduces itself, and
 //      publishes the chunk's sequence number;
 //   2. when every rank has published, rank r reduces block r (1/N of the chunk) over the
@@ -45,12 +46,19 @@ class ShmReduce {
   // `what` names the collective in messages (a barrier is an all_reduce of one byte).
   void all_reduce(void* data, int64_t n, DType dt, ReduceOp op, std::chrono::milliseconds timeout,
                   const char* what = "all_reduce");
+  // As Communicator::all_gather and broadcast, in slot-sized chunks: each rank (the root)
+  // copies its chunk into its slot, and after the first wait every rank copies what it needs
+  // out; the second wait keeps a slot from being overwritten while another rank reads it.
+  void all_gather(const void* in, void* out, int64_t bytes, std::chrono::milliseconds timeout);
+  void broadcast(void* data, int64_t bytes, int root, std::chrono::milliseconds timeout);
 
  private:
   ShmReduce(int rank, int size, char* base, size_t bytes, int64_t slot_bytes);
   // Publishes `seq` in this rank's `which` counter (0: copied in, 1: reduced) and waits until
   // every rank has.
   void arrive_and_wait(int which, uint64_t seq, const char* op, std::chrono::milliseconds timeout);
+
+  char* slot(int r) const;
 
   int rank_, size_;
   char* base_;

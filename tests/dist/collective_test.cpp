@@ -145,6 +145,26 @@ INSTANTIATE_TEST_SUITE_P(Ranks, InProcessCollectives,
                                             ::testing::Values(std::string("cpu"),
                                                               std::string("ref"))));
 
+// The communicator's all_gather and broadcast on `bytes` bytes (rank r's byte i is a closed
+// form of r and i), against the closed form: sizes past a 4 KiB slot and a 4 MiB one cross
+// chunks on the segment.
+void check_gather_broadcast_bytes(int r, int world, int64_t bytes) {
+  SCOPED_TRACE(::testing::Message() << "rank " << r << "/" << world << ", " << bytes << " bytes");
+  dist::Communicator& c = dist::require("test");
+  auto byte = [](int rank, int64_t i) { return static_cast<uint8_t>((i * 131 + rank * 17) % 251); };
+  std::vector<uint8_t> mine(static_cast<size_t>(bytes)), all(static_cast<size_t>(bytes * world));
+  for (int64_t i = 0; i < bytes; ++i) mine[static_cast<size_t>(i)] = byte(r, i);
+  c.all_gather(mine.data(), all.data(), bytes);
+  for (int k = 0; k < world; ++k)
+    for (int64_t i = 0; i < bytes; ++i)
+      ASSERT_EQ(all[static_cast<size_t>(k * bytes + i)], byte(k, i))
+          << "block " << k << " byte " << i;
+  const int root = world - 1;
+  c.broadcast(mine.data(), bytes, root);
+  for (int64_t i = 0; i < bytes; ++i)
+    ASSERT_EQ(mine[static_cast<size_t>(i)], byte(root, i)) << "broadcast byte " << i;
+}
+
 // Gloo ranks on one host: all_reduce through the shared-memory segment (its 4 MiB slots, and
 // 4 KiB slots so that every size crosses chunks) and, with LOOM_DIST_SHM=0, on Gloo's TCP ring.
 class GlooTransports : public ::testing::TestWithParam<std::string> {};
@@ -164,6 +184,8 @@ TEST_P(GlooTransports, EveryOpAndDTypeMatchesTheClosedForm) {
     check_all_reduce(r, 2, (5 << 18) + 3, DType::Float32);
     check_all_reduce(r, 2, (1 << 18) + 3, DType::Float64);
     check_all_reduce(r, 2, (1 << 19) + 1, DType::BFloat16);
+    for (int64_t bytes : {int64_t{1}, int64_t{10007}, (int64_t{5} << 20) + 3})
+      check_gather_broadcast_bytes(r, 2, bytes);
     dist::barrier();
   });
 }
@@ -180,6 +202,7 @@ TEST(GlooSharedMemory, ThreeRanks) {
     EXPECT_EQ(dist::require("test").kind(), "gloo+shm");
     for (DType dt : kAll)
       for (int64_t n : {1, 2, 37, 4099}) check_all_reduce(r, 3, n, dt);
+    for (int64_t bytes : {3, 10007}) check_gather_broadcast_bytes(r, 3, bytes);
     dist::barrier();
   });
 }
