@@ -220,12 +220,56 @@ char* ShmReduce::slot(int r) const {
   return base_ + control_bytes(size_) + static_cast<size_t>(r) * static_cast<size_t>(slot_bytes_);
 }
 
+namespace {
+
+enum CallKind : uint64_t { kAllReduce, kBarrier, kAllGather, kBroadcast };
+
+std::string describe(const uint64_t* c) {
+  switch (c[0]) {
+    case kAllReduce:
+      return str_cat("all_reduce(", reduce_op_name(static_cast<ReduceOp>(c[2])), ") of ", c[3], " ",
+                     name(static_cast<DType>(c[1])));
+    case kBarrier: return "barrier()";
+    case kAllGather: return str_cat("all_gather of ", c[3], " bytes");
+    default: return str_cat("broadcast of ", c[3], " bytes from rank ", c[4]);
+  }
+}
+
+}  // namespace
+
+// The call sits in words 3..7 of the rank's first counter line (0: the counter, 1: the pid,
+// 2: the PID namespace). Another rank rewrites its words only after every rank has passed
+// the call's second wait, so they hold still while this rank compares them.
+void ShmReduce::begin(const Call& call) {
+  std::memcpy(base_ + static_cast<size_t>(rank_) * 2 * kLine + 3 * sizeof(uint64_t), &call,
+              sizeof call);
+}
+
+void ShmReduce::check_call(const Call& call, const char* op) const {
+  auto words = [&](int r) {
+    return reinterpret_cast<const uint64_t*>(base_ + static_cast<size_t>(r) * 2 * kLine) + 3;
+  };
+  bool same = true;
+  for (int r = 0; r < size_; ++r) same = same && std::memcmp(words(r), &call, sizeof call) == 0;
+  if (same) return;
+  std::string calls;
+  for (int r = 0; r < size_; ++r)
+    calls += str_cat(r ? "; " : "", "rank ", r, " ", describe(words(r)));
+  throw DistError(str_cat("[", op, "] rank ", rank_, " of ", size_,
+                          " (gloo, shared memory): the ranks called different collectives: ", calls,
+                          ". Every rank must call the same collectives in the same order"));
+}
+
 void ShmReduce::all_reduce(void* data, int64_t n, DType dt, ReduceOp op,
                            std::chrono::milliseconds timeout, const char* what) {
   const int64_t item = itemsize(dt);
   const int64_t per = slot_bytes_ / item;
   char* result = slot(size_);
   char* d = static_cast<char*>(data);
+  const bool barrier = std::strcmp(what, "barrier") == 0;
+  const Call call{barrier ? kBarrier : kAllReduce, static_cast<uint64_t>(dt),
+                  static_cast<uint64_t>(op), static_cast<uint64_t>(n), 0};
+  begin(call);
   for (int64_t off = 0; off < n; off += per) {
     const int64_t m = std::min(per, n - off);
     char* mine = d + off * item;
@@ -235,6 +279,7 @@ void ShmReduce::all_reduce(void* data, int64_t n, DType dt, ReduceOp op,
     std::memcpy(slot(rank_) + b1 * item, mine + b1 * item, static_cast<size_t>((m - b1) * item));
     ++seq_;
     arrive_and_wait(0, seq_, what, timeout);
+    if (off == 0) check_call(call, what);
     // 2. Block rank_ over the ranks in rank order, into the result area.
     if (b1 > b0) {
       char* out = result + b0 * item;
@@ -253,11 +298,14 @@ void ShmReduce::all_gather(const void* in, void* out, int64_t bytes,
                            std::chrono::milliseconds timeout) {
   const char* src = static_cast<const char*>(in);
   char* dst = static_cast<char*>(out);
+  const Call call{kAllGather, 0, 0, static_cast<uint64_t>(bytes), 0};
+  begin(call);
   for (int64_t off = 0; off < bytes; off += slot_bytes_) {
     const size_t m = static_cast<size_t>(std::min(slot_bytes_, bytes - off));
     std::memcpy(slot(rank_), src + off, m);
     ++seq_;
     arrive_and_wait(0, seq_, "all_gather", timeout);
+    if (off == 0) check_call(call, "all_gather");
     for (int r = 0; r < size_; ++r) std::memcpy(dst + r * bytes + off, slot(r), m);
     arrive_and_wait(1, seq_, "all_gather", timeout);
   }
@@ -265,11 +313,14 @@ void ShmReduce::all_gather(const void* in, void* out, int64_t bytes,
 
 void ShmReduce::broadcast(void* data, int64_t bytes, int root, std::chrono::milliseconds timeout) {
   char* d = static_cast<char*>(data);
+  const Call call{kBroadcast, 0, 0, static_cast<uint64_t>(bytes), static_cast<uint64_t>(root)};
+  begin(call);
   for (int64_t off = 0; off < bytes; off += slot_bytes_) {
     const size_t m = static_cast<size_t>(std::min(slot_bytes_, bytes - off));
     if (rank_ == root) std::memcpy(slot(root), d + off, m);
     ++seq_;
     arrive_and_wait(0, seq_, "broadcast", timeout);
+    if (off == 0) check_call(call, "broadcast");
     if (rank_ != root) std::memcpy(d + off, slot(root), m);
     arrive_and_wait(1, seq_, "broadcast", timeout);
   }

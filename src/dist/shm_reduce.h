@@ -59,6 +59,14 @@ class ShmReduce {
   void arrive_and_wait(int which, uint64_t seq, const char* op, std::chrono::milliseconds timeout);
 
   char* slot(int r) const;
+  // One collective as every rank must call it (kind, dtype, reduce op, count, root): written
+  // in this rank's control line before its first wait and compared after it, so that ranks
+  // calling different collectives, or sizes, raise instead of mixing their buffers.
+  struct Call {
+    uint64_t kind, dtype, op, count, root;
+  };
+  void begin(const Call& call);
+  void check_call(const Call& call, const char* op) const;
 
   int rank_, size_;
   char* base_;

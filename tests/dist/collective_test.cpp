@@ -258,6 +258,44 @@ TEST(GlooSharedMemory, BarrierWaitsForTheLastRank) {
       30);
 }
 
+// Ranks that call different collectives (or sizes) on the segment raise at its first wait,
+// naming each rank's call, instead of mixing their buffers; the communicator stays broken.
+TEST(GlooSharedMemory, DifferentCollectivesRaiseOnEveryRank) {
+  gloo_ranks(
+      2, 20.0,
+      [](int r) {
+        dist::Communicator& c = dist::require("test");
+        ASSERT_EQ(c.kind(), "gloo+shm");
+        std::vector<float> v(10, 1.0f), out(20);
+        const std::vector<std::string> names = {"the ranks called different collectives",
+                                                "rank 0 all_reduce(sum) of 10 float32",
+                                                "rank 1 all_gather of 40 bytes"};
+        if (r == 0)
+          testing::expect_error<DistError>(
+              [&] { c.all_reduce(v.data(), 10, DType::Float32, ReduceOp::Sum); }, names);
+        else
+          testing::expect_error<DistError>([&] { c.all_gather(v.data(), out.data(), 40); }, names);
+        testing::expect_error<DistError>([&] { c.barrier(); }, {"broken"});
+      },
+      30);
+}
+
+// The same collective with another count on one rank (each gloo_ranks runs in a TEST of its
+// own: the rank processes rerun the test that spawned them).
+TEST(GlooSharedMemory, DifferentSizesRaiseOnEveryRank) {
+  gloo_ranks(
+      2, 20.0,
+      [](int r) {
+        dist::Communicator& c = dist::require("test");
+        std::vector<double> v(8, 1.0);
+        const int64_t n = r == 0 ? 8 : 5;  // another size
+        testing::expect_error<DistError>(
+            [&] { c.all_reduce(v.data(), n, DType::Float64, ReduceOp::Max); },
+            {"rank 0 all_reduce(max) of 8 float64", "rank 1 all_reduce(max) of 5 float64"});
+      },
+      30);
+}
+
 // A rank whose process exits instead: the other raises as soon as it sees the process gone
 // (it looks every 10 ms of a wait), naming the rank, well before the timeout.
 TEST(GlooSharedMemory, DeadRankIsNamedBeforeTheTimeout) {
