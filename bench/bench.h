@@ -65,6 +65,8 @@ double figure_in(const std::string& output, const std::string& key);
 // A file shipped with the benchmarks (`torch_reference.py`, `peers/jax_peer.py`): beside the
 // executable, installed under share/loom, or in the source tree; "" when none exists.
 std::string bench_file(const std::string& relative);
+// This executable's path, for running its children (`loom-bench --child NAME`).
+std::string self_path();
 // Whether /usr/bin/python3 imports torch (python3-torch: the PyTorch baselines).
 bool torch_available();
 // The figure `key` that `python3 -c CODE` prints (CODE without double quotes), or -1 when

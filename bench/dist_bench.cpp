@@ -24,8 +24,6 @@
 namespace loom::bench {
 namespace {
 
-std::string self() { return std::filesystem::read_symlink("/proc/self/exe").string(); }
-
 std::string fresh_dir() {
   std::string t = (std::filesystem::temp_directory_path() / "loom-bench-XXXXXX").string();
   std::vector<char> b(t.begin(), t.end());
@@ -40,7 +38,7 @@ std::string run_ranks(const std::string& name, int world, const std::string& arg
   std::string cmd;
   for (int r = world - 1; r >= 0; --r) {
     cmd += env + " LOOM_RANK=" + std::to_string(r) + " LOOM_WORLD_SIZE=" + std::to_string(world) +
-           " LOOM_STORE='" + store + "' '" + self() + "' --child " + name + " " + args;
+           " LOOM_STORE='" + store + "' '" + self_path() + "' --child " + name + " " + args;
     cmd += r > 0 ? " >/dev/null 2>&1 & " : " 2>/dev/null; wait";
   }
   std::string out = command_output(cmd);
@@ -177,8 +175,8 @@ Register dp_bench(
         two = run_ranks("dist_dp_rank", 2, steps, "LOOM_NUM_THREADS=1");
         // Two single-rank processes at once, no collective: what the two cores
         // give when both are busy (a shared L3 and memory, one clock for both).
-        const std::string solo = "LOOM_NUM_THREADS=1 LOOM_RANK=0 LOOM_WORLD_SIZE=1 '" + self() +
-                                 "' --child dist_dp_rank " + steps;
+        const std::string solo = "LOOM_NUM_THREADS=1 LOOM_RANK=0 LOOM_WORLD_SIZE=1 '" +
+                                 self_path() + "' --child dist_dp_rank " + steps;
         std::string pair =
             command_output(solo + " >/dev/null 2>&1 & " + solo + " 2>/dev/null; wait");
         const double a = figure_in(one, "samples_per_s"), b = figure_in(two, "samples_per_s"),

@@ -92,6 +92,8 @@ double fma_rate(int threads, float (*loop)(int64_t), double flop_per_iteration) 
 
 }  // namespace
 
+std::string self_path() { return std::filesystem::read_symlink("/proc/self/exe").string(); }
+
 int hardware_threads() {
   return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }

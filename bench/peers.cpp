@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <map>
 #include <string>
 #include <vector>
@@ -143,12 +142,16 @@ RegisterChild figures_child("figures", [](int argc, char** argv) {
   return 2;
 });
 
-std::string range_note(std::vector<double> v) {
+// "(lo-hi)" of the rounds' values; "" for a single round.
+std::string range_text(const std::vector<double>& v) {
   if (v.size() < 2) return "";
-  std::sort(v.begin(), v.end());
-  char buf[96];
-  std::snprintf(buf, sizeof buf, "median of %zu rounds (%.3g-%.3g)", v.size(), v.front(), v.back());
+  const auto [lo, hi] = std::minmax_element(v.begin(), v.end());
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "(%.3g-%.3g)", *lo, *hi);
   return buf;
+}
+std::string range_note(const std::vector<double>& v) {
+  return v.size() < 2 ? "" : "median of " + std::to_string(v.size()) + " rounds " + range_text(v);
 }
 
 }  // namespace
@@ -181,8 +184,7 @@ void add_peer_figures(const std::string& benchmark, std::vector<Figure>& figs) {
     if (r > 0) {
       std::fprintf(stderr, "loom-bench: %s, round %d of %d: loom...\n", benchmark.c_str(), r + 1,
                    rounds);
-      out = command_output("'" + std::filesystem::read_symlink("/proc/self/exe").string() +
-                           "' --child figures " + benchmark + " 2>/dev/null");
+      out = command_output("'" + self_path() + "' --child figures " + benchmark + " 2>/dev/null");
     }
     for (size_t i = 0; i < np; ++i)
       loom[i].push_back(r == 0 ? value_of(figs, work->pairs[i].loom_key)
@@ -226,13 +228,13 @@ void add_peer_figures(const std::string& benchmark, std::vector<Figure>& figs) {
       if (best > 0 && l > 0) row.vs_best.push_back(l / best);
     }
     for (const Peer& peer : peers()) {
-      if (why.count(peer.name)) {
-        if (i == 0) figs.push_back({std::string(peer.id) + "_not_measured", 0, "", why[peer.name]});
-        continue;
-      }
       const std::vector<double>& v = theirs[peer.name][i];
       std::vector<double> pm = measured(v), ratios;
-      if (pm.empty()) continue;
+      if (pm.empty()) {  // no round measured it: say why once
+        if (i == 0 && why.count(peer.name))
+          figs.push_back({std::string(peer.id) + "_not_measured", 0, "", why[peer.name]});
+        continue;
+      }
       row.peer[peer.name] = median(pm);
       for (size_t r = 0; r < v.size(); ++r)
         if (v[r] > 0 && loom[i][r] > 0) ratios.push_back(loom[i][r] / v[r]);
@@ -266,16 +268,10 @@ void print_peer_table() {
         std::printf(" %.4g |", it->second);
     }
     // The median of the rounds' own ratios (each against that round's best peer).
-    if (!r.vs_best.empty()) {
-      std::vector<double> v = r.vs_best;
-      std::sort(v.begin(), v.end());
-      if (v.size() > 1)
-        std::printf(" %.3g (%.3g-%.3g) |", median(v), v.front(), v.back());
-      else
-        std::printf(" %.3g |", v[0]);
-    } else {
+    if (!r.vs_best.empty())
+      std::printf(" %.3g %s |", median(r.vs_best), range_text(r.vs_best).c_str());
+    else
       std::printf(" — |");
-    }
     std::printf(" %s |\n", r.goal.c_str());
   }
 }

@@ -180,11 +180,7 @@ class GlooCommunicator final : public Communicator {
   }
 
   void barrier() override {
-    uint8_t one = 1;
-    if (shm_)
-      return on_segment("barrier", [&] {
-        shm_->all_reduce(&one, 1, DType::Bool, ReduceOp::Max, timeout(), "barrier");
-      });
+    if (shm_) return on_segment("barrier", [&] { shm_->barrier(timeout()); });
     guarded("barrier", [&] {
       gloo::BarrierOptions opts(ctx_);
       opts.setTimeout(timeout());

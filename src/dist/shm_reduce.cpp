@@ -27,6 +27,9 @@ namespace {
 using loom::detail::str_cat;
 
 constexpr size_t kLine = 64;  // one counter per cache line
+// Words of a rank's first counter line after its counter: its pid and PID namespace, written
+// once at create, and its current call (ShmReduce::Call, 5 words).
+constexpr size_t kPidWord = 1, kNamespaceWord = 2, kCallWord = 3;
 
 size_t control_bytes(int size) {
   const size_t b = static_cast<size_t>(size) * 2 * kLine;
@@ -139,8 +142,8 @@ std::unique_ptr<ShmReduce> ShmReduce::create(Communicator& c, std::string* why) 
   if (p != MAP_FAILED) {
     // This rank's process, for the others' waits to tell a dead rank from a slow one.
     auto* line = reinterpret_cast<uint64_t*>(static_cast<char*>(p) + rank * 2 * kLine);
-    line[1] = static_cast<uint64_t>(::getpid());
-    line[2] = pid_namespace();
+    line[kPidWord] = static_cast<uint64_t>(::getpid());
+    line[kNamespaceWord] = pid_namespace();
   }
   const std::vector<std::string> all = c.exchange(status);
   // Every rank has mapped the segment or given up: the name goes, the memory stays mapped.
@@ -155,7 +158,16 @@ std::unique_ptr<ShmReduce> ShmReduce::create(Communicator& c, std::string* why) 
 }
 
 ShmReduce::ShmReduce(int rank, int size, char* base, size_t bytes, int64_t slot_bytes)
-    : rank_(rank), size_(size), base_(base), bytes_(bytes), slot_bytes_(slot_bytes) {}
+    : rank_(rank), size_(size), base_(base), bytes_(bytes), slot_bytes_(slot_bytes) {
+  const uint64_t ns = line(rank_)[kNamespaceWord];
+  pids_comparable_ = ns != 0;
+  for (int q = 0; q < size_; ++q)
+    pids_comparable_ = pids_comparable_ && line(q)[kNamespaceWord] == ns;
+}
+
+uint64_t* ShmReduce::line(int r) const {
+  return reinterpret_cast<uint64_t*>(base_ + static_cast<size_t>(r) * 2 * kLine);
+}
 
 ShmReduce::~ShmReduce() { ::munmap(base_, bytes_); }
 
@@ -165,16 +177,9 @@ void ShmReduce::arrive_and_wait(int which, uint64_t seq, const char* op,
     return std::atomic_ref<uint64_t>(
         *reinterpret_cast<uint64_t*>(base_ + (static_cast<size_t>(r) * 2 + which) * kLine));
   };
-  auto line = [&](int r) {
-    return reinterpret_cast<const uint64_t*>(base_ + static_cast<size_t>(r) * 2 * kLine);
-  };
-  auto pid_of = [&](int r) { return static_cast<pid_t>(line(r)[1]); };
   counter(rank_).store(seq, std::memory_order_release);
   const auto start = std::chrono::steady_clock::now();
   auto looked = start;
-  const uint64_t ns = line(rank_)[2];
-  bool same_ns = ns != 0;
-  for (int q = 0; q < size_; ++q) same_ns = same_ns && line(q)[2] == ns;
   for (int p = 0; p < size_; ++p) {
     if (p == rank_) continue;
     for (int64_t spin = 0; counter(p).load(std::memory_order_acquire) < seq; ++spin) {
@@ -183,18 +188,19 @@ void ShmReduce::arrive_and_wait(int which, uint64_t seq, const char* op,
         continue;
       }
       if ((spin & 63) == 0) {
-        const auto waited = std::chrono::steady_clock::now() - start;
+        const auto now = std::chrono::steady_clock::now();
+        const auto waited = now - start;
         // After the first millisecond, every 10 ms: has a rank we wait for exited?
-        const bool look = waited > std::chrono::milliseconds(1) &&
-                          std::chrono::steady_clock::now() - looked > std::chrono::milliseconds(10);
-        if (look) looked = std::chrono::steady_clock::now();
+        const bool look =
+            waited > std::chrono::milliseconds(1) && now - looked > std::chrono::milliseconds(10);
+        if (look) looked = now;
         std::string missing, dead;
         int n_missing = 0, n_dead = 0;
         if (look || waited > timeout)
           for (int q = 0; q < size_; ++q) {
             if (q == rank_ || counter(q).load(std::memory_order_acquire) >= seq) continue;
             missing += (n_missing++ ? ", " : "") + std::to_string(q);
-            if (look && same_ns && !process_alive(pid_of(q)))
+            if (look && pids_comparable_ && !process_alive(static_cast<pid_t>(line(q)[kPidWord])))
               dead += (n_dead++ ? ", " : "") + std::to_string(q);
           }
         if (n_dead > 0)
@@ -237,18 +243,14 @@ std::string describe(const uint64_t* c) {
 
 }  // namespace
 
-// The call sits in words 3..7 of the rank's first counter line (0: the counter, 1: the pid,
-// 2: the PID namespace). Another rank rewrites its words only after every rank has passed
-// the call's second wait, so they hold still while this rank compares them.
+// Another rank rewrites its call words only after every rank has passed the call's second
+// wait, so they hold still while this rank compares them.
 void ShmReduce::begin(const Call& call) {
-  std::memcpy(base_ + static_cast<size_t>(rank_) * 2 * kLine + 3 * sizeof(uint64_t), &call,
-              sizeof call);
+  std::memcpy(line(rank_) + kCallWord, &call, sizeof call);
 }
 
 void ShmReduce::check_call(const Call& call, const char* op) const {
-  auto words = [&](int r) {
-    return reinterpret_cast<const uint64_t*>(base_ + static_cast<size_t>(r) * 2 * kLine) + 3;
-  };
+  auto words = [&](int r) { return line(r) + kCallWord; };
   bool same = true;
   for (int r = 0; r < size_; ++r) same = same && std::memcmp(words(r), &call, sizeof call) == 0;
   if (same) return;
@@ -261,14 +263,23 @@ void ShmReduce::check_call(const Call& call, const char* op) const {
 }
 
 void ShmReduce::all_reduce(void* data, int64_t n, DType dt, ReduceOp op,
-                           std::chrono::milliseconds timeout, const char* what) {
+                           std::chrono::milliseconds timeout) {
+  reduce(data, n, dt, op, timeout, kAllReduce, "all_reduce");
+}
+
+void ShmReduce::barrier(std::chrono::milliseconds timeout) {
+  uint8_t one = 1;
+  reduce(&one, 1, DType::Bool, ReduceOp::Max, timeout, kBarrier, "barrier");
+}
+
+void ShmReduce::reduce(void* data, int64_t n, DType dt, ReduceOp op,
+                       std::chrono::milliseconds timeout, uint64_t kind, const char* what) {
   const int64_t item = itemsize(dt);
   const int64_t per = slot_bytes_ / item;
   char* result = slot(size_);
   char* d = static_cast<char*>(data);
-  const bool barrier = std::strcmp(what, "barrier") == 0;
-  const Call call{barrier ? kBarrier : kAllReduce, static_cast<uint64_t>(dt),
-                  static_cast<uint64_t>(op), static_cast<uint64_t>(n), 0};
+  const Call call{kind, static_cast<uint64_t>(dt), static_cast<uint64_t>(op),
+                  static_cast<uint64_t>(n), 0};
   begin(call);
   for (int64_t off = 0; off < n; off += per) {
     const int64_t m = std::min(per, n - off);

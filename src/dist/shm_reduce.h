@@ -43,9 +43,9 @@ class ShmReduce {
 
   // As Communicator::all_reduce (the dtype and op already checked); DistError after
   // `timeout` waiting for a rank (the Gloo communicator is then broken: later calls raise).
-  // `what` names the collective in messages (a barrier is an all_reduce of one byte).
-  void all_reduce(void* data, int64_t n, DType dt, ReduceOp op, std::chrono::milliseconds timeout,
-                  const char* what = "all_reduce");
+  void all_reduce(void* data, int64_t n, DType dt, ReduceOp op, std::chrono::milliseconds timeout);
+  // An all_reduce of one byte, named "[barrier]" in messages.
+  void barrier(std::chrono::milliseconds timeout);
   // As Communicator::all_gather and broadcast, in slot-sized chunks: each rank (the root)
   // copies its chunk into its slot, and after the first wait every rank copies what it needs
   // out; the second wait keeps a slot from being overwritten while another rank reads it.
@@ -58,7 +58,10 @@ class ShmReduce {
   // every rank has.
   void arrive_and_wait(int which, uint64_t seq, const char* op, std::chrono::milliseconds timeout);
 
+  void reduce(void* data, int64_t n, DType dt, ReduceOp op, std::chrono::milliseconds timeout,
+              uint64_t kind, const char* what);
   char* slot(int r) const;
+  uint64_t* line(int r) const;  // rank r's first counter line (its counter, pid, call)
   // One collective as every rank must call it (kind, dtype, reduce op, count, root): written
   // in this rank's control line before its first wait and compared after it, so that ranks
   // calling different collectives, or sizes, raise instead of mixing their buffers.
@@ -73,6 +76,8 @@ class ShmReduce {
   size_t bytes_;
   int64_t slot_bytes_;
   uint64_t seq_ = 0;
+  // Every rank's pid is in this process's PID namespace: a wait may look whether it exited.
+  bool pids_comparable_ = false;
 };
 
 }  // namespace loom::dist::detail

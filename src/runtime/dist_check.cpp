@@ -80,11 +80,9 @@ std::string explain(const std::vector<std::string>& tags, const std::vector<std:
 // few bytes, 2 ranks on this machine's 2 cores), the segment 5-140 us.
 bool same_tag_everywhere(dist::Communicator& c, const std::string& tag) {
   const Hash128 h = hash128(tag.data(), tag.size());
+  const uint64_t mine[4] = {h.lo, h.hi, ~h.lo, ~h.hi};
   int64_t w[4];
-  const uint64_t u[4] = {h.lo, h.hi, ~h.lo, ~h.hi};
-  std::memcpy(w, u, sizeof w);
-  int64_t mine[4];
-  std::memcpy(mine, w, sizeof w);
+  std::memcpy(w, mine, sizeof w);
   c.all_reduce(w, 4, DType::Int64, dist::ReduceOp::Max);  // max of h and of ~h (= ~min of h)
   return std::memcmp(w, mine, sizeof w) == 0;
 }

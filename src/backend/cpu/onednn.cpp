@@ -152,10 +152,11 @@ std::shared_ptr<const Part> build_part(int64_t rows, int64_t cols, int64_t k, co
   const bool desc_bias = !post.empty() && post[0].kind == PostOp::Add && bin[0].bcast_rows &&
                          !bin[0].bcast_cols && bin[0].sc == 1;
   if (desc_bias) part->bias_md = matrix_md(1, cols, cols, 1);
+  const size_t first = desc_bias ? 1 : 0;  // the post-ops oneDNN gets start here
   dnnl::post_ops ops;
-  for (size_t i = desc_bias ? 1 : 0, j = desc_bias ? 1 : 0; i < post.size(); ++i) {
+  for (size_t i = first, j = first; i < post.size(); ++i) {
     const PostOp& po = post[i];
-    const int at = static_cast<int>(i) - (desc_bias ? 1 : 0);  // position in `ops`
+    const int at = static_cast<int>(i - first);  // position in `ops`
     if (!po.binary()) {
       // alpha and beta mean something only to linear (relu's alpha is its negative slope).
       const bool linear = po.kind == PostOp::Linear;
