@@ -150,6 +150,28 @@ std::vector<Figure> cumsum_scan() {
   }
   double per_iter_ns = median(t) / kN * 1e9;
   double call_ns = median(wall) / kN * 1e9;
+  // The same scan as a compiled step (trace_once), as jax.jit compiles the peer's: traced on
+  // its first call only.
+  auto cumsum = loom::compile(
+      [](const Tensor& x) {
+        return loom::scan(
+            [](const Tensor& c, const Tensor& x) {
+              Tensor s = c + x;
+              return std::pair{s, s};
+            },
+            loom::zeros({}), x);
+      },
+      {.name = "cumsum", .trace_once = true});
+  std::vector<double> compiled;
+  float compiled_last = 0;
+  for (int rep = 0; rep < 41; ++rep) {
+    const double t0 = seconds();
+    auto [total, ys] = cumsum(xs);
+    loom::sync();
+    compiled.push_back(seconds() - t0);
+    if (rep == 0) compiled_last = total.item<float>();
+  }
+  const double compiled_ns = median(compiled) / kN * 1e9;
   // Same run: the loop on the host, in C++ (the floor).
   volatile float sink = 0;
   double host_s = median_seconds(21, [&] {
@@ -164,6 +186,10 @@ std::vector<Figure> cumsum_scan() {
       {"scan_call_ns_per_iteration", call_ns, "ns",
        "the whole call (trace, cache hit, run) / 1000, as a peer's jitted call is timed"},
       {"result", last, "", "500500 expected"},
+      {"compiled_call_ns_per_iteration", compiled_ns, "ns",
+       "the scan inside loom::compile(trace_once), as jax.jit compiles the peer's: whole call / "
+       "1000"},
+      {"compiled_result", compiled_last, "", "500500 expected"},
       {"baseline_cpp_loop_ns_per_iteration", host_s / kN * 1e9, "ns",
        "same run: a C++ loop on the host"},
   };

@@ -38,6 +38,7 @@ const std::vector<Work>& works() {
         {"for_loop_L50_compile_ms", "loop_compile_ms", false, "<= 1/20 JAX"}}},
       {"cumsum_scan",
        {{"scan_call_ns_per_iteration", "ns_per_iteration", false, "<= 0.5x JAX"},
+        {"compiled_call_ns_per_iteration", "ns_per_iteration", false, "compiled, as jax.jit"},
         {"scan_ns_per_iteration", "execute_ns_per_iteration", false, "run alone"}}},
       {"mlp_train",
        {{"trace_once_steps_per_s", "steps_per_s", true, ">= 2x JAX pipelined"},
