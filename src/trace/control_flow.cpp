@@ -208,21 +208,24 @@ std::vector<Tensor> scan_flat(const Site& site, const ScanOptions& opts, const F
   LOOM_CHECK_T(ShapeError, length >= 0, "[", site.api,
                "] xs has no tensors: pass the trip count as ScanOptions::length");
   std::vector<TensorType> types;
+  types.reserve(init.size() + xs.size());
   for (const Tensor& t : init) types.push_back({t.dtype(), t.shape()});
   for (const Tensor& x : xs) {
     Shape s(x.shape().begin() + 1, x.shape().end());
-    types.push_back({x.dtype(), s});
+    types.push_back({x.dtype(), std::move(s)});
   }
   Traced t = trace(ScopeKind::Loop, site, true, types, fn);
   LOOM_ASSERT(t.outs.size() >= init.size());
   check_carried(site, init, init_paths, t);
   std::vector<Slot> plan;
+  plan.reserve(t.params.size() + t.captures.size());
   for (ir::Value p : t.params) plan.push_back({p, t.graph->type(p)});
   for (const Capture& c : t.captures) plan.push_back({c.param, capture_type(t, c)});
   std::shared_ptr<const ir::Graph> region = finalize(t, plan);
 
   TraceContext& ctx = TraceContext::get();
   std::vector<ir::Value> operands;
+  operands.reserve(init.size() + xs.size() + t.captures.size());
   for (const Tensor& x : init) operands.push_back(ctx.value_of(x));
   for (const Tensor& x : xs) operands.push_back(ctx.value_of(x));
   for (const Capture& c : t.captures) operands.push_back(capture_operand(ctx, c));

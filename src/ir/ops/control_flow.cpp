@@ -44,6 +44,10 @@ const Graph& region(const char* op, Regions regions, size_t k, size_t count) {
 template <class What>
 void check_params(const char* op, const char* name, const Graph& r,
                   const std::vector<TensorType>& want, What&& what) {
+  // The common case compares in place; the lists are built only for the message.
+  bool same = r.params().size() == want.size();
+  for (size_t k = 0; same && k < want.size(); ++k) same = r.node(r.params()[k]).type == want[k];
+  if (same) return;
   std::vector<TensorType> got = param_types(r);
   LOOM_CHECK(got.size() == want.size(), "[", op, "] ", name, " takes ", got.size(),
              " parameter(s) ", type_list(got), " but is given ", want.size(), " ", type_list(want));
@@ -55,6 +59,7 @@ void check_params(const char* op, const char* name, const Graph& r,
 
 std::vector<TensorType> operand_type_list(const Graph& g, std::span<const Value> xs) {
   std::vector<TensorType> ts;
+  ts.reserve(xs.size());
   for (Value v : xs) ts.push_back(g.type(v));
   return ts;
 }
@@ -85,7 +90,9 @@ std::vector<TensorType> infer_scan(const Graph& g, std::span<const Value> xs, co
              "] do not fit ", xs.size(), " operands");
   LOOM_CHECK_T(ShapeError, length >= 0, "[scan] length must be >= 0, got ", length);
   std::vector<TensorType> ops = operand_type_list(g, xs);
-  std::vector<TensorType> want{TensorType{DType::Int64, Shape{}}};
+  std::vector<TensorType> want;
+  want.reserve(ops.size() + 1);
+  want.push_back(TensorType{DType::Int64, Shape{}});
   for (int64_t k = 0; k < c; ++k) want.push_back(ops[k]);
   for (int64_t k = c; k < c + x; ++k) {
     const TensorType& t = ops[k];
@@ -104,6 +111,7 @@ std::vector<TensorType> infer_scan(const Graph& g, std::span<const Value> xs, co
   LOOM_CHECK(static_cast<int64_t>(outs.size()) >= c, "[scan] body returns ", outs.size(),
              " value(s) but there are ", c, " carries");
   std::vector<TensorType> results;
+  results.reserve(outs.size());
   for (int64_t k = 0; k < c; ++k) {
     LOOM_CHECK(outs[k] == ops[k], "[scan] carry ", k, " changed type in the body: expected ",
                ops[k], ", got ", outs[k]);
