@@ -253,7 +253,7 @@ void count_live(int64_t delta) {
 }  // namespace
 
 Buffer::Storage::~Storage() {
-  if (owner) return;  // foreign memory: releasing `owner` frees it
+  if (owner || !ptr) return;  // foreign memory (releasing `owner` frees it), or a failed allocation
   count_live(-static_cast<int64_t>(capacity));
   if (capacity >= Pool::kMinPooled && Pool::get().give(ptr, capacity)) return;
   if (capacity <= SmallCache::kMax)
