@@ -11,8 +11,11 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
+#include "backend/cpu/program.h"
 #include "backend/program_gen.h"
+#include "loom/runtime/engine.h"
 
 namespace loom::difftest::gen {
 
@@ -611,6 +614,51 @@ TEST_F(RandomPrograms, AgreeWithTheReferenceInterpreter) {
       static_cast<unsigned long long>(count), static_cast<long long>(ops),
       static_cast<long long>(outputs), static_cast<unsigned long long>(first), secs(t0, t1),
       other.c_str(), secs(t1, t2), failures);
+  EXPECT_EQ(failures, 0);
+}
+
+// The cpu backend's step graph (steps of a small program run as a dependency graph on the
+// pool's threads) against the same programs run step by step: every output bit for bit, since
+// each kernel, product part and fallback computes the same values in either order. Every
+// program runs in both modes, one switch each; the graph must have run for many of them.
+TEST_F(RandomPrograms, TheStepGraphMatchesStepByStepRunsBitForBit) {
+  if (other_backend() != "cpu") GTEST_SKIP() << "the step graph is the cpu backend's";
+  const uint64_t count = std::min<uint64_t>(env_or("LOOM_RANDOM_PROGRAMS", 1000), 300);
+  const uint64_t first = env_or("LOOM_RANDOM_SEED", 20240611);
+  std::vector<ProgramRun> runs[2];
+  int64_t graph_runs[2] = {0, 0};
+  runtime::set_backend("cpu");
+  for (int mode = 0; mode < 2; ++mode) {
+    cpu::set_step_graph(mode == 1);
+    runtime::clear_compile_cache();
+    const int64_t before = cpu::step_graph_runs();
+    for (uint64_t i = 0; i < count; ++i)
+      runs[mode].push_back(run_program(first + i, false, nullptr));
+    graph_runs[mode] = cpu::step_graph_runs() - before;
+  }
+  cpu::set_step_graph(true);
+  runtime::clear_compile_cache();
+  runtime::set_backend("ref");
+  EXPECT_EQ(graph_runs[0], 0);
+  EXPECT_GE(graph_runs[1], static_cast<int64_t>(count / 10))
+      << "the step graph ran for few programs: the test no longer covers it";
+  int failures = 0;
+  for (uint64_t i = 0; i < count; ++i) {
+    const ProgramRun &a = runs[0][i], &b = runs[1][i];
+    std::string report;
+    if (a.error != b.error)
+      report = "step by step threw '" + a.error + "', the graph '" + b.error + "'";
+    for (size_t k = 0; report.empty() && k < a.values.size(); ++k) {
+      const Values &x = a.values[k], &y = b.values[k];
+      const bool same = x.i == y.i && x.f.size() == y.f.size() &&
+                        std::memcmp(x.f.data(), y.f.data(), x.f.size() * sizeof(double)) == 0;
+      if (!same) report = "output " + x.name + " differs";
+    }
+    if (!report.empty() && ++failures <= 5)
+      ADD_FAILURE() << "random program " << i << " (LOOM_RANDOM_SEED=" << first + i
+                    << " LOOM_RANDOM_PROGRAMS=1): " << report << "\n"
+                    << describe(first + i);
+  }
   EXPECT_EQ(failures, 0);
 }
 

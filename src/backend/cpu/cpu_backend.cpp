@@ -3,16 +3,45 @@
 #include "loom/backend/cpu_backend.h"
 
 #include <cblas.h>
+#include <immintrin.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <string>
 
 #include "backend/cpu/jit.h"
 #include "backend/cpu/onednn.h"
 #include "backend/cpu/program.h"
+#include "backend/cpu/thread_pool.h"
 #include "loom/backend/ref_backend.h"
 #include "loom/core/config.h"
 #include "loom/core/error.h"
 #include "loom/core/profile.h"
+
+namespace loom::cpu {
+
+namespace {
+std::atomic<int> g_step_graph{-1};  // -1: LOOM_STEP_GRAPH not read yet
+std::atomic<int64_t> g_step_graph_runs{0};
+}  // namespace
+
+bool step_graph_enabled() {
+  int v = g_step_graph.load(std::memory_order_relaxed);
+  if (v < 0) {
+    const char* e = std::getenv("LOOM_STEP_GRAPH");
+    v = e && std::string(e) == "0" ? 0 : 1;
+    int expected = -1;
+    if (!g_step_graph.compare_exchange_strong(expected, v)) v = expected;
+  }
+  return v != 0;
+}
+void set_step_graph(bool on) { g_step_graph.store(on ? 1 : 0); }
+int64_t step_graph_runs() { return g_step_graph_runs.load(); }
+
+}  // namespace loom::cpu
 
 namespace loom::backend {
 
@@ -55,6 +84,118 @@ void log_plan(const cpu::Program& prog) {
   }
 }
 
+// The step graph: a small program's steps as a dependency graph that the pool's threads run
+// together, each taking the next ready task (a kernel's chunk, a product's part, a reference
+// fallback) as it frees up, with every buffer bound before the run. Run step by step, an MLP's
+// training step kept one thread busy with its serial chain of small kernels while the other
+// waited, and every split product paid a fork and a join. Edges: a step reads after the last
+// write of each buffer it reads and writes after every read and write before it (views count
+// as their base buffer, a donated output as the inputs it may take). Used when no step is a
+// loop or a collective, the buffers that are not inputs hold at most kStepGraphBytes, two steps
+// could run at once, the pool has two threads and LOOM_STEP_GRAPH is not 0.
+constexpr int64_t kStepGraphBytes = 8 << 20;
+
+struct StepGraph {
+  std::vector<std::vector<int>> succ;  // per step: the steps that wait for it
+  std::vector<int> preds;              // per step: how many it waits for
+  std::vector<int64_t> tasks;          // per step
+
+  // Empty (no graph) when the program does not qualify.
+  static StepGraph make(const cpu::Program& prog) {
+    const Plan& plan = prog.plan;
+    StepGraph g;
+    const size_t n = plan.steps.size();
+    if (n < 3 || !cpu::step_graph_enabled() || cpu::ThreadPool::instance().size() < 2) return g;
+    int64_t bytes = 0;
+    for (const cpu::BufferInfo& b : plan.bufs)
+      if (b.kind == cpu::BufferInfo::Temp || b.kind == cpu::BufferInfo::Output)
+        bytes += b.type.nbytes();
+    if (bytes > kStepGraphBytes) return g;
+    auto root = [&](int b) {
+      return plan.bufs[b].kind == cpu::BufferInfo::View ? plan.bufs[b].base : b;
+    };
+    std::vector<int> input_buf(plan.bufs.size(), -1);  // parameter position -> buffer
+    for (size_t b = 0; b < plan.bufs.size(); ++b)
+      if (plan.bufs[b].kind == cpu::BufferInfo::Input && plan.bufs[b].index >= 0) {
+        if (static_cast<size_t>(plan.bufs[b].index) >= input_buf.size())
+          input_buf.resize(plan.bufs[b].index + 1, -1);
+        input_buf[plan.bufs[b].index] = static_cast<int>(b);
+      }
+    std::vector<int> last_writer(plan.bufs.size(), -1);
+    std::vector<std::vector<int>> readers(plan.bufs.size());
+    std::vector<int> level(n, 0);
+    g.succ.assign(n, {});
+    g.preds.assign(n, 0);
+    g.tasks.assign(n, 0);
+    bool wide = false;
+    for (size_t si = 0; si < n; ++si) {
+      const Step& st = plan.steps[si];
+      std::vector<int> reads, writes;
+      switch (st.kind) {
+        case Step::Loop: return StepGraph{};
+        case Step::Kernel: {
+          const cpu::CompiledKernel& k = prog.kernels[st.kernel];
+          for (const cpu::Stage& stage : plan.kernels[st.kernel].stages)
+            if (stage.out_buf >= 0) writes.push_back(stage.out_buf);
+          for (int b : k.bufs)
+            if (std::find(writes.begin(), writes.end(), b) == writes.end()) reads.push_back(b);
+          g.tasks[si] = cpu::kernel_tasks(k);
+          break;
+        }
+        case Step::MatMul:
+          for (const cpu::BlasView& v : st.views) reads.push_back(plan.buf_of[v.base]);
+          for (const cpu::PostOp& po : st.post)
+            if (po.binary()) reads.push_back(plan.buf_of[po.view.base]);
+          writes.push_back(plan.buf_of[st.node]);
+          g.tasks[si] = cpu::matmul_tasks(prog, st);
+          break;
+        case Step::Ref:
+          // A collective talks to the other ranks, which must see the same collectives in the
+          // same order on the same thread: such programs run step by step.
+          if (ir::has_trait(prog.graph.node(st.node).op, ir::kCollective)) return StepGraph{};
+          for (const ir::Value& v : prog.graph.node(st.node).operands)
+            reads.push_back(plan.buf_of[v.node]);
+          writes = st.outs;
+          g.tasks[si] = 1;
+          break;
+      }
+      const size_t own = writes.size();
+      for (size_t w = 0; w < own; ++w)
+        for (int i : plan.donors[writes[w]])
+          if (static_cast<size_t>(i) < input_buf.size() && input_buf[i] >= 0)
+            writes.push_back(input_buf[i]);
+      std::vector<int> before;
+      for (int& b : reads) {
+        b = root(b);
+        if (last_writer[b] >= 0) before.push_back(last_writer[b]);
+      }
+      for (int& b : writes) {
+        b = root(b);
+        if (last_writer[b] >= 0) before.push_back(last_writer[b]);
+        before.insert(before.end(), readers[b].begin(), readers[b].end());
+      }
+      std::sort(before.begin(), before.end());
+      before.erase(std::unique(before.begin(), before.end()), before.end());
+      before.erase(std::remove(before.begin(), before.end(), static_cast<int>(si)), before.end());
+      for (int p : before) {
+        g.succ[p].push_back(static_cast<int>(si));
+        level[si] = std::max(level[si], level[p] + 1);
+      }
+      g.preds[si] = static_cast<int>(before.size());
+      for (int b : reads) readers[b].push_back(static_cast<int>(si));
+      for (int b : writes) {
+        last_writer[b] = static_cast<int>(si);
+        readers[b].clear();
+      }
+    }
+    std::vector<int> per_level(n, 0);
+    for (size_t si = 0; si < n; ++si) wide = wide || ++per_level[level[si]] > 1;
+    if (!wide) return StepGraph{};
+    return g;
+  }
+  bool empty() const { return succ.empty(); }
+};
+
 // Thread-safety: immutable after construction; each run keeps its buffers and pointer table
 // (and each loop its scratch) to itself.
 class CpuExecutable final : public Executable {
@@ -92,6 +233,7 @@ class CpuExecutable final : public Executable {
     for (size_t b = 0; b < plan.bufs.size(); ++b)
       if (plan.bufs[b].kind == cpu::BufferInfo::View)
         views_of_[plan.bufs[b].base].push_back(static_cast<int>(b));
+    graph_ = StepGraph::make(prog_);
   }
 
   // Counts the modules compile_program generates or loads into *info.
@@ -127,7 +269,12 @@ class CpuExecutable final : public Executable {
     for (size_t b = 0; b < plan.bufs.size(); ++b)
       if (plan.bufs[b].kind == cpu::BufferInfo::Input) bind(b, inputs[plan.bufs[b].index]);
     for (size_t b : unwritten_) bind(b, Buffer::allocate(plan.bufs[b].type.nbytes()));
-    for (size_t si = 0; si < plan.steps.size(); ++si) {
+    if (!graph_.empty()) {
+      for (size_t si = 0; si < plan.steps.size(); ++si)
+        for (int b : first_use_[si]) bind(b, fresh_or_donated(b, inputs, free_donor));
+      run_graph(bufs, ptr, bind);
+    }
+    for (size_t si = 0; graph_.empty() && si < plan.steps.size(); ++si) {
       for (int b : first_use_[si]) bind(b, fresh_or_donated(b, inputs, free_donor));
       const Step& st = plan.steps[si];
       switch (st.kind) {
@@ -180,6 +327,101 @@ class CpuExecutable final : public Executable {
     return Buffer::allocate_uninitialized(static_cast<size_t>(plan.bufs[b].type.nbytes()));
   }
 
+  // Runs every step through the step graph (all buffers bound): each pool thread takes the
+  // next task of the lowest-numbered ready step until all steps are done or one fails (its
+  // exception is rethrown here once every thread has stopped).
+  template <class Bind>
+  void run_graph(const std::vector<Buffer>& bufs, std::vector<void*>& ptr, const Bind& bind) const {
+    const Plan& plan = prog_.plan;
+    const size_t n = plan.steps.size();
+    std::unique_ptr<std::atomic<int>[]> waiting(new std::atomic<int>[n]);
+    std::unique_ptr<std::atomic<int64_t>[]> left(new std::atomic<int64_t>[n]);
+    std::vector<int64_t> next(n, 0);
+    std::vector<int> ready;  // ascending step numbers, under `lock`
+    ready.reserve(n);
+    std::atomic_flag lock = ATOMIC_FLAG_INIT;
+    std::atomic<size_t> done{0};
+    std::atomic<bool> failed{false};
+    std::exception_ptr error;
+    auto locked = [&](auto&& f) {
+      while (lock.test_and_set(std::memory_order_acquire)) _mm_pause();
+      f();
+      lock.clear(std::memory_order_release);
+    };
+    // A step whose inputs are all there: queued, or done at once when it has no task.
+    auto arrive = [&](int s, std::vector<int>& zero) {
+      if (graph_.tasks[s] == 0) {
+        zero.push_back(s);
+        return;
+      }
+      locked([&] { ready.insert(std::upper_bound(ready.begin(), ready.end(), s), s); });
+    };
+    auto finish = [&](int s0) {  // s0 and any task-less steps it releases
+      std::vector<int> zero{s0};
+      while (!zero.empty()) {
+        const int s = zero.back();
+        zero.pop_back();
+        for (int u : graph_.succ[s])
+          if (waiting[u].fetch_sub(1, std::memory_order_acq_rel) == 1) arrive(u, zero);
+        done.fetch_add(1, std::memory_order_acq_rel);
+      }
+    };
+    std::vector<int> zero;
+    for (size_t s = 0; s < n; ++s) {
+      waiting[s].store(graph_.preds[s], std::memory_order_relaxed);
+      left[s].store(graph_.tasks[s], std::memory_order_relaxed);
+    }
+    for (size_t s = 0; s < n; ++s)
+      if (graph_.preds[s] == 0) arrive(static_cast<int>(s), zero);
+    for (int s : zero) finish(s);
+    const bool profiling = profile::enabled();
+    auto run_task = [&](int s, int64_t t) {
+      const Step& st = plan.steps[s];
+      const double t0 = profiling ? profile::now_us() : 0;
+      switch (st.kind) {
+        case Step::Kernel: cpu::run_kernel_task(prog_.kernels[st.kernel], ptr.data(), t); break;
+        case Step::MatMul: cpu::run_matmul_task(prog_, st, ptr.data(), t); break;
+        case Step::Ref: bind(st.outs[0], run_ref(st, bufs)); break;
+        case Step::Loop: break;  // not in a step graph
+      }
+      if (profiling)
+        profile::record(
+            st.kind == Step::MatMul ? "matmul" : "kernel", cpu::step_name(prog_, st), t0,
+            profile::now_us(),
+            "\"task\": " + std::to_string(t) + ", \"tasks\": " + std::to_string(graph_.tasks[s]));
+    };
+    auto participant = [&](int) {
+      while (done.load(std::memory_order_acquire) < n && !failed.load(std::memory_order_acquire)) {
+        int s = -1;
+        int64_t t = 0;
+        locked([&] {
+          if (ready.empty()) return;
+          s = ready.front();
+          t = next[s]++;
+          if (next[s] == graph_.tasks[s]) ready.erase(ready.begin());
+        });
+        if (s < 0) {
+          _mm_pause();
+          continue;
+        }
+        try {
+          run_task(s, t);
+        } catch (...) {
+          locked([&] {
+            if (!error) error = std::current_exception();
+          });
+          failed.store(true, std::memory_order_release);
+          return;
+        }
+        if (left[s].fetch_sub(1, std::memory_order_acq_rel) == 1) finish(s);
+      }
+    };
+    cpu::g_step_graph_runs.fetch_add(1, std::memory_order_relaxed);
+    cpu::ThreadPool& pool = cpu::ThreadPool::instance();
+    pool.run(pool.size(), participant);
+    if (error) std::rethrow_exception(error);
+  }
+
   // The reference fallback (gather, index_select): hands back the kernel's fresh buffer.
   Buffer run_ref(const Step& st, const std::vector<Buffer>& bufs) const {
     std::vector<Buffer> operands;
@@ -193,6 +435,7 @@ class CpuExecutable final : public Executable {
   std::vector<std::vector<int>> first_use_;
   std::vector<size_t> unwritten_;
   std::vector<std::vector<int>> views_of_;  // per buffer: the View buffers lying in it
+  StepGraph graph_;                         // empty: the steps run one after another
 };
 
 class CpuBackend final : public Backend {

@@ -555,6 +555,14 @@ std::shared_ptr<const OnednnProduct> make_onednn_product(const ir::Graph& g, con
   return p;
 }
 
+int64_t onednn_tasks(const OnednnProduct& p) { return static_cast<int64_t>(p.tasks.size()); }
+
+void run_onednn_task(const OnednnProduct& p, void* const* ptr, int64_t t) {
+  run_task(p, p.tasks[static_cast<size_t>(t)], ptr);
+}
+
+const std::string& onednn_name(const OnednnProduct& p) { return p.name; }
+
 void run_onednn(const OnednnProduct& p, void* const* ptr) {
   const int64_t tasks = static_cast<int64_t>(p.tasks.size());
   if (tasks == 0) return;

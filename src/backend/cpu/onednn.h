@@ -24,6 +24,10 @@ std::shared_ptr<const OnednnProduct> make_onednn_product(const ir::Graph& g, con
                                                          const Step& st);
 // Runs it on the plan's buffer table.
 void run_onednn(const OnednnProduct& prod, void* const* ptr);
+// Its tasks one at a time, for a caller that schedules them itself (no pool).
+int64_t onednn_tasks(const OnednnProduct& prod);
+void run_onednn_task(const OnednnProduct& prod, void* const* ptr, int64_t t);
+const std::string& onednn_name(const OnednnProduct& prod);
 // Whether oneDNN runs its AVX-512 kernels here (brgemm: the table of choose_library differs).
 bool onednn_avx512();
 // Whether `prod` runs its post-ops inside oneDNN (false: oneDNN refused them and a plain loop

@@ -115,21 +115,47 @@ void run_profiled(const char* cat, const std::string& name, int64_t tasks, const
 
 }  // namespace
 
+namespace {
+
+// A kernel's argument table, on the stack up to kInlineArgs buffers.
+class KernelArgs {
+ public:
+  KernelArgs(const CompiledKernel& k, void* const* ptr) {
+    const size_t n = k.bufs.size();
+    if (n > kInlineArgs) {
+      heap_.resize(n);
+      args_ = heap_.data();
+    }
+    for (size_t j = 0; j < n; ++j) args_[j] = ptr[k.bufs[j]];
+    if (k.out_arg >= 0) args_[k.out_arg] = static_cast<char*>(args_[k.out_arg]) + k.out_shift_bytes;
+  }
+  void* const* get() const { return args_; }
+
+ private:
+  void* inline_[kInlineArgs];
+  std::vector<void*> heap_;
+  void** args_ = inline_;
+};
+
+}  // namespace
+
+int64_t kernel_tasks(const CompiledKernel& k) {
+  if (k.outer == 0) return 0;
+  int64_t tasks = std::min<int64_t>(ThreadPool::instance().size(), k.outer);
+  return tasks < 2 || k.outer * k.work < kParallelWork ? 1 : tasks;
+}
+
+void run_kernel_task(const CompiledKernel& k, void* const* ptr, int64_t t) {
+  KernelArgs args(k, ptr);
+  KernelJob{&k, args.get(), kernel_tasks(k)}(static_cast<int>(t));
+}
+
 void run_kernel(const CompiledKernel& k, void* const* ptr) {
   if (k.outer == 0) return;
-  const size_t n = k.bufs.size();
-  void* inline_args[kInlineArgs];
-  std::vector<void*> heap;
-  void** args = inline_args;
-  if (n > kInlineArgs) {
-    heap.resize(n);
-    args = heap.data();
-  }
-  for (size_t j = 0; j < n; ++j) args[j] = ptr[k.bufs[j]];
-  if (k.out_arg >= 0) args[k.out_arg] = static_cast<char*>(args[k.out_arg]) + k.out_shift_bytes;
+  KernelArgs held(k, ptr);
+  void* const* args = held.get();
   auto& pool = ThreadPool::instance();
-  int64_t tasks = std::min<int64_t>(pool.size(), k.outer);
-  if (tasks < 2 || k.outer * k.work < kParallelWork) tasks = 1;
+  const int64_t tasks = kernel_tasks(k);
   KernelJob job{&k, args, tasks};
   if (profile::enabled()) [[unlikely]] {
     run_profiled("kernel", k.name, tasks, job);
@@ -159,7 +185,7 @@ GemmOperand gemm_operand(const Program& p, void* const* ptr, ir::NodeId operand,
   const Shape& s = p.graph.node(operand).type.shape;
   size_t r = s.size();
   GemmOperand o;
-  o.base = static_cast<const char*>(ptr[p.plan.buf_of[v.base]]) + v.offset * elem;
+  if (ptr) o.base = static_cast<const char*>(ptr[p.plan.buf_of[v.base]]) + v.offset * elem;
   o.batch_strides.resize(out_batch_rank, 0);
   for (size_t d = 0; d + 2 < r; ++d) {
     size_t od = out_batch_rank - (r - 2) + d;
@@ -179,6 +205,7 @@ struct GemmJob {
   int64_t m, nn, k, elem, row_parts;
   bool f64;
   int64_t col_parts = 1;  // > 1: one product split by columns (few rows, one batch)
+  size_t zero_bytes = 0;  // > 0: k = 0, the one task zeroes C
 
   void columns(int t) const {
     int64_t c0 = nn * t / col_parts, c1 = nn * (t + 1) / col_parts;
@@ -197,6 +224,10 @@ struct GemmJob {
   }
 
   void operator()(int t) const {
+    if (zero_bytes > 0) {
+      std::memset(c, 0, zero_bytes);
+      return;
+    }
     if (col_parts > 1) return columns(t);
     int64_t bi = t / row_parts, part = t % row_parts;
     int64_t r0 = m * part / row_parts, r1 = m * (part + 1) / row_parts;
@@ -227,13 +258,11 @@ struct GemmJob {
 
 }  // namespace
 
-void run_matmul(const Program& p, const Step& st, void* const* ptr) {
-  if (st.lib == Library::Onednn) {
-    const size_t si = static_cast<size_t>(&st - p.plan.steps.data());
-    LOOM_ASSERT(si < p.onednn.size() && p.onednn[si]);
-    run_onednn(*p.onednn[si], ptr);
-    return;
-  }
+namespace {
+
+// An OpenBLAS MatMul step as its tasks; `ptr` may be null (the count only). 0 tasks: nothing to
+// compute (an empty output).
+GemmJob gemm_job(const Program& p, const Step& st, void* const* ptr, int64_t* tasks) {
   const ir::NodeId id = st.node;
   const ir::Node& n = p.graph.node(id);
   const Shape& os = n.type.shape;
@@ -242,11 +271,13 @@ void run_matmul(const Program& p, const Step& st, void* const* ptr) {
   int64_t k = p.graph.type(n.operands[0]).shape.back();
   bool f64 = n.type.dtype == DType::Float64;
   int64_t elem = f64 ? 8 : 4;
-  char* c = static_cast<char*>(ptr[p.plan.buf_of[id]]);
-  if (m == 0 || nn == 0) return;
+  char* c = ptr ? static_cast<char*>(ptr[p.plan.buf_of[id]]) : nullptr;
+  GemmJob job{{}, {}, c, os.data(), br, m, nn, k, elem, 1, f64};
+  *tasks = m == 0 || nn == 0 ? 0 : 1;
+  if (*tasks == 0) return job;
   if (k == 0) {
-    std::memset(c, 0, static_cast<size_t>(n.type.nbytes()));
-    return;
+    job.zero_bytes = static_cast<size_t>(n.type.nbytes());
+    return job;
   }
   GemmOperand a = gemm_operand(p, ptr, n.operands[0].node, st.views[0], br, elem);
   GemmOperand b = gemm_operand(p, ptr, n.operands[1].node, st.views[1], br, elem);
@@ -266,7 +297,7 @@ void run_matmul(const Program& p, const Step& st, void* const* ptr) {
     nb = 1;
     br = 0;
   }
-  auto& pool = ThreadPool::instance();
+  const int64_t pool = ThreadPool::instance().size();
   // Split batches across threads, or the rows of each product when there are few batches.
   // Two parts per thread: the pool hands them out as threads free up, which evens out a
   // core slowed by a neighbour (a fixed half each waits for the slower one).
@@ -275,28 +306,78 @@ void run_matmul(const Program& p, const Step& st, void* const* ptr) {
   // Parts of 64 rows, or of 32 from 2^17 multiply-adds: the MLP's [64,256]x[256,10] logits as
   // two halves took 3.4-3.9 us a half against 6.2 us whole (LOOM_PROFILE medians, Zen 5).
   const int64_t min_rows = m * nn * k >= (int64_t{1} << 17) ? 32 : 64;
-  int64_t row_parts = nb >= 2 * pool.size() ? 1
-                                            : std::min<int64_t>(per_thread * pool.size(),
-                                                                std::max<int64_t>(1, m / min_rows));
-  int64_t tasks = nb * row_parts;
-  GemmJob job{a, b, c, os.data(), br, m, nn, k, elem, row_parts, f64};
+  const int64_t row_parts =
+      nb >= 2 * pool ? 1 : std::min<int64_t>(per_thread * pool, std::max<int64_t>(1, m / min_rows));
+  job = GemmJob{a, b, c, os.data(), br, m, nn, k, elem, row_parts, f64};
+  *tasks = nb * row_parts;
   // Few rows (a small batch against a weight): split the columns instead, when the product is
   // big enough to pay for waking the pool.
   if (nb == 1 && row_parts == 1 && nn >= 128 && m * nn * k >= (int64_t{1} << 20)) {
-    job.col_parts = std::min<int64_t>(per_thread * pool.size(), nn / 64);
-    tasks = job.col_parts;
+    job.col_parts = std::min<int64_t>(per_thread * pool, nn / 64);
+    *tasks = job.col_parts;
   }
+  return job;
+}
+
+std::string gemm_name(const Program& p, const Step& st) {
+  const ir::Node& n = p.graph.node(st.node);
+  const Shape& os = n.type.shape;
+  const size_t br = os.size() - 2;
+  int64_t nb = 1;
+  for (size_t d = 0; d < br; ++d) nb *= os[d];
+  const int64_t k = p.graph.type(n.operands[0]).shape.back();
+  return detail::str_cat(n.type.dtype == DType::Float64 ? "dgemm " : "sgemm ", nb, "x[", os[br],
+                         ",", k, "]x[", k, ",", os[br + 1], "]");
+}
+
+const OnednnProduct& onednn_of(const Program& p, const Step& st) {
+  const size_t si = static_cast<size_t>(&st - p.plan.steps.data());
+  LOOM_ASSERT(si < p.onednn.size() && p.onednn[si]);
+  return *p.onednn[si];
+}
+
+}  // namespace
+
+int64_t matmul_tasks(const Program& p, const Step& st) {
+  if (st.lib == Library::Onednn) return onednn_tasks(onednn_of(p, st));
+  int64_t tasks = 0;
+  gemm_job(p, st, nullptr, &tasks);
+  return tasks;
+}
+
+void run_matmul_task(const Program& p, const Step& st, void* const* ptr, int64_t t) {
+  if (st.lib == Library::Onednn) return run_onednn_task(onednn_of(p, st), ptr, t);
+  int64_t tasks = 0;
+  gemm_job(p, st, ptr, &tasks)(static_cast<int>(t));
+}
+
+std::string step_name(const Program& p, const Step& st) {
+  switch (st.kind) {
+    case Step::Kernel: return p.kernels[st.kernel].name;
+    case Step::MatMul:
+      return st.lib == Library::Onednn ? onednn_name(onednn_of(p, st)) : gemm_name(p, st);
+    case Step::Ref: return "ref " + std::string(ir::op_name(p.graph.node(st.node).op));
+    case Step::Loop: break;
+  }
+  return std::string(ir::op_name(p.graph.node(st.node).op)) + " loop";
+}
+
+void run_matmul(const Program& p, const Step& st, void* const* ptr) {
+  if (st.lib == Library::Onednn) {
+    run_onednn(onednn_of(p, st), ptr);
+    return;
+  }
+  int64_t tasks = 0;
+  GemmJob job = gemm_job(p, st, ptr, &tasks);
+  if (tasks == 0) return;
   if (profile::enabled()) [[unlikely]] {
-    run_profiled(
-        "matmul",
-        detail::str_cat(f64 ? "dgemm " : "sgemm ", nb, "x[", m, ",", k, "]x[", k, ",", nn, "]"),
-        tasks, job);
+    run_profiled("matmul", gemm_name(p, st), tasks, job);
     return;
   }
   if (tasks == 1)
     job(0);
   else
-    pool.run(static_cast<int>(tasks), [j = &job](int t) { (*j)(t); });
+    ThreadPool::instance().run(static_cast<int>(tasks), [j = &job](int t) { (*j)(t); });
 }
 
 }  // namespace loom::cpu

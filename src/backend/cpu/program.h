@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "backend/cpu/codegen.h"
@@ -94,5 +95,23 @@ void run_kernel(const CompiledKernel& k, void* const* ptr);
 void run_matmul(const Program& p, const Step& st, void* const* ptr);
 // Runs a Loop step's loop; `scratch` holds l.scratch_bytes (64-byte aligned).
 void run_loop(const LoopProgram& l, void* const* ptr, char* scratch);
+
+// A kernel or MatMul step as tasks 0..n-1 that may run in any order on any threads (the step
+// graph of cpu_backend.cpp schedules them itself; they never use the pool). n is fixed by
+// the plan and the pool's size, the same split run_kernel and run_matmul make.
+int64_t kernel_tasks(const CompiledKernel& k);
+void run_kernel_task(const CompiledKernel& k, void* const* ptr, int64_t t);
+int64_t matmul_tasks(const Program& p, const Step& st);
+void run_matmul_task(const Program& p, const Step& st, void* const* ptr, int64_t t);
+// The step's name in profiles ("k3", "onednn [64,784]x[784,256]", "ref gather").
+std::string step_name(const Program& p, const Step& st);
+
+// The step graph (cpu_backend.cpp): a small program's steps run as a dependency graph on the
+// pool's threads. On unless the environment sets LOOM_STEP_GRAPH=0; tests switch it with
+// set_step_graph (it affects executables compiled later). step_graph_runs counts the runs
+// that took it.
+bool step_graph_enabled();
+void set_step_graph(bool on);
+int64_t step_graph_runs();
 
 }  // namespace loom::cpu

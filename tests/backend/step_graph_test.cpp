@@ -1,0 +1,132 @@
+// The cpu backend's step graph (cpu_backend.cpp): a small program's steps run as a dependency
+// graph on the pool's threads. An MLP training step compiled with trace_once (its parameters
+// updated in place in donated buffers, a reference fallback for the labels' gather, products
+// with post-ops, independent bias and weight updates) against the same step run step by step,
+// bit for bit over several steps; a failing fallback inside the graph raises its ExecError on
+// the caller and leaves the pool working. Random programs are compared the same way in
+// random_programs_test.cpp.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/program.h"
+#include "loom/loom.h"
+#include "loom/runtime/engine.h"
+
+namespace loom {
+namespace {
+
+struct Mlp : nn::Module {
+  std::shared_ptr<nn::Linear> a, b;
+  Mlp() {
+    a = register_module("a", std::make_shared<nn::Linear>(784, 256));
+    b = register_module("b", std::make_shared<nn::Linear>(256, 10));
+  }
+  Tensor forward(const Tensor& x) override { return (*b)(relu((*a)(x))); }
+};
+
+class StepGraph : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    sync();
+    previous_ = std::string(runtime::current_backend().name());
+    runtime::set_backend("cpu");
+  }
+  void TearDown() override {
+    sync();
+    cpu::set_step_graph(true);
+    runtime::clear_compile_cache();
+    runtime::set_backend(previous_);
+  }
+  std::string previous_;
+};
+
+struct Trained {
+  std::vector<std::vector<float>> params;
+  std::vector<float> losses;
+  int64_t graph_runs = 0;
+};
+
+// Four SGD steps of the MLP from seed 3, the step compiled once with trace_once.
+Trained train(bool graph) {
+  cpu::set_step_graph(graph);
+  runtime::clear_compile_cache();
+  manual_seed(3);
+  Mlp model;
+  optim::SGD opt(model.parameters(), 0.05);
+  Tensor x = randn({64, 784});
+  Tensor y = argmax(randn({64, 10}), 1);
+  sync();
+  auto step = compile(
+      [&](const Tensor& xb, const Tensor& yb) {
+        Tensor loss = cross_entropy(model(xb), yb);
+        loss.backward();
+        opt.step();
+        opt.zero_grad();
+        return loss;
+      },
+      {.name = "step_graph_mlp", .trace_once = true});
+  Trained t;
+  const int64_t before = cpu::step_graph_runs();
+  for (int i = 0; i < 4; ++i) t.losses.push_back(step(x, y).item<float>());
+  t.graph_runs = cpu::step_graph_runs() - before;
+  for (const Tensor& p : model.parameters()) t.params.push_back(p.to_vector<float>());
+  return t;
+}
+
+TEST_F(StepGraph, MlpTrainingStepsMatchStepByStepBitForBit) {
+  const Trained plain = train(false), graph = train(true);
+  EXPECT_EQ(plain.graph_runs, 0);
+  EXPECT_GE(graph.graph_runs, 3) << "the trace_once step did not run as a step graph";
+  ASSERT_EQ(plain.losses.size(), graph.losses.size());
+  for (size_t i = 0; i < plain.losses.size(); ++i)
+    EXPECT_EQ(std::memcmp(&plain.losses[i], &graph.losses[i], sizeof(float)), 0)
+        << "loss of step " << i << ": " << plain.losses[i] << " vs " << graph.losses[i];
+  EXPECT_LT(plain.losses.back(), plain.losses.front());  // it trains
+  ASSERT_EQ(plain.params.size(), graph.params.size());
+  for (size_t k = 0; k < plain.params.size(); ++k) {
+    ASSERT_EQ(plain.params[k].size(), graph.params[k].size());
+    EXPECT_EQ(std::memcmp(plain.params[k].data(), graph.params[k].data(),
+                          plain.params[k].size() * sizeof(float)),
+              0)
+        << "parameter " << k << " differs after 4 steps";
+  }
+}
+
+TEST_F(StepGraph, AFailingFallbackRaisesOnTheCallerAndThePoolGoesOn) {
+  cpu::set_step_graph(true);
+  runtime::clear_compile_cache();
+  Tensor x = reshape(arange(0, 12), {3, 4});
+  Tensor w = ones({4, 4});
+  sync();
+  const int64_t before = cpu::step_graph_runs();
+  // Two independent branches, one of them a gather (a reference fallback) with index 4 of a
+  // 4-wide axis: the graph runs, the gather throws on whichever thread took it.
+  auto program = [&](int64_t bad) {
+    Tensor branch = exp(matmul(x, w) * 0.01);
+    Tensor picked = gather(x * 2, 1, tensor(std::vector<int64_t>{0, bad, 1}, {3, 1}));
+    return std::pair{sum(branch), sum(picked)};
+  };
+  for (int round = 0; round < 3; ++round) {
+    auto [a, b] = program(4);
+    EXPECT_THROW(sync(), ExecError) << "round " << round;
+  }
+  EXPECT_GE(cpu::step_graph_runs() - before, 3);
+  // The same program with a good index: the pool and the executable still work.
+  auto [a, b] = program(3);
+  EXPECT_FLOAT_EQ(b.item<float>(), 2 * (0 + 7 + 9));
+  double want = 0;
+  for (int r = 0; r < 3; ++r) {
+    double row = 0;
+    for (int c = 0; c < 4; ++c) row += 4 * r + c;
+    want += 4 * std::exp(0.01 * row);
+  }
+  EXPECT_NEAR(a.item<float>(), want, 1e-4 * want);
+}
+
+}  // namespace
+}  // namespace loom
