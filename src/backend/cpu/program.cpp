@@ -139,15 +139,16 @@ class KernelArgs {
 
 }  // namespace
 
-int64_t kernel_tasks(const CompiledKernel& k) {
+int64_t kernel_tasks(const CompiledKernel& k, int64_t min_work) {
   if (k.outer == 0) return 0;
   int64_t tasks = std::min<int64_t>(ThreadPool::instance().size(), k.outer);
-  return tasks < 2 || k.outer * k.work < kParallelWork ? 1 : tasks;
+  return tasks < 2 || k.outer * k.work < min_work ? 1 : tasks;
 }
+int64_t kernel_tasks(const CompiledKernel& k) { return kernel_tasks(k, kParallelWork); }
 
-void run_kernel_task(const CompiledKernel& k, void* const* ptr, int64_t t) {
+void run_kernel_task(const CompiledKernel& k, void* const* ptr, int64_t t, int64_t tasks) {
   KernelArgs args(k, ptr);
-  KernelJob{&k, args.get(), kernel_tasks(k)}(static_cast<int>(t));
+  KernelJob{&k, args.get(), tasks}(static_cast<int>(t));
 }
 
 void run_kernel(const CompiledKernel& k, void* const* ptr) {

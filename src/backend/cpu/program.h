@@ -100,18 +100,22 @@ void run_loop(const LoopProgram& l, void* const* ptr, char* scratch);
 // graph of cpu_backend.cpp schedules them itself; they never use the pool). n is fixed by
 // the plan and the pool's size, the same split run_kernel and run_matmul make.
 int64_t kernel_tasks(const CompiledKernel& k);
-void run_kernel_task(const CompiledKernel& k, void* const* ptr, int64_t t);
+// The same split from `min_work` outer points times work per point (run_kernel: 2^15), and
+// task t of `tasks`; a kernel's rows are independent, so any split computes the same values.
+int64_t kernel_tasks(const CompiledKernel& k, int64_t min_work);
+void run_kernel_task(const CompiledKernel& k, void* const* ptr, int64_t t, int64_t tasks);
 int64_t matmul_tasks(const Program& p, const Step& st);
 void run_matmul_task(const Program& p, const Step& st, void* const* ptr, int64_t t);
 // The step's name in profiles ("k3", "onednn [64,784]x[784,256]", "ref gather").
 std::string step_name(const Program& p, const Step& st);
 
 // The step graph (cpu_backend.cpp): a small program's steps run as a dependency graph on the
-// pool's threads. On unless the environment sets LOOM_STEP_GRAPH=0; tests switch it with
-// set_step_graph (it affects executables compiled later). step_graph_runs counts the runs
-// that took it.
-bool step_graph_enabled();
-void set_step_graph(bool on);
+// pool's threads. Auto unless the environment sets LOOM_STEP_GRAPH=0 (Off); Always also takes
+// programs none of whose steps would split across the pool (for tests). set_step_graph affects
+// executables compiled later; step_graph_runs counts the runs that took the graph.
+enum class StepGraphMode { Off, Auto, Always };
+StepGraphMode step_graph_mode();
+void set_step_graph(StepGraphMode mode);
 int64_t step_graph_runs();
 
 }  // namespace loom::cpu
