@@ -129,6 +129,8 @@ class KernelArgs {
     for (size_t j = 0; j < n; ++j) args_[j] = ptr[k.bufs[j]];
     if (k.out_arg >= 0) args_[k.out_arg] = static_cast<char*>(args_[k.out_arg]) + k.out_shift_bytes;
   }
+  KernelArgs(const KernelArgs&) = delete;  // args_ may point into inline_
+  KernelArgs& operator=(const KernelArgs&) = delete;
   void* const* get() const { return args_; }
 
  private:
