@@ -2,8 +2,9 @@
 # Installs dependencies, builds, and runs every test through CTest.
 #   LOOM_SANITIZE=1 scripts/test.sh        runs the suite under -fsanitize=address,undefined.
 #   LOOM_SANITIZE=thread scripts/test.sh   runs the Threads suites and the step graph's tests
-#                                          under -fsanitize=thread (LLVM's and OpenBLAS's own races, if any, are in
-#                                          scripts/tsan.supp, each with its reason).
+#                                          under -fsanitize=thread (LLVM's and OpenBLAS's own
+#                                          races, if any, are in scripts/tsan.supp, each with
+#                                          its reason).
 #   LOOM_TESTS=REGEX                       runs only the CTest tests matching REGEX.
 set -euo pipefail
 cd "$(dirname "$0")/.."
