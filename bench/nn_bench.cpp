@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/program.h"
 #include "bench.h"
 #include "loom/loom.h"
 #include "loom/runtime/engine.h"
@@ -278,6 +279,52 @@ std::vector<Figure> mlp_train() {
   return f;
 }
 
+// The MLP's trace_once step compiled twice, once run as a step graph and once step by step,
+// alternating every 200 steps for 30 rounds in this process (the machine's speed drifts over
+// seconds): the medians, and in how many rounds the graph was faster.
+std::vector<Figure> step_graph() {
+  const cpu::StepGraphMode saved = cpu::step_graph_mode();
+  MlpTraining plain(64, /*adamw=*/false), graph(64, /*adamw=*/false);
+  auto compiled = [](MlpTraining& t, const char* name) {
+    return loom::compile([&t](const Tensor& xb, const Tensor& yb) { return t.step(xb, yb); },
+                         {.name = name, .trace_once = true});
+  };
+  auto a = compiled(plain, "mlp_step_by_step");
+  auto b = compiled(graph, "mlp_step_graph");
+  const int64_t runs0 = cpu::step_graph_runs();
+  cpu::set_step_graph(cpu::StepGraphMode::Off);
+  for (int i = 0; i < 2; ++i) a(plain.x, plain.y).item<float>();
+  loom::runtime::clear_compile_cache();  // the same graph: compile it again, as a step graph
+  cpu::set_step_graph(cpu::StepGraphMode::Auto);
+  for (int i = 0; i < 2; ++i) b(graph.x, graph.y).item<float>();
+  cpu::set_step_graph(saved);
+  const int64_t runs1 = cpu::step_graph_runs();
+  std::vector<double> ta, tb;
+  int faster = 0;
+  for (int round = 0; round < 30; ++round) {
+    for (int i = 0; i < 20; ++i) a(plain.x, plain.y);
+    double t0 = seconds();
+    for (int i = 0; i < 200; ++i) a(plain.x, plain.y);
+    ta.push_back((seconds() - t0) / 200);
+    for (int i = 0; i < 20; ++i) b(graph.x, graph.y);
+    t0 = seconds();
+    for (int i = 0; i < 200; ++i) b(graph.x, graph.y);
+    tb.push_back((seconds() - t0) / 200);
+    faster += tb.back() < ta.back();
+  }
+  const int64_t runs2 = cpu::step_graph_runs();
+  return {
+      {"step_graph_us", median(tb) * 1e6, "us",
+       "784-256-10 MLP SGD step (trace_once), its steps run as a dependency graph"},
+      {"step_by_step_us", median(ta) * 1e6, "us", "same run: the same step run step by step"},
+      {"ratio", median(tb) / median(ta), "x", "graph / step by step, medians of 30 rounds"},
+      {"rounds_graph_faster", static_cast<double>(faster), "", "of 30 alternating rounds"},
+      {"graph_runs_in_warmup", static_cast<double>(runs1 - runs0), "",
+       "2 expected: only the graph's executable takes it"},
+      {"graph_runs_timed", static_cast<double>(runs2 - runs1), "", "6600 expected"},
+  };
+}
+
 // Host time of a trace_once step, excluding the executable's run.
 std::vector<Figure> trace_once_overhead() {
   MlpTraining t(8, /*adamw=*/true);
@@ -318,6 +365,8 @@ Register r1("scan_layers_compile",
 Register r2("scan_layers_step", "decoder (50 layers) fwd+bwd step time, scan_layers vs for loop",
             scan_layers_step);
 Register r3("mlp_train", "784-256-10 MLP SGD steps per second vs PyTorch", mlp_train);
+Register r5("step_graph", "the MLP step as a step graph against step by step, alternating",
+            step_graph);
 Register r4("trace_once_overhead", "host time of a trace_once step, excluding execution",
             trace_once_overhead);
 
