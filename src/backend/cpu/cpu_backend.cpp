@@ -93,7 +93,8 @@ void log_plan(const cpu::Program& prog) {
 // as their base buffer, a donated output as the inputs it may take). Used when no step is a
 // loop or a collective, the buffers that are not inputs hold at most kStepGraphBytes, two steps
 // could run at once, one step would have split across the pool anyway (a program of tiny steps
-// stays on the caller's thread), the pool has two threads and LOOM_STEP_GRAPH is not 0.
+// stays on the caller's thread), the pool has at least two threads and LOOM_STEP_GRAPH is
+// not 0.
 constexpr int64_t kStepGraphBytes = 8 << 20;
 // In the graph a kernel splits from this much work (outer points times work per point; run
 // step by step, from 2^15): a task there costs no fork and join, only a claim. The MLP's
