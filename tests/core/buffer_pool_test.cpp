@@ -89,15 +89,12 @@ TEST(SmallBuffers, ComeBackToTheThreadThatFreedThem) {
 }
 
 TEST(SmallBuffers, AThreadFreesItsBlocksWhenItExits) {
-  // Blocks made here and freed on a thread that then exits: its cache frees them (a leak
-  // otherwise, which the ASan build reports), and this thread's allocations are unaffected.
+  // Blocks made here and freed on a thread that then exits land in that thread's cache, which
+  // must free them as the thread ends: the check is the ASan build's leak checker, which
+  // reports the 16 blocks when the cache drops them (as it did with its clear() removed).
   std::vector<Buffer> made;
   for (int i = 0; i < 16; ++i) made.push_back(Buffer::allocate_uninitialized(64 * (i + 1)));
-  const size_t live = Buffer::live_bytes();
   std::thread([bufs = std::move(made)]() mutable { bufs.clear(); }).join();
-  EXPECT_LT(Buffer::live_bytes(), live);
-  Buffer b = Buffer::allocate_uninitialized(1000);
-  EXPECT_NE(b.data(), nullptr);
 }
 
 }  // namespace

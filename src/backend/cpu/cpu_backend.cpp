@@ -285,32 +285,31 @@ class CpuExecutable final : public Executable {
       for (size_t si = 0; si < plan.steps.size(); ++si)
         for (int b : first_use_[si]) bind(b, fresh_or_donated(b, inputs, free_donor));
       run_graph(bufs, ptr, bind);
-    }
-    for (size_t si = 0; graph_.empty() && si < plan.steps.size(); ++si) {
-      for (int b : first_use_[si]) bind(b, fresh_or_donated(b, inputs, free_donor));
-      const Step& st = plan.steps[si];
-      switch (st.kind) {
-        case Step::Kernel: cpu::run_kernel(prog_.kernels[st.kernel], ptr.data()); break;
-        case Step::MatMul: cpu::run_matmul(prog_, st, ptr.data()); break;
-        case Step::Ref: {
-          profile::Scope ps("kernel", [&] {
-            return "ref " + std::string(ir::op_name(prog_.graph.node(st.node).op));
-          });
-          Buffer r = run_ref(st, bufs);
-          bind(st.outs[0], std::move(r));
-          break;
+    } else {
+      for (size_t si = 0; si < plan.steps.size(); ++si) {
+        for (int b : first_use_[si]) bind(b, fresh_or_donated(b, inputs, free_donor));
+        const Step& st = plan.steps[si];
+        switch (st.kind) {
+          case Step::Kernel: cpu::run_kernel(prog_.kernels[st.kernel], ptr.data()); break;
+          case Step::MatMul: cpu::run_matmul(prog_, st, ptr.data()); break;
+          case Step::Ref: {
+            profile::Scope ps("kernel", [&] { return cpu::step_name(prog_, st); });
+            bind(st.outs[0], run_ref(st, bufs));
+            break;
+          }
+          case Step::Loop: {
+            const cpu::LoopProgram& loop = *prog_.loops[si];
+            profile::Scope ps("kernel", [&] { return cpu::step_name(prog_, st); });
+            Buffer scratch =
+                Buffer::allocate_uninitialized(static_cast<size_t>(loop.scratch_bytes));
+            cpu::run_loop(loop, ptr.data(), static_cast<char*>(scratch.data()));
+            break;
+          }
         }
-        case Step::Loop: {
-          const cpu::LoopProgram& loop = *prog_.loops[si];
-          profile::Scope ps("kernel", [&] { return std::string(ir::op_name(loop.op)) + " loop"; });
-          Buffer scratch = Buffer::allocate_uninitialized(static_cast<size_t>(loop.scratch_bytes));
-          cpu::run_loop(loop, ptr.data(), static_cast<char*>(scratch.data()));
-          break;
+        for (int b : st.release) {  // back to the pool for later steps
+          bufs[b] = Buffer();
+          ptr[b] = nullptr;
         }
-      }
-      for (int b : st.release) {  // back to the pool for later steps
-        bufs[b] = Buffer();
-        ptr[b] = nullptr;
       }
     }
     std::vector<Buffer> out;
