@@ -26,6 +26,7 @@
 #include "loom/passes/pass.h"
 #include "loom/runtime/engine.h"
 #include "loom/trace/interop.h"
+#include "trace/context.h"
 
 // libgomp's (linked with oneDNN).
 extern "C" void omp_set_num_threads(int);
@@ -207,6 +208,72 @@ TEST_F(CpuOnednn, TransposedAIsCopiedDenseForBrgemm) {
       EXPECT_EQ(impl.rfind(c.dense ? "brg" : "gemm", 0), 0u) << impl;
     }
     loom::sync();
+  }
+}
+
+// An SGD update, w - lr * (product), folds into the product as a scale and an add of w; when
+// the old w dies with the step its memory takes the new w, and the product adds in place
+// (oneDNN's sum post-op on brgemm; gemm:jit, which has no fused kernel for that sum, gets a
+// copy of w's block first). Three steps, against the same steps on the reference backend, with
+// the old weight donated and, in a second run, kept alive by another handle (then it must
+// stay untouched). Shapes: the MLP's weight gradients (A read transposed, copied dense, row
+// parts and one part), a product in column parts, and a transposed A too big to copy.
+TEST_F(CpuOnednn, WeightUpdatesAddInPlaceIntoTheDonatedWeight) {
+  struct Case {
+    int64_t m, n, k;
+    bool columns;  // x [m,k] against a transposed [n,k]: column parts
+  };
+  for (const Case& c : {Case{256, 784, 64, false}, Case{10, 256, 64, false},
+                        Case{32, 256, 784, true}, Case{2048, 64, 128, false}}) {
+    for (bool keep : {false, true}) {
+      SCOPED_TRACE(std::to_string(c.m) + "x" + std::to_string(c.n) + "x" + std::to_string(c.k) +
+                   (keep ? ", old weight kept" : ", old weight donated"));
+      auto product = [&](int step) {
+        if (c.columns)
+          return loom::matmul(data({c.m, c.k}, 40 + step),
+                              loom::transpose(data({c.n, c.k}, 50), 0, 1));
+        return loom::matmul(loom::transpose(data({c.k, c.m}, 40 + step), 0, 1),
+                            data({c.k, c.n}, 50));
+      };
+      auto run = [&](const char* backend, bool check) -> std::vector<std::vector<double>> {
+        loom::sync();
+        loom::runtime::set_backend(backend);
+        Tensor w = data({c.m, c.n}, 60);
+        loom::sync();
+        for (int step = 0; step < 3; ++step) {
+          Tensor old = keep ? w : Tensor();
+          const std::vector<float> before = keep ? old.to_vector<float>() : std::vector<float>{};
+          const void* memory = w.impl()->buffer.data();
+          w = w - product(step) * 0.03;
+          if (check) {
+            loom::cpu::Program p = program_of({w});
+            EXPECT_EQ(p.plan.kernels.size(), 0u);  // no loop kernel: the product writes w
+            const loom::cpu::OnednnProduct* prod = nullptr;
+            for (const auto& q : p.onednn)
+              if (q) prod = q.get();
+            if (prod == nullptr) {
+              ADD_FAILURE() << "no product on oneDNN";
+              return {};
+            }
+            const std::string how = loom::cpu::onednn_describe(*prod);
+            EXPECT_TRUE(loom::cpu::onednn_fused(*prod)) << how;
+            // Parts on brgemm add in place (column parts, whose full addend brgemm refuses
+            // beside their dense scratch, run on gemm:jit).
+            const bool brg = how.rfind("brg", 0) == 0;
+            EXPECT_EQ(how.find("in place") != std::string::npos, brg && !c.columns) << how;
+          }
+          loom::sync();
+          if (check && !keep) EXPECT_EQ(w.impl()->buffer.data(), memory) << "step " << step;
+          if (keep) EXPECT_EQ(old.to_vector<float>(), before) << "step " << step;
+        }
+        std::vector<std::vector<double>> v{w.to_vector<double>()};
+        loom::runtime::set_backend("cpu");
+        return v;
+      };
+      std::vector<std::vector<double>> want = run("ref", false);
+      ForcedLibrary forced(Library::Onednn);
+      expect_close(run("cpu", true), want, 5e-5, "updated weight");
+    }
   }
 }
 

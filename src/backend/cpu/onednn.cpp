@@ -52,6 +52,10 @@ struct Part {
   // primitive writes a dense scratch (`c` is then dense) that the task copies into place.
   bool dense_c = false;
   uint64_t id = 0;  // unique in the process: the key of each thread's argument tables
+  // The last post-op adds an operand laid out as C (an SGD update, w - lr * dW): this part
+  // with that add as oneDNN's sum post-op, run when the output lies in the operand's memory
+  // (a donated weight). Null when oneDNN has no fused kernel for it.
+  std::shared_ptr<const Part> in_place;
 };
 
 // A matrix operand of the product: element strides of its rows and columns and of each batch
@@ -132,11 +136,16 @@ class OneOmpThread {
   int saved_;
 };
 
+// `like`: the part's in-place form (Part::in_place) with like's layout of A: the last post-op
+// (an add of an operand laid out as C) becomes oneDNN's sum, which adds what C holds before
+// the product writes it; null unless its post-ops run fused.
 std::shared_ptr<const Part> build_part(int64_t rows, int64_t cols, int64_t k, const Operand& a,
                                        const Operand& b, int64_t ldc,
                                        const std::vector<PostOp>& post,
-                                       const std::vector<Operand>& bin) {
+                                       const std::vector<Operand>& bin,
+                                       const Part* like = nullptr) {
   OneOmpThread one;
+  const bool sum_last = like != nullptr;
   auto part = std::make_shared<Part>();
   static std::atomic<uint64_t> next_id{1};
   part->id = next_id++;
@@ -152,11 +161,21 @@ std::shared_ptr<const Part> build_part(int64_t rows, int64_t cols, int64_t k, co
   const bool desc_bias = !post.empty() && post[0].kind == PostOp::Add && bin[0].bcast_rows &&
                          !bin[0].bcast_cols && bin[0].sc == 1;
   if (desc_bias) part->bias_md = matrix_md(1, cols, cols, 1);
-  const size_t first = desc_bias ? 1 : 0;  // the post-ops oneDNN gets start here
+  size_t first = desc_bias ? 1 : 0;  // the post-ops oneDNN gets start here
+  // A lone scale before the sum is the primitive's output scale: half of the MLP's weight
+  // gradient with its SGD update, brgemm, one thread, hot: 54.7 us, against 56.1 with the
+  // scale as a linear post-op.
+  const bool scaled = sum_last && !desc_bias && post.size() == 2 &&
+                      post[0].kind == PostOp::Linear && post[0].beta == 0;
+  if (scaled) first = 1;
   dnnl::post_ops ops;
-  for (size_t i = first, j = first; i < post.size(); ++i) {
+  for (size_t i = first, j = desc_bias ? 1 : 0; i < post.size(); ++i) {
     const PostOp& po = post[i];
     const int at = static_cast<int>(i - first);  // position in `ops`
+    if (sum_last && i + 1 == post.size()) {
+      ops.append_sum(1.f);
+      continue;
+    }
     if (!po.binary()) {
       // alpha and beta mean something only to linear (relu's alpha is its negative slope).
       const bool linear = po.kind == PostOp::Linear;
@@ -173,6 +192,7 @@ std::shared_ptr<const Part> build_part(int64_t rows, int64_t cols, int64_t k, co
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     if (with_post) attr.set_post_ops(ops);
+    if (with_post && scaled) attr.set_output_scales(0, {post[0].alpha});
     part->bias = with_post && desc_bias;
     dnnl::matmul::primitive_desc pd(
         part->bias ? dnnl::matmul::desc(part->a, part->b, part->bias_md, part->c)
@@ -189,6 +209,16 @@ std::shared_ptr<const Part> build_part(int64_t rows, int64_t cols, int64_t k, co
                                         "; B strides ", b.sr, ",", b.sc, "): ", e.what(),
                                         "; LOOM_MATMUL=openblas runs products on OpenBLAS"));
   };
+  if (sum_last) {
+    part->dense_a = like->dense_a;
+    if (like->dense_a) part->a = matrix_md(rows, k, k, 1);
+    try {
+      make(true);
+    } catch (const dnnl::error&) {
+      return nullptr;
+    }
+    return part->impl.rfind("ref", 0) == 0 ? nullptr : part;
+  }
   try {
     make(!post.empty());
     // oneDNN answers some post-op lists with its reference implementation ("ref:any": a plain
@@ -246,6 +276,10 @@ std::shared_ptr<const Part> build_part(int64_t rows, int64_t cols, int64_t k, co
     }
     part->fused = false;
   }
+  const bool adds_c = !post.empty() && post.back().kind == PostOp::Add && !bin.back().bcast_rows &&
+                      !bin.back().bcast_cols && bin.back().sr == ldc && bin.back().sc == 1;
+  if (adds_c && !part->dense_c && part->fused)
+    part->in_place = build_part(rows, cols, k, a, b, ldc, post, bin, part.get());
   return part;
 }
 
@@ -366,10 +400,29 @@ BoundArgs& bound_args(const Part& part) {
 void run_task(const OnednnProduct& p, const Task& t, void* const* ptr) {
   if (t.rows == 0 || t.cols == 0) return;
   OneOmpThread one;
-  const Part& part = *p.parts[t.part];
   thread_local dnnl::stream stream(engine());
   auto at = [&](int buf, int64_t off) { return static_cast<float*>(ptr[buf]) + off; };
   float* c = at(p.c_buf, t.c);
+  // Each binary operand's block; the last one moves when the output lies in it.
+  thread_local std::vector<const float*> ys;
+  ys.resize(p.bin.size());
+  for (size_t j = 0; j < p.bin.size(); ++j) ys[j] = at(p.bin[j].buf, t.bin[j]);
+  const Part* chosen = p.parts[t.part].get();
+  // The output lies in the last addend's memory (the plan lets a product write over the weight
+  // its update adds to, adds_in_place in plan.cpp): the part's in-place form adds what C holds.
+  // Without one (gemm:jit has none), the addend's block is copied aside first.
+  const bool aliased = !p.bin.empty() && p.post.back().kind == PostOp::Add && ys.back() == c;
+  if (aliased && chosen->in_place) {
+    chosen = chosen->in_place.get();
+  } else if (aliased) {
+    thread_local std::vector<float> addend;
+    const int64_t ld = p.bin.back().sr;
+    addend.resize(static_cast<size_t>((t.rows - 1) * ld + t.cols));
+    for (int64_t i = 0; i < t.rows; ++i)
+      std::memcpy(addend.data() + i * ld, c + i * ld, static_cast<size_t>(t.cols) * sizeof(float));
+    ys.back() = addend.data();
+  }
+  const Part& part = *chosen;
   BoundArgs& b = bound_args(part);
   if (part.dense_a) {
     // The task's rows of A, read transposed (row i, column j at i + j * sc), copied dense.
@@ -389,11 +442,11 @@ void run_task(const OnednnProduct& p, const Task& t, void* const* ptr) {
   b.set(DNNL_ARG_DST, part.dense_c ? dense_c.data() : c);
   // With the bias in the primitive, the product's first binary operand is not in part.bin.
   const size_t skip = part.bias ? 1 : 0;
-  if (part.bias) b.set(DNNL_ARG_BIAS, at(p.bin[0].buf, t.bin[0]));
-  if (part.fused)
+  if (part.bias) b.set(DNNL_ARG_BIAS, const_cast<float*>(ys[0]));
+  if (part.fused)  // an in-place part's bin lacks the last operand (its sum reads C)
     for (size_t j = 0; j < part.bin.size(); ++j)
       b.set(DNNL_ARG_ATTR_MULTIPLE_POST_OP(part.bin_index[j]) | DNNL_ARG_SRC_1,
-            at(p.bin[j + skip].buf, t.bin[j + skip]));
+            const_cast<float*>(ys[j + skip]));
   thread_local std::vector<char> scratch;
   if (part.scratch > 0) {
     if (scratch.size() < part.scratch + 64) scratch.resize(part.scratch + 64);
@@ -417,7 +470,7 @@ void run_task(const OnednnProduct& p, const Task& t, void* const* ptr) {
           continue;
         }
         const Operand& y = p.bin[bq];
-        const float* yp = at(y.buf, t.bin[bq++]);
+        const float* yp = ys[bq++];
         x = apply_binary(p.post[q].kind, x,
                          yp[(y.bcast_rows ? 0 : i * y.sr) + (y.bcast_cols ? 0 : j * y.sc)]);
       }
@@ -449,10 +502,14 @@ std::string onednn_describe(const OnednnProduct& prod) {
   const bool columns = !prod.tasks.empty() && prod.tasks[0].cols < prod.ldc;
   const bool bias = !prod.parts.empty() && std::all_of(prod.parts.begin(), prod.parts.end(),
                                                        [](const auto& p) { return p->bias; });
-  return detail::str_cat(impls.empty() ? "nothing to compute" : impls, ", ", prod.tasks.size(),
-                         columns ? " column parts" : " parts",
-                         bias ? ", bias in the primitive" : "",
-                         onednn_fused(prod) ? "" : ", post-ops in a loop");
+  const bool in_place =
+      !prod.parts.empty() && std::all_of(prod.parts.begin(), prod.parts.end(),
+                                         [](const auto& p) { return p->in_place != nullptr; });
+  return detail::str_cat(
+      impls.empty() ? "nothing to compute" : impls, ", ", prod.tasks.size(),
+      columns ? " column parts" : " parts", bias ? ", bias in the primitive" : "",
+      onednn_fused(prod) ? "" : ", post-ops in a loop",
+      in_place ? ", the last add in place when the output takes its memory" : "");
 }
 
 bool onednn_fused(const OnednnProduct& prod) {

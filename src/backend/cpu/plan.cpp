@@ -705,13 +705,27 @@ class Planner {
         const bool ordered = un.op == OpKind::Sub || un.op == OpKind::Div;
         double c = 0;
         // c - x: a linear post-op (merged into a linear before it). y - x for a tensor y (an
-        // SGD update, w - lr * dW) is not folded: linear(-1) then add(y) made the weight
-        // gradient's product slower on 2.6's gemm:jit (the MLP's [256,64]^T x [64,784]: 1.09
-        // of the forward product's time, against 0.92 with the update as a loop kernel) than
-        // the kernel it saved.
+        // SGD update, w - lr * dW): linear(-1) (merged likewise) then add(y), which runs in
+        // place as oneDNN's sum when the output takes y's memory (onednn.cpp). Half of the
+        // MLP's weight gradient [256,64]^T x [64,784] with its update, one thread, hot, brgemm:
+        // 57.2 us out of place and 54.7-56.1 in place, against 78.8 with the update as a loop
+        // after it (the step's update kernel alone took 9 us a thread).
         if (ordered && k != 0) {
-          if (un.op != OpKind::Sub || !const_value(y, &c)) return 0;
-          post->push_back(PostOp{PostOp::Linear, -1, static_cast<float>(c)});
+          if (un.op != OpKind::Sub) return 0;
+          if (const_value(y, &c)) {
+            post->push_back(PostOp{PostOp::Linear, -1, static_cast<float>(c)});
+            return u;
+          }
+          const TensorType& yt = g_.node(y).type;
+          if (yt.dtype != DType::Float32 || yt.shape.rank() > t.shape.rank() ||
+              post->size() + 2 > kMaxPostOps)
+            return 0;
+          post->push_back(PostOp{PostOp::Linear, -1, 0});
+          PostOp add;
+          add.kind = PostOp::Add;
+          add.operand = y;
+          post->push_back(add);
+          binaries->push_back(y);
           return u;
         }
         if (const_value(y, &c)) {
@@ -800,8 +814,8 @@ class Planner {
           break;
         }
         // Two linear post-ops in a row come out wrong from oneDNN 2.6's gemm:jit (the pair
-        // (x + 1) * 2 gives 3.5 for x = 1.5): one linear does both. A pattern appends one
-        // post-op.
+        // (x + 1) * 2 gives 3.5 for x = 1.5): one linear does both. Only a pattern's first
+        // post-op can be a linear.
         if (before >= 1 && e.post[before - 1].kind == PostOp::Linear &&
             e.post[before].kind == PostOp::Linear) {
           PostOp& first = e.post[before - 1];
@@ -1123,14 +1137,32 @@ class Planner {
         if (in.kind != BufferInfo::Input || in.type.nbytes() != plan_.bufs[ob].type.nbytes())
           continue;
         // A view of the input read at step s reads it where in_place does not look.
+        const Step& st = plan_.steps[s];
         bool ok =
             view_last_[ib] < s &&
-            (last_use_[ib] < s || (last_use_[ib] == s && plan_.steps[s].kind == Step::Kernel &&
-                                   in_place(plan_.kernels[plan_.steps[s].kernel],
-                                            static_cast<int>(ob), static_cast<int>(ib))));
+            (last_use_[ib] < s ||
+             (last_use_[ib] == s && st.kind == Step::Kernel &&
+              in_place(plan_.kernels[st.kernel], static_cast<int>(ob), static_cast<int>(ib))) ||
+             (last_use_[ib] == s && st.kind == Step::MatMul &&
+              adds_in_place(st, static_cast<int>(ib))));
         if (ok) plan_.donors[ob].push_back(in.index);
       }
     }
+  }
+
+  // Product step st may write its output over `ib`: it reads ib only as its last post-op's
+  // addend, at the addresses it writes (a dense operand of the output's shape), which oneDNN
+  // then runs as its sum post-op (onednn.cpp; an SGD update folded into the weight gradient).
+  bool adds_in_place(const Step& st, int ib) const {
+    if (st.post.empty() || st.post.back().kind != PostOp::Add) return false;
+    for (const BlasView& v : st.views)
+      if (plan_.buf_of[v.base] == ib) return false;
+    for (size_t i = 0; i + 1 < st.post.size(); ++i)
+      if (st.post[i].binary() && plan_.buf_of[st.post[i].view.base] == ib) return false;
+    const PostOp& add = st.post.back();
+    const TensorType& out = g_.node(st.out).type;
+    return plan_.buf_of[add.view.base] == ib && add.view.offset == 0 &&
+           g_.node(add.operand).type == out && add.view.strides == contiguous_strides(out.shape);
   }
 
   // Kernel k may write `ob` over `ib`: only the stage writing ob reads ib, and only at the
