@@ -161,15 +161,9 @@ std::shared_ptr<const Part> build_part(int64_t rows, int64_t cols, int64_t k, co
   const bool desc_bias = !post.empty() && post[0].kind == PostOp::Add && bin[0].bcast_rows &&
                          !bin[0].bcast_cols && bin[0].sc == 1;
   if (desc_bias) part->bias_md = matrix_md(1, cols, cols, 1);
-  size_t first = desc_bias ? 1 : 0;  // the post-ops oneDNN gets start here
-  // A lone scale before the sum is the primitive's output scale: half of the MLP's weight
-  // gradient with its SGD update, brgemm, one thread, hot: 54.7 us, against 56.1 with the
-  // scale as a linear post-op.
-  const bool scaled = sum_last && !desc_bias && post.size() == 2 &&
-                      post[0].kind == PostOp::Linear && post[0].beta == 0;
-  if (scaled) first = 1;
+  const size_t first = desc_bias ? 1 : 0;  // the post-ops oneDNN gets start here
   dnnl::post_ops ops;
-  for (size_t i = first, j = desc_bias ? 1 : 0; i < post.size(); ++i) {
+  for (size_t i = first, j = first; i < post.size(); ++i) {
     const PostOp& po = post[i];
     const int at = static_cast<int>(i - first);  // position in `ops`
     if (sum_last && i + 1 == post.size()) {
@@ -192,7 +186,6 @@ std::shared_ptr<const Part> build_part(int64_t rows, int64_t cols, int64_t k, co
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     if (with_post) attr.set_post_ops(ops);
-    if (with_post && scaled) attr.set_output_scales(0, {post[0].alpha});
     part->bias = with_post && desc_bias;
     dnnl::matmul::primitive_desc pd(
         part->bias ? dnnl::matmul::desc(part->a, part->b, part->bias_md, part->c)
