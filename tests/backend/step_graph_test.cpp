@@ -7,6 +7,7 @@
 // random_programs_test.cpp.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -15,7 +16,9 @@
 
 #include "backend/cpu/program.h"
 #include "loom/loom.h"
+#include "loom/passes/pass.h"
 #include "loom/runtime/engine.h"
+#include "loom/trace/interop.h"
 
 namespace loom {
 namespace {
@@ -126,6 +129,37 @@ TEST_F(StepGraph, AFailingFallbackRaisesOnTheCallerAndThePoolGoesOn) {
     want += 4 * std::exp(0.01 * row);
   }
   EXPECT_NEAR(a.item<float>(), want, 1e-4 * want);
+}
+
+// Work that does not read a reference fallback's result stays out of the kernels behind it:
+// cross entropy counts its labels (for the mean) in a kernel of its own, not in the one that
+// sums the loss behind the labels' gather, so the gradient, which needs only the count, does
+// not wait for the gather.
+TEST_F(StepGraph, WorkIndependentOfAFallbackIsNotMergedBehindIt) {
+  Tensor logits = randn({64, 10});
+  Tensor labels = tensor(std::vector<int64_t>(64, 3), {64});
+  ir::Graph g = ir::parse(pending_ir({cross_entropy(logits, labels)}));
+  passes::default_pipeline().run(g);
+  cpu::Program p = cpu::compile_program(g, /*region=*/false);
+  std::vector<int> fallback_outs;
+  for (const cpu::Step& st : p.plan.steps)
+    if (st.kind == cpu::Step::Ref)
+      fallback_outs.insert(fallback_outs.end(), st.outs.begin(), st.outs.end());
+  ASSERT_FALSE(fallback_outs.empty());  // the gather
+  int counts = 0;
+  for (const cpu::Step& st : p.plan.steps) {
+    if (st.kind != cpu::Step::Kernel) continue;
+    bool count = false;
+    for (const cpu::Stage& stage : p.plan.kernels[st.kernel].stages)
+      count = count || (stage.reduce && g.node(stage.node).type.dtype == DType::Int64);
+    if (!count) continue;
+    ++counts;
+    for (int b : p.kernels[st.kernel].bufs)
+      EXPECT_EQ(std::count(fallback_outs.begin(), fallback_outs.end(), b), 0)
+          << "the labels' count reads the gather's result (buffer " << b << ")";
+  }
+  EXPECT_EQ(counts, 1);
+  sync();
 }
 
 }  // namespace
