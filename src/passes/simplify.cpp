@@ -4,6 +4,8 @@
 // x + 0 with the 0 broadcast to a bigger shape is not x. Replaced nodes are left for DCE.
 #include <cmath>
 #include <optional>
+#include <utility>
+#include <vector>
 
 #include "loom/ir/builder.h"
 #include "passes/passes_impl.h"
@@ -55,9 +57,18 @@ class Simplifier {
       case OpKind::Reshape: return reshape(n);
       case OpKind::Permute: return permute(n);
       case OpKind::GradAllReduce: return x[0];  // grad_all_reduce(x) -> x: only its VJP differs
+      case OpKind::Where: return relu_mask(n);
       default: break;
     }
     return std::nullopt;
+  }
+
+  // Called with each node kept (v: its value in out_): remembers relus, h = where(x <= 0, 0, x).
+  void kept(const Node& n, Value v) {
+    if (n.op != OpKind::Where || !is_constant(n.operands[1], 0)) return;
+    const Node* le = producer(n.operands[0], OpKind::Le);
+    if (le && le->operands[0] == n.operands[2] && is_constant(le->operands[1], 0))
+      relu_of_mask_.emplace_back(n.operands[0], v);
   }
 
  private:
@@ -110,6 +121,26 @@ class Simplifier {
     return true;
   }
 
+  // where(x <= 0, 0, g) beside a relu h = where(x <= 0, 0, x) (its gradient's mask) ->
+  // where(h <= 0, 0, g): h <= 0 exactly where x <= 0 (nan: neither), and x's only readers are
+  // then the relu's own nodes, so the planner folds the relu into the product that computes x
+  // (a post-op) and no buffer holds x.
+  std::optional<Value> relu_mask(const Node& n) {
+    const Value m = n.operands[0];
+    if (!is_constant(n.operands[1], 0)) return std::nullopt;
+    const Node* le = producer(m, OpKind::Le);
+    if (!le || le->operands[0] == n.operands[2]) return std::nullopt;  // the relu itself
+    for (const auto& [mask, h] : relu_of_mask_) {
+      if (mask != m) continue;
+      if (probe_) return h;
+      const Value hm = b_.binary(OpKind::Le, h, le->operands[1]);
+      const Value r = b_.where(hm, n.operands[1], n.operands[2]);
+      if (has_type(r, n)) return r;
+      return std::nullopt;  // the nodes just built are left for DCE
+    }
+    return std::nullopt;
+  }
+
   // op(c0, c1, ...) -> c for 0-d constants c_k: evaluated once here instead of per run.
   std::optional<Value> fold(const Node& n) {
     if (n.type.shape.rank() != 0 || n.operands.size() > 3) return std::nullopt;
@@ -132,6 +163,7 @@ class Simplifier {
   Graph& out_;
   ir::Builder b_;
   bool probe_;
+  std::vector<std::pair<Value, Value>> relu_of_mask_;  // (x <= 0, where(x <= 0, 0, x))
 };
 
 class Simplify final : public Pass {
@@ -147,6 +179,7 @@ class Simplify final : public Pass {
       for (ir::NodeId id = 0; id < g.size() && !fires; ++id) {
         const Node& n = g.node(id);
         fires = n.num_results() == 1 && n.regions.empty() && probe.rewrite(n).has_value();
+        if (!fires) probe.kept(n, {id, 0});
       }
       if (!fires) return false;
     }
@@ -164,6 +197,7 @@ class Simplify final : public Pass {
         map[id] = *r;
         changed = true;
       } else {
+        s.kept(n, {static_cast<ir::NodeId>(out.size()), 0});  // the id out.add gives it
         map[id] = {out.add(std::move(n)), 0};
       }
     }

@@ -89,6 +89,30 @@ TEST(PassesTest, SubDivMulIdentities) {
                        "  %m = mul(%x, %z) : f32[4]\n  return %s, %d, %m\n}");
 }
 
+// A relu's gradient masks with the relu's output, h <= 0 (true exactly where x <= 0; nan:
+// neither), so x is read only by the relu itself and the CPU planner can fold the relu into
+// the product that computes x.
+TEST(PassesTest, ReluGradientMaskReadsTheRelu) {
+  const std::string h = "graph(%x: f32[4], %g: f32[4]) {\n  %z = constant() {value=0} : f32[]\n";
+  expect_pass("simplify,dce",
+              h + "  %m = le(%x, %z) : bool[4]\n  %r = where(%m, %z, %x) : f32[4]\n"
+                  "  %d = where(%m, %z, %g) : f32[4]\n  return %r, %d\n}",
+              h + "  %m = le(%x, %z) : bool[4]\n  %r = where(%m, %z, %x) : f32[4]\n"
+                  "  %n = le(%r, %z) : bool[4]\n  %d = where(%n, %z, %g) : f32[4]\n"
+                  "  return %r, %d\n}");
+  // Not a relu (x <= 1), a mask without a relu, and a where that keeps something other than 0.
+  expect_unchanged("simplify",
+                   h + "  %o = constant() {value=1} : f32[]\n  %m = le(%x, %o) : bool[4]\n"
+                       "  %r = where(%m, %z, %x) : f32[4]\n  %d = where(%m, %z, %g) : f32[4]\n"
+                       "  return %r, %d\n}");
+  expect_unchanged("simplify", h + "  %m = le(%x, %z) : bool[4]\n"
+                                   "  %d = where(%m, %z, %g) : f32[4]\n  return %d\n}");
+  expect_unchanged("simplify",
+                   h + "  %o = constant() {value=1} : f32[]\n  %m = le(%x, %z) : bool[4]\n"
+                       "  %r = where(%m, %z, %x) : f32[4]\n  %d = where(%m, %o, %g) : f32[4]\n"
+                       "  return %r, %d\n}");
+}
+
 TEST(PassesTest, IntegerIdentities) {
   expect_pass("simplify,dce",
               "graph(%i: i32[3]) {\n  %o = constant() {value=1} : i32[]\n"
