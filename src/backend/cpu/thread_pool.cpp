@@ -15,6 +15,7 @@ namespace loom::cpu {
 
 namespace {
 thread_local bool in_worker = false;
+thread_local int worker_index = 0;
 
 // How long a thread spins before it sleeps: LOOM_SPIN_US, default 200 (0: never spin).
 int spin_micros() {
@@ -54,6 +55,7 @@ ThreadPool& ThreadPool::instance() {
 ThreadPool::ThreadPool(int threads) {
   for (int i = 1; i < threads; ++i)
     workers_.emplace_back([this, i] {
+      worker_index = i;
       profile::name_thread("loom worker " + std::to_string(i));
       worker_loop();
     });
@@ -67,6 +69,8 @@ ThreadPool::~ThreadPool() {
   wake_.notify_all();
   for (auto& t : workers_) t.join();
 }
+
+int ThreadPool::thread_index() { return worker_index; }
 
 // Claims tasks of the current job; the job and the index are read under one lock, and run()
 // waits for every claimed task, so a late worker never runs a finished job's function.

@@ -29,6 +29,9 @@ class ThreadPool {
   static ThreadPool& instance();
   ~ThreadPool();
   int size() const { return static_cast<int>(workers_.size()) + 1; }
+  // The calling thread's place in the pool: worker i (1..size()-1), or 0 for any other thread
+  // (the callers of run()). Stable for a thread's life.
+  static int thread_index();
   void run(int n, const std::function<void(int)>& fn);
 
  private:
