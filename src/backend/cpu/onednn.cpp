@@ -1,6 +1,8 @@
 // Products on oneDNN's matmul primitive: descriptors, parts and post-ops (onednn.h).
 #include "backend/cpu/onednn.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -362,6 +364,65 @@ float apply_binary(PostOp::Kind k, float x, float y) {
   }
 }
 
+// dense[i * k + j] = src[i + j * sc] for i < rows, j < k: a block of A read transposed, copied
+// dense. Blocks of 16 x 16 are transposed in AVX-512 registers: full-line loads and stores,
+// where the plain loop stored single floats a line apart. Half of the MLP's weight gradient
+// (128 x 64, half of its source written by the other core just before), median TSC cycles:
+// 4316-5252 against 7644-8372 (a probe; in the step the plain loop took 24K). The MLP's step,
+// A/B in one process (40 rounds of 200 steps): 159.4 against 162.7 us (faster in 24 of 40
+// rounds) and 155.7 against 160.0 (31 of 40).
+// GCC 12 warns that the intrinsics' own _mm512_undefined_ps() "may be used uninitialized".
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+__attribute__((target("avx512f"))) void transpose_blocks16(float* dense, const float* src,
+                                                           int64_t rows, int64_t k, int64_t sc) {
+  for (int64_t jb = 0; jb + 16 <= k; jb += 16) {
+    for (int64_t ib = 0; ib + 16 <= rows; ib += 16) {
+      __m512 r[16], t[16];
+      for (int q = 0; q < 16; ++q) r[q] = _mm512_loadu_ps(src + ib + (jb + q) * sc);
+      // Pairs of rows interleaved, then pairs of pairs, then 128-bit lanes twice: row q of
+      // the block transposed ends in r[q].
+      for (int q = 0; q < 8; ++q) {
+        t[2 * q] = _mm512_unpacklo_ps(r[2 * q], r[2 * q + 1]);
+        t[2 * q + 1] = _mm512_unpackhi_ps(r[2 * q], r[2 * q + 1]);
+      }
+      for (int q = 0; q < 4; ++q) {
+        r[4 * q] = _mm512_castpd_ps(
+            _mm512_unpacklo_pd(_mm512_castps_pd(t[4 * q]), _mm512_castps_pd(t[4 * q + 2])));
+        r[4 * q + 1] = _mm512_castpd_ps(
+            _mm512_unpackhi_pd(_mm512_castps_pd(t[4 * q]), _mm512_castps_pd(t[4 * q + 2])));
+        r[4 * q + 2] = _mm512_castpd_ps(
+            _mm512_unpacklo_pd(_mm512_castps_pd(t[4 * q + 1]), _mm512_castps_pd(t[4 * q + 3])));
+        r[4 * q + 3] = _mm512_castpd_ps(
+            _mm512_unpackhi_pd(_mm512_castps_pd(t[4 * q + 1]), _mm512_castps_pd(t[4 * q + 3])));
+      }
+      for (int q = 0; q < 2; ++q) {
+        for (int p = 0; p < 4; ++p) {
+          t[8 * q + p] = _mm512_shuffle_f32x4(r[8 * q + p], r[8 * q + 4 + p], 0x88);
+          t[8 * q + 4 + p] = _mm512_shuffle_f32x4(r[8 * q + p], r[8 * q + 4 + p], 0xdd);
+        }
+      }
+      for (int p = 0; p < 8; ++p) {
+        r[p] = _mm512_shuffle_f32x4(t[p], t[8 + p], 0x88);
+        r[8 + p] = _mm512_shuffle_f32x4(t[p], t[8 + p], 0xdd);
+      }
+      for (int q = 0; q < 16; ++q) _mm512_storeu_ps(dense + (ib + q) * k + jb, r[q]);
+    }
+  }
+}
+#pragma GCC diagnostic pop
+
+void copy_transposed(float* dense, const float* src, int64_t rows, int64_t k, int64_t sc) {
+  int64_t rows16 = 0, k16 = 0;  // the part that 16 x 16 blocks cover
+  if (onednn_avx512()) {
+    rows16 = rows / 16 * 16;
+    k16 = k / 16 * 16;
+    transpose_blocks16(dense, src, rows, k, sc);
+  }
+  for (int64_t j = 0; j < k; ++j)
+    for (int64_t i = j < k16 ? rows16 : 0; i < rows; ++i) dense[i * k + j] = src[i + j * sc];
+}
+
 // A part's argument table on one thread: its memory objects, made once and pointed at each
 // task's operands with set_data_handle (making fresh ones cost 1.4 us of a [32,10]x[10,256]
 // product's 5.0 us, one thread). Keyed by the part's id, never reused, so a part freed and
@@ -422,9 +483,7 @@ void run_task(const OnednnProduct& p, const Task& t, void* const* ptr) {
     thread_local std::vector<float> dense;
     const int64_t k = part.a.dims()[1], sc = p.a.sc;
     dense.resize(static_cast<size_t>(t.rows * k));
-    const float* src = at(p.a.buf, t.a);
-    for (int64_t j = 0; j < k; ++j)
-      for (int64_t i = 0; i < t.rows; ++i) dense[static_cast<size_t>(i * k + j)] = src[i + j * sc];
+    copy_transposed(dense.data(), at(p.a.buf, t.a), t.rows, k, sc);
     b.set(DNNL_ARG_SRC, dense.data());
   } else {
     b.set(DNNL_ARG_SRC, at(p.a.buf, t.a));
