@@ -404,6 +404,35 @@ TEST_F(CpuOnednn, EmptyProducts) {
   expect_close({outs[0].to_vector<double>()}, want, 0, "k = 0");
 }
 
+// How a product in row parts reads an earlier product's result, which decides whether row runs
+// (cpu_backend.cpp) may chain them without a join: as A or as a residual, only at its own rows;
+// as B, or broadcast, anywhere.
+TEST_F(CpuOnednn, RowReadsOfAnEarlierResult) {
+  ForcedLibrary forced(Library::Onednn);
+  if (loom::cpu::ThreadPool::instance().size() < 2) GTEST_SKIP() << "one thread: no row parts";
+  Tensor x = data({256, 128}, 1), w = data({128, 128}, 2), v = data({128, 128}, 3);
+  Tensor y = loom::matmul(x, loom::transpose(w, 0, 1));             // the earlier result, [256,128]
+  Tensor as_a = loom::matmul(y, v);                                 // A: rows
+  Tensor residual = loom::matmul(x, v) + y;                         // a residual: rows
+  Tensor as_b = loom::matmul(data({256, 256}, 4), y);               // B: every row of y
+  Tensor row = loom::matmul(x * 2.0, v) + loom::slice(y, 0, 0, 1);  // row 0 for every row
+  Tensor other = loom::matmul(x * 3.0, v);                          // does not read y
+  loom::cpu::Program p = program_of({as_a, residual, as_b, row, other});
+  // The products in plan order: y's first, then the five readers.
+  std::vector<size_t> products;
+  for (size_t si = 0; si < p.plan.steps.size(); ++si)
+    if (p.onednn[si]) products.push_back(si);
+  ASSERT_EQ(products.size(), 6u);
+  ASSERT_GE(loom::cpu::onednn_row_bounds(*p.onednn[products[0]]).size(), 3u);  // row parts
+  const int yb = p.plan.buf_of[p.plan.steps[products[0]].node];
+  std::vector<loom::cpu::RowRead> reads;
+  for (size_t i = 1; i < products.size(); ++i)
+    reads.push_back(loom::cpu::onednn_row_read(*p.onednn[products[i]], yb, 256 * 128));
+  using R = loom::cpu::RowRead;
+  EXPECT_EQ(reads, (std::vector<R>{R::SameRows, R::SameRows, R::Other, R::Other, R::None}));
+  loom::sync();
+}
+
 // ---- fused epilogues ------------------------------------------------------------------
 
 struct EpilogueCase {

@@ -14,7 +14,9 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/onednn.h"
 #include "backend/cpu/program.h"
+#include "backend/cpu/thread_pool.h"
 #include "loom/loom.h"
 #include "loom/passes/pass.h"
 #include "loom/runtime/engine.h"
@@ -160,6 +162,69 @@ TEST_F(StepGraph, WorkIndependentOfAFallbackIsNotMergedBehindIt) {
   }
   EXPECT_EQ(counts, 1);
   sync();
+}
+
+// Row runs (cpu_backend.cpp): a stack of layers, x = gelu(x W^T + b) + x, each product in the
+// same row parts reading the layer before only at its own rows, runs as one job with no join
+// between layers; the values match the run that joins every product, bit for bit (the same
+// parts compute the same rows), and the reference backend. A layer that reads the one before
+// transposed (every row of it) ends the run before it; a stack of products too small to split
+// makes no run.
+class RowRuns : public StepGraph {};
+
+std::vector<std::vector<float>> stack_values(bool row_runs, int64_t rows, bool transposed_read) {
+  cpu::set_row_runs(row_runs);
+  cpu::set_step_graph(cpu::StepGraphMode::Off);  // row runs are a step-by-step schedule
+  runtime::clear_compile_cache();
+  std::vector<Tensor> w, b;
+  for (int l = 0; l < 6; ++l) {
+    std::vector<float> wv(128 * 128), bv(128);
+    for (size_t i = 0; i < wv.size(); ++i) wv[i] = 0.05f * std::sin(0.37f * i + l);
+    for (size_t i = 0; i < bv.size(); ++i) bv[i] = 0.1f * std::cos(0.11f * i + l);
+    w.push_back(tensor(wv, {128, 128}));
+    b.push_back(tensor(bv, {128}));
+  }
+  std::vector<float> xv(static_cast<size_t>(rows * 128));
+  for (size_t i = 0; i < xv.size(); ++i) xv[i] = std::sin(0.013f * i);
+  Tensor x = tensor(xv, {rows, 128});
+  std::vector<Tensor> outs;
+  for (int l = 0; l < 6; ++l) {
+    x = gelu(matmul(x, transpose(w[l], 0, 1)) + b[l]) + x;
+    // Layer 3 also feeds a product that reads it transposed: [128,rows] x [rows,128].
+    if (transposed_read && l == 3) outs.push_back(matmul(transpose(x, 0, 1), x));
+  }
+  outs.push_back(x);
+  std::vector<std::vector<float>> v;
+  for (const Tensor& t : outs) v.push_back(t.to_vector<float>());
+  cpu::set_row_runs(true);
+  return v;
+}
+
+TEST_F(RowRuns, ALayerStackMatchesTheJoinedRunBitForBit) {
+  for (bool transposed_read : {false, true}) {
+    SCOPED_TRACE(transposed_read ? "a transposed read of layer 3" : "a plain stack");
+    const int64_t before = cpu::row_runs_taken();
+    auto joined = stack_values(false, 256, transposed_read);
+    EXPECT_EQ(cpu::row_runs_taken(), before);
+    auto runs = stack_values(true, 256, transposed_read);
+    // Taken whenever the pool has threads to split the products across.
+    if (cpu::ThreadPool::instance().size() >= 2) EXPECT_GT(cpu::row_runs_taken(), before);
+    ASSERT_EQ(joined.size(), runs.size());
+    for (size_t o = 0; o < joined.size(); ++o)
+      EXPECT_EQ(std::memcmp(joined[o].data(), runs[o].data(), joined[o].size() * sizeof(float)), 0)
+          << "output " << o;
+    runtime::set_backend("ref");
+    auto want = stack_values(false, 256, transposed_read);
+    runtime::set_backend("cpu");
+    for (size_t o = 0; o < want.size(); ++o)
+      for (size_t i = 0; i < want[o].size(); ++i)
+        ASSERT_NEAR(runs[o][i], want[o][i], 2e-4 * (1 + std::abs(want[o][i])))
+            << "output " << o << " element " << i;
+  }
+  // 8 rows: one part per product, nothing to run in rows.
+  const int64_t before = cpu::row_runs_taken();
+  stack_values(true, 8, false);
+  EXPECT_EQ(cpu::row_runs_taken(), before);
 }
 
 }  // namespace

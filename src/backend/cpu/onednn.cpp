@@ -93,6 +93,7 @@ struct OnednnProduct {
   std::vector<Operand> bin;
   std::vector<PostOp> post;
   std::string name;
+  int64_t k = 0;
 };
 
 namespace {
@@ -634,6 +635,7 @@ std::shared_ptr<const OnednnProduct> make_onednn_product(const ir::Graph& g, con
   for (const PostOp& po : st.post)
     if (po.binary()) p->bin.push_back(binary_operand(g, plan, po, os));
   p->name = detail::str_cat("onednn [", m, ",", k, "]x[", k, ",", nn, "]");
+  p->k = k;
   if (m == 0 || nn == 0) return p;
   int64_t nb = 1;
   for (size_t d = 0; d < br; ++d) nb *= os[d];
@@ -711,6 +713,44 @@ std::shared_ptr<const OnednnProduct> make_onednn_product(const ir::Graph& g, con
     }
   }
   return p;
+}
+
+std::vector<int64_t> onednn_row_bounds(const OnednnProduct& p) {
+  std::vector<int64_t> bounds;
+  int64_t next = 0;
+  for (const Task& t : p.tasks) {
+    if (t.cols != p.ldc || t.c != next * p.ldc) return {};
+    bounds.push_back(next);
+    next += t.rows;
+  }
+  bounds.push_back(next);
+  return bounds;
+}
+
+RowRead onednn_row_read(const OnednnProduct& p, int buf, int64_t elems) {
+  const std::vector<int64_t> bounds = onednn_row_bounds(p);
+  if (bounds.size() < 2) return RowRead::Other;
+  const int64_t m = bounds.back();
+  // Operand o, read by task t at element offset at(t): row r of the task at row r of the buffer.
+  auto rows_of = [&](const Operand& o, int64_t row_len, auto at) {
+    if (o.sc != 1 || o.sr != row_len || m * o.sr != elems) return false;
+    for (size_t t = 0; t < p.tasks.size(); ++t)
+      if (at(t) != bounds[t] * o.sr) return false;
+    return true;
+  };
+  RowRead r = RowRead::None;
+  auto saw = [&](bool same) {
+    r = !same || r == RowRead::Other ? RowRead::Other : RowRead::SameRows;
+  };
+  if (p.a.buf == buf) saw(rows_of(p.a, p.k, [&](size_t t) { return p.tasks[t].a; }));
+  if (p.b.buf == buf) saw(false);
+  for (size_t j = 0; j < p.bin.size(); ++j) {
+    const Operand& y = p.bin[j];
+    if (y.buf != buf) continue;
+    saw(!y.bcast_rows && !y.bcast_cols &&
+        rows_of(y, p.ldc, [&](size_t t) { return p.tasks[t].bin[j]; }));
+  }
+  return r;
 }
 
 int64_t onednn_tasks(const OnednnProduct& p) { return static_cast<int64_t>(p.tasks.size()); }

@@ -11,6 +11,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "backend/cpu/plan.h"
 
@@ -33,6 +34,14 @@ bool onednn_avx512();
 // Whether `prod` runs its post-ops inside oneDNN (false: oneDNN refused them and a plain loop
 // applies them after the product; tests check this).
 bool onednn_fused(const OnednnProduct& prod);
+// Row parts: task t writes rows [bounds[t], bounds[t + 1]) of C, every column, in one pass;
+// empty when the tasks split C otherwise (columns, batches of their own).
+std::vector<int64_t> onednn_row_bounds(const OnednnProduct& prod);
+// How a product in row parts reads buffer `buf` of `elems` floats: not at all, or only at the
+// rows each task writes of C (A or a binary operand read row by row from the buffer's start,
+// rows of the same length as the buffer's), or otherwise (B, a broadcast, a strided read).
+enum class RowRead { None, SameRows, Other };
+RowRead onednn_row_read(const OnednnProduct& prod, int buf, int64_t elems);
 // "gemm:jit, 2 parts" (and ", post-ops in a loop" when not fused): for LOOM_DEBUG=2.
 std::string onednn_describe(const OnednnProduct& prod);
 

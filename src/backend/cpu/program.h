@@ -118,4 +118,13 @@ StepGraphMode step_graph_mode();
 void set_step_graph(StepGraphMode mode);
 int64_t step_graph_runs();
 
+// Row runs (cpu_backend.cpp): consecutive products in the same row parts, each reading the
+// earlier ones' results only at its own rows (a stack of layers), run step by step as one
+// job: thread t runs part t of each in turn, with no join between them. On unless the
+// environment sets LOOM_ROW_RUNS=0; set_row_runs affects executables compiled later;
+// row_runs_taken counts the runs.
+bool row_runs();
+void set_row_runs(bool on);
+int64_t row_runs_taken();
+
 }  // namespace loom::cpu
