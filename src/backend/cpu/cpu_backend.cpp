@@ -501,7 +501,9 @@ class CpuExecutable final : public Executable {
   // 50-layer forward spent 6-12 ms of 160-176 so (the layers' spans against their parts'
   // mean, LOOM_PROFILE); with row runs its run ends within about 1 ms of its busier thread.
   // A/B in one process (the forward compiled both ways, 20 rounds of 3): 160.8 against
-  // 165.1 ms (faster in 14 of 20 rounds; minimum 147.7 against 152.3).
+  // 165.1 ms (faster in 14 of 20 rounds; minimum 147.7 against 152.3); with the lead bounded
+  // to 4 steps, 150.7 against 149.4 (9 of 20), 165.8 against 168.1 (10 of 20) and 164.6
+  // against 173.6 (17 of 20): the joins cost most while the machine is noisy.
   void plan_row_runs() {
     const Plan& plan = prog_.plan;
     const size_t n = plan.steps.size();
@@ -543,7 +545,9 @@ class CpuExecutable final : public Executable {
   // Steps [first, last], a row run: pool thread t runs part t of each in turn. The first thread
   // to reach a step binds its fresh buffers; a step's last reader releases the buffers it was
   // the last use of once every part of it is done, so memory a faster thread binds later
-  // never holds what a slower one still reads.
+  // never holds what a slower one still reads. A thread runs at most kRowRunLead steps ahead
+  // of the slowest, which bounds the buffers bound at once when one thread stalls.
+  static constexpr size_t kRowRunLead = 4;
   template <class Bind>
   void run_rows(size_t first, size_t last, std::vector<Buffer>& bufs, std::vector<void*>& ptr,
                 const Bind& bind) const {
@@ -555,9 +559,13 @@ class CpuExecutable final : public Executable {
     std::atomic<size_t> bound{first};  // steps before this one have their buffers
     const bool profiling = profile::enabled();
     cpu::g_row_runs_taken.fetch_add(1, std::memory_order_relaxed);
+    const bool lead = !cpu::ThreadPool::runs_inline_here();  // inline: task 0 runs every step first
     cpu::ThreadPool::instance().run(tasks, [&](int t) {
       for (size_t s = first; s <= last; ++s) {
         const Step& st = plan.steps[s];
+        if (lead && s >= first + kRowRunLead)
+          while (finished[s - kRowRunLead - first].load(std::memory_order_acquire) < tasks)
+            _mm_pause();
         if (bound.load(std::memory_order_acquire) <= s) {
           std::lock_guard<std::mutex> lock(mu);
           if (bound.load(std::memory_order_relaxed) <= s) {

@@ -71,6 +71,7 @@ ThreadPool::~ThreadPool() {
 }
 
 int ThreadPool::thread_index() { return worker_index; }
+bool ThreadPool::runs_inline_here() { return in_worker || instance().workers_.empty(); }
 
 // Claims tasks of the current job; the job and the index are read under one lock, and run()
 // waits for every claimed task, so a late worker never runs a finished job's function.

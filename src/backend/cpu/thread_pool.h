@@ -32,6 +32,9 @@ class ThreadPool {
   // The calling thread's place in the pool: worker i (1..size()-1), or 0 for any other thread
   // (the callers of run()). Stable for a thread's life.
   static int thread_index();
+  // Whether run() called from this thread runs every task here, one after another (a run
+  // from a worker: nested).
+  static bool runs_inline_here();
   void run(int n, const std::function<void(int)>& fn);
 
  private:
