@@ -557,38 +557,60 @@ class CpuExecutable final : public Executable {
     for (size_t s = first; s <= last; ++s) finished[s - first].store(0, std::memory_order_relaxed);
     std::mutex mu;                     // binds and releases
     std::atomic<size_t> bound{first};  // steps before this one have their buffers
-    const bool profiling = profile::enabled();
     cpu::g_row_runs_taken.fetch_add(1, std::memory_order_relaxed);
     const bool lead = !cpu::ThreadPool::runs_inline_here();  // inline: task 0 runs every step first
+    std::atomic<bool> failed{false};
+    std::exception_ptr error;  // the first task's exception, rethrown here (under mu)
     cpu::ThreadPool::instance().run(tasks, [&](int t) {
-      for (size_t s = first; s <= last; ++s) {
-        const Step& st = plan.steps[s];
-        if (lead && s >= first + kRowRunLead)
-          while (finished[s - kRowRunLead - first].load(std::memory_order_acquire) < tasks)
-            _mm_pause();
-        if (bound.load(std::memory_order_acquire) <= s) {
-          std::lock_guard<std::mutex> lock(mu);
-          if (bound.load(std::memory_order_relaxed) <= s) {
-            for (int b : first_use_[s])
-              bind(b,
-                   Buffer::allocate_uninitialized(static_cast<size_t>(plan.bufs[b].type.nbytes())));
-            bound.store(s + 1, std::memory_order_release);
-          }
-        }
-        const double t0 = profiling ? profile::now_us() : 0;
-        cpu::run_matmul_task(prog_, st, ptr.data(), t);
-        if (profiling)
-          profile::record("matmul", cpu::step_name(prog_, st), t0, profile::now_us(),
-                          "\"task\": " + std::to_string(t) + ", \"row run\": true");
-        if (finished[s - first].fetch_add(1, std::memory_order_acq_rel) + 1 == tasks) {
-          std::lock_guard<std::mutex> lock(mu);
-          for (int b : st.release) {
-            bufs[b] = Buffer();
-            ptr[b] = nullptr;
-          }
-        }
+      try {
+        run_row_task(first, last, t, tasks, lead, finished.get(), failed, mu, bound, bufs, ptr,
+                     bind);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (!error) error = std::current_exception();
+        failed.store(true, std::memory_order_release);
       }
     });
+    if (error) std::rethrow_exception(error);
+  }
+
+  // Part t of steps [first, last] of a row run (run_rows).
+  template <class Bind>
+  void run_row_task(size_t first, size_t last, int t, int tasks, bool lead,
+                    std::atomic<int>* finished, const std::atomic<bool>& failed, std::mutex& mu,
+                    std::atomic<size_t>& bound, std::vector<Buffer>& bufs, std::vector<void*>& ptr,
+                    const Bind& bind) const {
+    const Plan& plan = prog_.plan;
+    const bool profiling = profile::enabled();
+    for (size_t s = first; s <= last; ++s) {
+      const Step& st = plan.steps[s];
+      if (lead && s >= first + kRowRunLead)
+        while (finished[s - kRowRunLead - first].load(std::memory_order_acquire) < tasks) {
+          if (failed.load(std::memory_order_acquire)) return;  // the waited-for part threw
+          _mm_pause();
+        }
+      if (bound.load(std::memory_order_acquire) <= s) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (bound.load(std::memory_order_relaxed) <= s) {
+          for (int b : first_use_[s])
+            bind(b,
+                 Buffer::allocate_uninitialized(static_cast<size_t>(plan.bufs[b].type.nbytes())));
+          bound.store(s + 1, std::memory_order_release);
+        }
+      }
+      const double t0 = profiling ? profile::now_us() : 0;
+      cpu::run_matmul_task(prog_, st, ptr.data(), t);
+      if (profiling)
+        profile::record("matmul", cpu::step_name(prog_, st), t0, profile::now_us(),
+                        "\"task\": " + std::to_string(t) + ", \"row run\": true");
+      if (finished[s - first].fetch_add(1, std::memory_order_acq_rel) + 1 == tasks) {
+        std::lock_guard<std::mutex> lock(mu);
+        for (int b : st.release) {
+          bufs[b] = Buffer();
+          ptr[b] = nullptr;
+        }
+      }
+    }
   }
 
   // The reference fallback (gather, index_select): hands back the kernel's fresh buffer.
