@@ -548,54 +548,67 @@ class CpuExecutable final : public Executable {
   // never holds what a slower one still reads. A thread runs at most kRowRunLead steps ahead
   // of the slowest, which bounds the buffers bound at once when one thread stalls.
   static constexpr size_t kRowRunLead = 4;
+
+  // What the parts of one row run share.
+  struct RowRun {
+    RowRun(size_t f, size_t l, int n, bool bounded)
+        : first(f),
+          last(l),
+          tasks(n),
+          lead(bounded),
+          finished(new std::atomic<int>[l - f + 1]),
+          bound(f) {
+      for (size_t s = 0; s <= l - f; ++s) finished[s].store(0, std::memory_order_relaxed);
+    }
+    size_t first, last;
+    int tasks;
+    bool lead;  // the lead is bounded (false when run() runs every part inline, one by one)
+    std::unique_ptr<std::atomic<int>[]> finished;  // per step: its parts done
+    std::atomic<size_t> bound;                     // steps before this one have their buffers
+    std::atomic<bool> failed{false};
+    std::mutex mu;             // binds, releases, `error`
+    std::exception_ptr error;  // the first part's exception
+  };
+
   template <class Bind>
   void run_rows(size_t first, size_t last, std::vector<Buffer>& bufs, std::vector<void*>& ptr,
                 const Bind& bind) const {
-    const Plan& plan = prog_.plan;
-    const int tasks = static_cast<int>(cpu::matmul_tasks(prog_, plan.steps[first]));
-    std::unique_ptr<std::atomic<int>[]> finished(new std::atomic<int>[last - first + 1]);
-    for (size_t s = first; s <= last; ++s) finished[s - first].store(0, std::memory_order_relaxed);
-    std::mutex mu;                     // binds and releases
-    std::atomic<size_t> bound{first};  // steps before this one have their buffers
+    RowRun run(first, last, static_cast<int>(cpu::matmul_tasks(prog_, prog_.plan.steps[first])),
+               !cpu::ThreadPool::runs_inline_here());
     cpu::g_row_runs_taken.fetch_add(1, std::memory_order_relaxed);
-    const bool lead = !cpu::ThreadPool::runs_inline_here();  // inline: task 0 runs every step first
-    std::atomic<bool> failed{false};
-    std::exception_ptr error;  // the first task's exception, rethrown here (under mu)
-    cpu::ThreadPool::instance().run(tasks, [&](int t) {
+    cpu::ThreadPool::instance().run(run.tasks, [&](int t) {
       try {
-        run_row_task(first, last, t, tasks, lead, finished.get(), failed, mu, bound, bufs, ptr,
-                     bind);
+        run_row_part(run, t, bufs, ptr, bind);
       } catch (...) {
-        std::lock_guard<std::mutex> lock(mu);
-        if (!error) error = std::current_exception();
-        failed.store(true, std::memory_order_release);
+        std::lock_guard<std::mutex> lock(run.mu);
+        if (!run.error) run.error = std::current_exception();
+        run.failed.store(true, std::memory_order_release);
       }
     });
-    if (error) std::rethrow_exception(error);
+    if (run.error) std::rethrow_exception(run.error);
   }
 
-  // Part t of steps [first, last] of a row run (run_rows).
+  // Part t of every step of a row run.
   template <class Bind>
-  void run_row_task(size_t first, size_t last, int t, int tasks, bool lead,
-                    std::atomic<int>* finished, const std::atomic<bool>& failed, std::mutex& mu,
-                    std::atomic<size_t>& bound, std::vector<Buffer>& bufs, std::vector<void*>& ptr,
+  void run_row_part(RowRun& run, int t, std::vector<Buffer>& bufs, std::vector<void*>& ptr,
                     const Bind& bind) const {
     const Plan& plan = prog_.plan;
     const bool profiling = profile::enabled();
-    for (size_t s = first; s <= last; ++s) {
+    for (size_t s = run.first; s <= run.last; ++s) {
       const Step& st = plan.steps[s];
-      if (lead && s >= first + kRowRunLead)
-        while (finished[s - kRowRunLead - first].load(std::memory_order_acquire) < tasks) {
-          if (failed.load(std::memory_order_acquire)) return;  // the waited-for part threw
+      if (run.lead && s >= run.first + kRowRunLead)
+        while (run.finished[s - kRowRunLead - run.first].load(std::memory_order_acquire) <
+               run.tasks) {
+          if (run.failed.load(std::memory_order_acquire)) return;  // the waited-for part threw
           _mm_pause();
         }
-      if (bound.load(std::memory_order_acquire) <= s) {
-        std::lock_guard<std::mutex> lock(mu);
-        if (bound.load(std::memory_order_relaxed) <= s) {
-          for (int b : first_use_[s])
+      if (run.bound.load(std::memory_order_acquire) <= s) {
+        std::lock_guard<std::mutex> lock(run.mu);
+        if (run.bound.load(std::memory_order_relaxed) <= s) {
+          for (int b : first_use_[s])  // no donors (plan_row_runs): fresh memory
             bind(b,
                  Buffer::allocate_uninitialized(static_cast<size_t>(plan.bufs[b].type.nbytes())));
-          bound.store(s + 1, std::memory_order_release);
+          run.bound.store(s + 1, std::memory_order_release);
         }
       }
       const double t0 = profiling ? profile::now_us() : 0;
@@ -603,8 +616,8 @@ class CpuExecutable final : public Executable {
       if (profiling)
         profile::record("matmul", cpu::step_name(prog_, st), t0, profile::now_us(),
                         "\"task\": " + std::to_string(t) + ", \"row run\": true");
-      if (finished[s - first].fetch_add(1, std::memory_order_acq_rel) + 1 == tasks) {
-        std::lock_guard<std::mutex> lock(mu);
+      if (run.finished[s - run.first].fetch_add(1, std::memory_order_acq_rel) + 1 == run.tasks) {
+        std::lock_guard<std::mutex> lock(run.mu);
         for (int b : st.release) {
           bufs[b] = Buffer();
           ptr[b] = nullptr;

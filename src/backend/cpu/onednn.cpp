@@ -291,7 +291,6 @@ std::shared_ptr<const Part> build_folded(int64_t rows, int64_t cols, int64_t k, 
                                          const Operand& b, int64_t ldc,
                                          const std::vector<PostOp>& post,
                                          const std::vector<Operand>& bin) {
-  auto part = build_part(rows, cols, k, a, b, ldc, post, bin);
   size_t fold = 0, folded_bins = 0;
   float scale = 1;
   for (; fold < post.size(); ++fold) {
@@ -305,15 +304,21 @@ std::shared_ptr<const Part> build_folded(int64_t rows, int64_t cols, int64_t k, 
       break;
     }
   }
-  if (fold == 0 || !part->dense_a || !part->fused) return part;
-  std::vector<PostOp> rest(post.begin() + static_cast<std::ptrdiff_t>(fold), post.end());
-  std::vector<Operand> rest_bin(bin.begin() + static_cast<std::ptrdiff_t>(folded_bins), bin.end());
-  auto folded = build_part(rows, cols, k, a, b, ldc, rest, rest_bin);
-  if (!folded->dense_a || !folded->fused) return part;
-  folded->fold = fold;
-  folded->folded_bins = folded_bins;
-  folded->a_scale = scale;
-  return folded;
+  // Only a transposed A is ever copied dense: try the folded part first there, and build the
+  // plain one when that part does not copy A (or runs its post-ops in a loop).
+  if (fold > 0 && a.sr == 1 && a.sc != 1) {
+    std::vector<PostOp> rest(post.begin() + static_cast<std::ptrdiff_t>(fold), post.end());
+    std::vector<Operand> rest_bin(bin.begin() + static_cast<std::ptrdiff_t>(folded_bins),
+                                  bin.end());
+    auto folded = build_part(rows, cols, k, a, b, ldc, rest, rest_bin);
+    if (folded->dense_a && folded->fused) {
+      folded->fold = fold;
+      folded->folded_bins = folded_bins;
+      folded->a_scale = scale;
+      return folded;
+    }
+  }
+  return build_part(rows, cols, k, a, b, ldc, post, bin);
 }
 
 // Primitives shared by descriptor: the L layers of a model build each shape once (a lookup

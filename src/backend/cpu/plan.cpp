@@ -977,6 +977,7 @@ class Planner {
   // labels in the kernel that sums the loss behind the labels' gather, and the whole
   // backward waited for that gather.
   bool adds_fallback_wait(const KernelSpec& k, const Stage& s) {
+    if (fallback_out_.empty()) return false;  // no fallback (nor loop) step yet: no walks
     auto reads = [&](const Stage& st) {
       std::vector<int> bufs;
       const bool computes = !st.reduce && plan_.buf_of[st.node] == st.out_buf;
