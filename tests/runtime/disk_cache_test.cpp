@@ -78,8 +78,10 @@ struct Child {
 
 std::string self_exe() { return fs::read_symlink("/proc/self/exe").string(); }
 
-std::string child_command(const std::string& cache_dir, const std::string& out) {
-  return "LOOM_CACHE_DIR='" + cache_dir + "' LOOM_TEST_CHILD_OUT='" + out + "' '" + self_exe() +
+std::string child_command(const std::string& cache_dir, const std::string& out,
+                          const std::string& env = "") {
+  return env + " LOOM_CACHE_DIR='" + cache_dir + "' LOOM_TEST_CHILD_OUT='" + out + "' '" +
+         self_exe() +
          "' --gtest_also_run_disabled_tests --gtest_filter=PersistentCacheChild.DISABLED_Run "
          ">/dev/null 2>&1";
 }
@@ -180,9 +182,10 @@ class DiskCacheTest : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(root_); }
 
-  Child run(const fs::path& cache_dir) {
+  // `env`: assignments put before the child's command ("LOOM_VECTOR_WIDTH=256").
+  Child run(const fs::path& cache_dir, const std::string& env = "") {
     std::string out = (root_ / ("out" + std::to_string(runs_++))).string();
-    int rc = std::system(child_command(cache_dir.string(), out).c_str());
+    int rc = std::system(child_command(cache_dir.string(), out, env).c_str());
     return read_child(out, rc);
   }
   // Runs a child after `corrupt` changed every entry: it must recover (count, recompile,
@@ -235,6 +238,54 @@ TEST_F(DiskCacheTest, SecondProcessRunsWithZeroCompiles) {
     bits += (bits.empty() ? "" : " ") + std::to_string(b);
   }
   EXPECT_EQ(warm.values(), bits);
+}
+
+std::vector<float> floats_of(const std::string& bits) {
+  std::vector<float> out;
+  std::istringstream in(bits);
+  for (uint32_t b; in >> b;) {
+    float v;
+    std::memcpy(&v, &b, 4);
+    out.push_back(v);
+  }
+  return out;
+}
+
+// Code generated for 256-bit vectors is never loaded where 512 bits are asked for, nor the
+// reverse (the vector width is part of the key), and both compute the same values up to the
+// order of a vectorized reduction's sums.
+TEST_F(DiskCacheTest, TheVectorWidthIsPartOfTheKey) {
+  Child narrow = run(dir_, "LOOM_VECTOR_WIDTH=256");
+  ASSERT_EQ(narrow.rc, 0);
+  EXPECT_GT(narrow.get("writes"), 0);
+  Child wide = run(dir_, "LOOM_VECTOR_WIDTH=512");
+  ASSERT_EQ(wide.rc, 0);
+  EXPECT_EQ(wide.get("loads"), 0);
+  EXPECT_EQ(wide.get("compiles"), narrow.get("compiles"));
+  Child again = run(dir_, "LOOM_VECTOR_WIDTH=256");
+  ASSERT_EQ(again.rc, 0);
+  EXPECT_EQ(again.get("compiles"), 0);
+  EXPECT_EQ(again.values(), narrow.values());
+  std::vector<float> a = floats_of(narrow.values()), b = floats_of(wide.values());
+  ASSERT_EQ(a.size(), b.size());
+  ASSERT_GT(a.size(), 64u * 48);
+  for (size_t i = 0; i < a.size(); ++i)
+    EXPECT_NEAR(a[i], b[i], 1e-5 * (1 + std::abs(a[i]))) << "value " << i;
+}
+
+TEST_F(DiskCacheTest, AVectorWidthOtherThan256Or512IsRefusedByName) {
+  std::string out = (root_ / "bad").string();
+  std::string cmd = "LOOM_VECTOR_WIDTH=300 LOOM_TEST_CHILD_OUT='" + out + "' '" + self_exe() +
+                    "' --gtest_also_run_disabled_tests "
+                    "--gtest_filter=PersistentCacheChild.DISABLED_Run 2>&1";
+  std::string text;
+  FILE* p = popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  char buf[512];
+  while (fgets(buf, sizeof buf, p)) text += buf;
+  EXPECT_NE(pclose(p), 0);
+  EXPECT_NE(text.find("LOOM_VECTOR_WIDTH must be 256 or 512, got '300'"), std::string::npos)
+      << text;
 }
 
 TEST_F(DiskCacheTest, DamagedEntriesAreRejectedRemovedAndRecompiled) {

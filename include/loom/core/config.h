@@ -9,6 +9,8 @@
 //   LOOM_EXPLAIN_RECOMPILES=1  print why each graph compiled again to stderr
 //   LOOM_PROFILE=file.json  write a Chrome trace at exit (read in loom/core/profile.cpp)
 //   LOOM_FLUSH_DENORMAL=0  runs keep IEEE denormals (default: flushed; loom/core/fp_mode.h)
+//   LOOM_VECTOR_WIDTH=256|512  vector width of generated loops (default: 512 where the CPU
+//                    has AVX-512; read by the CPU backend's Jit, src/backend/cpu/jit.cpp)
 //   LOOM_CHECK_PURITY=1  assume_pure re-traces on every cache hit and raises a TraceError
 //                    when the function traced differently (slow; for debugging)
 // Thread-safe: initialized once, then read-only.

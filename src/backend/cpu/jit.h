@@ -11,8 +11,8 @@
 // Persistent cache: when backend::DiskCache is on, a module's object code is stored under a
 // key that hashes `what` (the canonical descriptions of the module's kernels), a hash of the
 // code generator's sources taken at build time (LOOM_CODEGEN_HASH, so a changed generator
-// never loads stale code), loom's and LLVM's versions, the host CPU name and features and the
-// pipeline settings. The key needs no IR: a later process that asks for the same kernels
+// never loads stale code), loom's and LLVM's versions, the host CPU name and features, the
+// pipeline settings and the vector width of generated loops. The key needs no IR: a later process that asks for the same kernels
 // loads the object without emitting, optimizing or generating anything. Each object is
 // linked on its own, so symbol names only need to be unique within a module and a refused
 // object leaves nothing behind.
