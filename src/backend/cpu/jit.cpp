@@ -118,12 +118,12 @@ void fuse_multiply_adds(llvm::Module& module) {
 }
 
 // Generated loops use 512-bit vectors on hosts with AVX-512 (F, BW and VL); elsewhere LLVM's
-// model of the host decides (""). LLVM's
-// models of Intel's AVX-512 server cores prefer 256 bits, a guard against the clock drop that
-// 512-bit code cost Skylake-X; the products here run oneDNN's 512-bit brgemm kernels anyway,
-// and on a Xeon with AMX (Sapphire Rapids class) 512 bits took a [2048,512] exact GELU plus an
-// add from 313 to 260-285 us and exp(-x*x/2)*g+x from 368 to 298-321 us (2 threads, a probe).
-// LOOM_VECTOR_WIDTH=256 (or 512) overrides the choice; the persistent cache's key holds it.
+// model of the host decides (""). LLVM's models of Intel's AVX-512 server cores prefer 256
+// bits, a guard against the clock drop that 512-bit code cost Skylake-X; the products here run
+// oneDNN's 512-bit brgemm kernels anyway, and on a Xeon with AMX (Sapphire Rapids class) 512 bits
+// took a [2048,512] exact GELU plus an add from 313 to 260-285 us and exp(-x*x/2)*g+x from 368 to
+// 298-321 us (2 threads, a probe). LOOM_VECTOR_WIDTH=256 (or 512) overrides the choice; the
+// persistent cache's key holds it.
 std::string preferred_vector_width(const std::vector<std::string>& features) {
   if (const char* w = std::getenv("LOOM_VECTOR_WIDTH")) {
     if (std::strcmp(w, "512") == 0 || std::strcmp(w, "256") == 0) return w;

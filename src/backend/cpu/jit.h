@@ -15,13 +15,14 @@
 // pipeline settings and the vector width of generated loops. The key needs no IR: a later process
 // that asks for the same kernels loads the object without emitting, optimizing or generating
 // anything. Each object is linked on its own, so symbol names only need to be unique within a
-// module and a refused object leaves nothing behind. start() creates the instance (target machines,
-// about 1 ms) on a background thread, so that a process's first compile, often a load from the
-// persistent cache, does not wait for it; that thread then links the cache's most recently used
-// objects, which a restarted program is about to ask for, and compile() takes them by key.
-// Thread-safe: compile() may run on any number of threads at once; each compile holds a
-// target machine of its own (from a pool) and an LLVMContext of its own, and locks are taken
-// only around the pool, the preloaded objects and the list of linked memory.
+// module and a refused object leaves nothing behind.
+// start() creates the instance (target machines, about 1 ms) on a background thread, so that a
+// process's first compile, often a load from the persistent cache, does not wait for it; that
+// thread then links the cache's most recently used objects, which a restarted program is about to
+// ask for, and compile() takes them by key. Thread-safe: compile() may run on any number of threads
+// at once; each compile holds a target machine of its own (from a pool) and an LLVMContext of its
+// own, and locks are taken only around the pool, the preloaded objects and the list of linked
+// memory.
 #pragma once
 
 #include <functional>
