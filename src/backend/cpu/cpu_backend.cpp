@@ -30,30 +30,28 @@ std::atomic<int> g_step_graph{-1};  // a StepGraphMode, or -1: LOOM_STEP_GRAPH n
 std::atomic<int64_t> g_step_graph_runs{0};
 std::atomic<int> g_row_runs{-1};  // 0 or 1, or -1: LOOM_ROW_RUNS not read yet
 std::atomic<int64_t> g_row_runs_taken{0};
-}  // namespace
 
-bool row_runs() {
-  int v = g_row_runs.load(std::memory_order_relaxed);
+// A switch's value: as set, or on first use 0 when the environment sets `name` to "0", else 1.
+int env_switch(std::atomic<int>& value, const char* name) {
+  int v = value.load(std::memory_order_relaxed);
   if (v < 0) {
-    const char* e = std::getenv("LOOM_ROW_RUNS");
+    const char* e = std::getenv(name);
     v = e && std::string(e) == "0" ? 0 : 1;
     int expected = -1;
-    if (!g_row_runs.compare_exchange_strong(expected, v)) v = expected;
+    if (!value.compare_exchange_strong(expected, v)) v = expected;
   }
-  return v == 1;
+  return v;
 }
+}  // namespace
+
+bool row_runs() { return env_switch(g_row_runs, "LOOM_ROW_RUNS") == 1; }
 void set_row_runs(bool on) { g_row_runs.store(on ? 1 : 0); }
 int64_t row_runs_taken() { return g_row_runs_taken.load(); }
 
 StepGraphMode step_graph_mode() {
-  int v = g_step_graph.load(std::memory_order_relaxed);
-  if (v < 0) {
-    const char* e = std::getenv("LOOM_STEP_GRAPH");
-    v = static_cast<int>(e && std::string(e) == "0" ? StepGraphMode::Off : StepGraphMode::Auto);
-    int expected = -1;
-    if (!g_step_graph.compare_exchange_strong(expected, v)) v = expected;
-  }
-  return static_cast<StepGraphMode>(v);
+  static_assert(static_cast<int>(StepGraphMode::Off) == 0 &&
+                static_cast<int>(StepGraphMode::Auto) == 1);
+  return static_cast<StepGraphMode>(env_switch(g_step_graph, "LOOM_STEP_GRAPH"));
 }
 void set_step_graph(StepGraphMode mode) { g_step_graph.store(static_cast<int>(mode)); }
 int64_t step_graph_runs() { return g_step_graph_runs.load(); }

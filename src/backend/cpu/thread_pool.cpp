@@ -111,7 +111,7 @@ void ThreadPool::worker_loop() {
 
 void ThreadPool::run(int n, const std::function<void(int)>& fn) {
   if (n <= 0) return;
-  if (n == 1 || workers_.empty() || in_worker) {
+  if (n == 1 || runs_inline_here()) {
     for (int i = 0; i < n; ++i) fn(i);
     return;
   }
