@@ -5,8 +5,10 @@
 #include <cmath>
 #include <functional>
 
+#include "backend/cpu/plan.h"
 #include "loom/ir/graph.h"
 #include "loom/loom.h"
+#include "loom/passes/pass.h"
 #include "loom/runtime/engine.h"
 
 namespace {
@@ -71,6 +73,35 @@ TEST_F(CpuFusion, DecoderLayerIsOneProductAndNoKernel) {
   EXPECT_EQ(exe2->num_library_calls(), 1);
   EXPECT_EQ(exe2->num_kernels(), 1);
   loom::sync();
+}
+
+// The exact GELU's 1 + erf(x / sqrt 2) is shared by its forward and its backward: stored
+// over small tensors (recomputing a transcendental costs more than a cached read), recomputed
+// over tensors of 1 MiB and more (kRecomputeLarge in plan.cpp). Both plans against the closed
+// forms y = x/2 (1 + erf(x/sqrt 2)) and dy/dx = (1 + erf(x/sqrt 2))/2 + x exp(-x^2/2)/sqrt(2 pi).
+TEST_F(CpuFusion, TheGeluErfTermIsRecomputedOverLargeTensorsAndStoredOverSmallOnes) {
+  for (int64_t n : {64, 512}) {
+    SCOPED_TRACE(n);
+    Tensor x = (data({n, n}, 0.08f) - 3.5).detach().requires_grad_();  // in [-4, 4]
+    Tensor y = loom::gelu(x);
+    loom::sum(y).backward();
+    loom::ir::Graph g = loom::ir::parse(loom::pending_ir({y, x.grad()}));
+    loom::passes::default_pipeline().run(g);
+    std::vector<std::vector<loom::ir::NodeId>> results;
+    loom::ir::Graph split = loom::cpu::split_results(g, &results);
+    loom::cpu::Plan plan = loom::cpu::make_plan(split, results, /*allow_views=*/true);
+    int temps = 0;
+    for (const loom::cpu::BufferInfo& b : plan.bufs) temps += b.kind == loom::cpu::BufferInfo::Temp;
+    EXPECT_EQ(temps, n * n * 4 >= (1 << 20) ? 0 : 1);
+    std::vector<float> xv = x.to_vector<float>(), yv = y.to_vector<float>(),
+                       dv = x.grad().to_vector<float>();
+    for (size_t i = 0; i < xv.size(); ++i) {
+      const double v = xv[i], e = 1 + std::erf(v * M_SQRT1_2);
+      const double d = e / 2 + v * std::exp(-v * v / 2) / std::sqrt(2 * M_PI);
+      ASSERT_NEAR(yv[i], v / 2 * e, 2e-6 * (1 + std::abs(v))) << i;
+      ASSERT_NEAR(dv[i], d, 2e-6 * (1 + std::abs(d))) << i;
+    }
+  }
 }
 
 TEST_F(CpuFusion, ElementwiseChainsWithLayoutOpsAreOneKernel) {

@@ -363,6 +363,17 @@ namespace {
 
 constexpr size_t kMaxStages = 6;
 constexpr size_t kMaxPostOps = 8;
+// A shared subexpression over at least this many bytes (half a core's L2 here and on Zen 5)
+// is stored only when recomputing it would cost more than kRecomputeLarge (a transcendental
+// weighs 12, any other op 1): its consumers in later kernels read it from memory, and storing
+// it costs a write and a read per element where recomputing costs arithmetic in kernels that
+// wait on memory anyway. The exact GELU's 1 + erf(x / sqrt 2) (17) is shared by its forward
+// and its backward: stored, the decoder's training step wrote and re-read 4 MB a layer for
+// it. Recomputed, on a 2-core Xeon (LOOM_PROFILE of a probe of that step, three runs each
+// way): its forward kernels 654-704 against 936-1023 us a part, its backward kernels 755-781
+// against 664-696, the kernels 131-137 against 140-154 ms a thread a step.
+constexpr int64_t kRecomputeLargeBytes = int64_t{1} << 20;
+constexpr int64_t kRecomputeLarge = 24;
 
 class Planner {
  public:
@@ -435,7 +446,8 @@ class Planner {
       cost[id] = has_buf_[id] ? 0 : c;
       depth[id] = has_buf_[id] ? 0 : dep;
       // A shared subexpression is recomputed by each consumer unless that costs too much.
-      if (!has_buf_[id] && uses[id] > 1 && c > 8 && op != OpKind::Constant) {
+      const int64_t limit = node.type.nbytes() >= kRecomputeLargeBytes ? kRecomputeLarge : 8;
+      if (!has_buf_[id] && uses[id] > 1 && c > limit && op != OpKind::Constant) {
         has_buf_[id] = true;
         cost[id] = 0;
       }
