@@ -36,6 +36,20 @@ std::vector<float> child_program() {
   loom::sync();
   std::vector<float> out = y.to_vector<float>();
   for (float v : s.to_vector<float>()) out.push_back(v);
+  // LOOM_TEST_CHILD_SCAN=tanh|sigmoid adds a graph with a scan whose body applies that
+  // function, between kernels that do not depend on it: the two share the top level's code.
+  if (const char* f = std::getenv("LOOM_TEST_CHILD_SCAN")) {
+    const bool use_tanh = std::string(f) == "tanh";
+    Tensor xs = exp(reshape(x, {4, 16, 48}) * 0.5);
+    auto [h, ys] = scan(
+        [use_tanh](const Tensor& h, const Tensor& xt) {
+          Tensor next = use_tanh ? tanh(h * 0.5 + xt) : sigmoid(h * 0.5 + xt);
+          return std::pair{next, next};
+        },
+        zeros({16, 48}), xs);
+    Tensor z = sum(log(h * h + 1.0)) + sum(ys);
+    for (float v : z.to_vector<float>()) out.push_back(v);
+  }
   return out;
 }
 
@@ -249,6 +263,26 @@ std::vector<float> floats_of(const std::string& bits) {
     out.push_back(v);
   }
   return out;
+}
+
+// A graph whose top-level kernels load from disk but whose loop body is new is a compile,
+// not a disk hit: the loop regions compile on a thread of their own (compile_steps), and the
+// modules they generate count in the executable's CodeInfo.
+TEST_F(DiskCacheTest, ALoopBodyCompiledBesideLoadedKernelsCountsAsACompile) {
+  Child cold = run(dir_, "LOOM_TEST_CHILD_SCAN=tanh");
+  ASSERT_EQ(cold.rc, 0);
+  EXPECT_EQ(cold.get("compiles"), 2);  // the first graph and the scan's
+  Child warm = run(dir_, "LOOM_TEST_CHILD_SCAN=sigmoid");
+  ASSERT_EQ(warm.rc, 0);
+  EXPECT_EQ(warm.get("disk_cache_hits"), 1);  // the first graph
+  EXPECT_EQ(warm.get("compiles"), 1);         // the scan's: its body is new
+  EXPECT_GT(warm.get("loads"), 1);            // the scan's top-level kernels too
+  EXPECT_GT(warm.get("misses"), 0);
+  Child again = run(dir_, "LOOM_TEST_CHILD_SCAN=sigmoid");
+  ASSERT_EQ(again.rc, 0);
+  EXPECT_EQ(again.get("compiles"), 0);
+  EXPECT_EQ(again.get("disk_cache_hits"), 2);
+  EXPECT_EQ(again.values(), warm.values());
 }
 
 // Code generated for 256-bit vectors is never loaded where 512 bits are asked for, nor the

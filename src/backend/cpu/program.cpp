@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <exception>
+#include <thread>
 
 #include "backend/cpu/onednn.h"
 #include "backend/cpu/thread_pool.h"
@@ -63,14 +65,53 @@ Program plan_program(const ir::Graph& g, bool region) {
 }
 
 void compile_steps(Program& p, bool region) {
-  p.kernels = compile_kernels(p.graph, p.plan);
-  for (size_t si = 0; si < p.plan.steps.size(); ++si) {
-    const Step& st = p.plan.steps[si];
-    if (st.kind == Step::Loop) p.loops[si] = compile_loop(p, si);
-    if (st.kind == Step::MatMul && st.lib == Library::Onednn) {
-      profile::Scope ps("compile", "onednn");
-      p.onednn[si] = make_onednn_product(p.graph, p.plan, st);
+  std::vector<size_t> loops;
+  for (size_t si = 0; si < p.plan.steps.size(); ++si)
+    if (p.plan.steps[si].kind == Step::Loop) loops.push_back(si);
+  auto compile_loops = [&] {
+    for (size_t si : loops) p.loops[si] = compile_loop(p, si);
+  };
+  // The loops' regions compile on a thread of their own while this one compiles the
+  // program's kernels and products: they read only p's graph and plan, and write only
+  // p.loops. Each half runs its LLVM modules two at a time, so the cores stay busy through
+  // the whole compile, where the regions had waited for the kernels' last module (the seed
+  // decoder's L=50 scan_layers forward + backward: see docs/architecture.md, "Compile time").
+  // The loop thread counts its modules apart and adds them in after the join.
+  std::thread other;
+  std::exception_ptr loop_error;
+  backend::CodeInfo loop_info;
+  if (!loops.empty() && ThreadPool::instance().size() > 1) {
+    other = std::thread([&, info = t_code_info ? &loop_info : nullptr] {
+      t_code_info = info;
+      try {
+        compile_loops();
+      } catch (...) {
+        loop_error = std::current_exception();
+      }
+    });
+  }
+  try {
+    p.kernels = compile_kernels(p.graph, p.plan);
+    for (size_t si = 0; si < p.plan.steps.size(); ++si) {
+      const Step& st = p.plan.steps[si];
+      if (st.kind == Step::MatMul && st.lib == Library::Onednn) {
+        profile::Scope ps("compile", "onednn");
+        p.onednn[si] = make_onednn_product(p.graph, p.plan, st);
+      }
     }
+  } catch (...) {
+    if (other.joinable()) other.join();
+    throw;
+  }
+  if (other.joinable()) {
+    other.join();
+    if (loop_error) std::rethrow_exception(loop_error);
+    if (t_code_info) {
+      t_code_info->modules_compiled += loop_info.modules_compiled;
+      t_code_info->modules_loaded += loop_info.modules_loaded;
+    }
+  } else {
+    compile_loops();
   }
   if (region) lay_out_frame(p);  // again: now with the nested loops' scratch
 }
