@@ -75,7 +75,7 @@ void compile_steps(Program& p, bool region) {
   // program's kernels and products: they read only p's graph and plan, and write only
   // p.loops. Each half runs its LLVM modules two at a time, so the cores stay busy through
   // the whole compile, where the regions had waited for the kernels' last module (the seed
-  // decoder's L=50 scan_layers forward + backward: see docs/architecture.md, "Compile time").
+  // decoder's L=50 scan_layers forward + backward: docs/architecture.md, "Persistent cache").
   // The loop thread counts its modules apart and adds them in after the join.
   std::thread other;
   std::exception_ptr loop_error;
