@@ -90,6 +90,17 @@ struct Child {
   const std::string& values() const { return kv.at("values"); }
 };
 
+// The floats' bit patterns, space-separated, as the child writes its values.
+std::string bits_of(const std::vector<float>& values) {
+  std::string bits;
+  for (float v : values) {
+    uint32_t b;
+    std::memcpy(&b, &v, 4);
+    bits += (bits.empty() ? "" : " ") + std::to_string(b);
+  }
+  return bits;
+}
+
 std::string self_exe() { return fs::read_symlink("/proc/self/exe").string(); }
 
 std::string child_command(const std::string& cache_dir, const std::string& out,
@@ -245,13 +256,7 @@ TEST_F(DiskCacheTest, SecondProcessRunsWithZeroCompiles) {
   EXPECT_EQ(warm.values(), cold.values());
   // The same program in this process (cache off here) gives the same bits.
   std::vector<float> here = child_program();
-  std::string bits;
-  for (float v : here) {
-    uint32_t b;
-    std::memcpy(&b, &v, 4);
-    bits += (bits.empty() ? "" : " ") + std::to_string(b);
-  }
-  EXPECT_EQ(warm.values(), bits);
+  EXPECT_EQ(warm.values(), bits_of(here));
 }
 
 std::vector<float> floats_of(const std::string& bits) {
@@ -283,6 +288,11 @@ TEST_F(DiskCacheTest, ALoopBodyCompiledBesideLoadedKernelsCountsAsACompile) {
   EXPECT_EQ(again.get("compiles"), 0);
   EXPECT_EQ(again.get("disk_cache_hits"), 2);
   EXPECT_EQ(again.values(), warm.values());
+  // The same program in this process (cache off here) gives the same bits.
+  ::setenv("LOOM_TEST_CHILD_SCAN", "sigmoid", 1);
+  std::vector<float> here = child_program();
+  ::unsetenv("LOOM_TEST_CHILD_SCAN");
+  EXPECT_EQ(warm.values(), bits_of(here));
 }
 
 // Code generated for 256-bit vectors is never loaded where 512 bits are asked for, nor the

@@ -363,11 +363,11 @@ namespace {
 
 constexpr size_t kMaxStages = 6;
 constexpr size_t kMaxPostOps = 8;
-// A shared subexpression over at least this many bytes (half a core's L2 here and on Zen 5)
-// is stored only when recomputing it would cost more than kRecomputeLarge (a transcendental
-// weighs 12, any other op 1): its consumers in later kernels read it from memory, and storing
-// it costs a write and a read per element where recomputing costs arithmetic in kernels that
-// wait on memory anyway. The exact GELU's 1 + erf(x / sqrt 2) (17) is shared by its forward
+// A shared subexpression over at least this many bytes (half a core's L2 on the Xeon, all of
+// it on Zen 5) is stored only when recomputing it would cost more than kRecomputeLarge (a
+// transcendental weighs 12, any other op 1): its consumers in later kernels read it from memory,
+// and storing it costs a write and a read per element where recomputing costs arithmetic in kernels
+// that wait on memory anyway. The exact GELU's 1 + erf(x / sqrt 2) (17) is shared by its forward
 // and its backward: stored, the decoder's training step wrote and re-read 4 MB a layer for
 // it. Recomputed, on a 2-core Xeon (LOOM_PROFILE of a probe of that step, three runs each
 // way): its forward kernels 654-704 against 936-1023 us a part, its backward kernels 755-781
