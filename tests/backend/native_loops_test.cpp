@@ -330,6 +330,45 @@ TEST_F(NativeLoopsTest, CarriesOnBothSidesOfTheStackBound) {
   }
 }
 
+// A general loop's regions compile beside their program's kernels (compile_steps): a kernel
+// both need is compiled once, the other compile waiting for it. Here the top level's
+// exp(w) * 0.6875 over [13,29] (a shape no other test uses) is also the scan body's kernel
+// after its product (exp is no oneDNN post-op, so it stays a kernel).
+TEST_F(NativeLoopsTest, AKernelSharedByAProgramAndItsLoopBodyCompilesOnce) {
+  auto program = [] {
+    std::vector<float> wv(13 * 29), mv(29 * 29), xv(5 * 13 * 29);
+    for (size_t i = 0; i < wv.size(); ++i) wv[i] = static_cast<float>(i % 13) / 13.0f - 0.5f;
+    for (size_t i = 0; i < mv.size(); ++i) mv[i] = static_cast<float>(i % 7) / 28.0f - 0.1f;
+    for (size_t i = 0; i < xv.size(); ++i) xv[i] = static_cast<float>(i % 5) / 10.0f;
+    Tensor w = floats(wv, {13, 29}), m = floats(mv, {29, 29});
+    Tensor c0 = loom::exp(w) * 0.6875;
+    auto [c, ys] = loom::scan(
+        [&m](const Tensor& c, const Tensor& x) {
+          Tensor s = loom::exp(loom::matmul(c, m)) * 0.6875;
+          return std::pair{s, loom::sum(x)};
+        },
+        c0, floats(xv, {5, 13, 29}));
+    return std::vector<Tensor>{c, ys};
+  };
+  loom::runtime::set_backend("ref");
+  std::vector<Tensor> want = program();
+  loom::sync();
+  loom::runtime::set_backend("cpu");
+  const loom::cpu::KernelCacheStats before = loom::cpu::kernel_cache_stats();
+  const loom::cpu::LoopStats loops = loom::cpu::loop_stats();
+  std::vector<Tensor> got = program();
+  loom::sync();
+  EXPECT_EQ(loom::cpu::loop_stats().general - loops.general, 1);  // the body has a product
+  EXPECT_EQ(loom::cpu::kernel_cache_stats().raced, before.raced);
+  EXPECT_GT(loom::cpu::kernel_cache_stats().compiled, before.compiled);
+  for (size_t k = 0; k < got.size(); ++k) {
+    std::vector<float> g = got[k].to_vector<float>(), w = want[k].to_vector<float>();
+    ASSERT_EQ(g.size(), w.size());
+    for (size_t i = 0; i < g.size(); ++i)
+      ASSERT_NEAR(g[i], w[i], 1e-5 * (1 + std::abs(w[i]))) << "output " << k << " at " << i;
+  }
+}
+
 // A scan's length is an argument of its native function: another length compiles nothing.
 TEST_F(NativeLoopsTest, ScansOfAnyLengthShareOneFunction) {
   loom::runtime::set_backend("cpu");

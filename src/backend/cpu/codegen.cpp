@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cmath>
 #include <functional>
+#include <future>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -34,6 +35,10 @@ using llvm::Value;
 struct Cache {
   std::mutex mu;
   std::unordered_map<std::string, KernelFn> fns;
+  // Kernels another compile_kernels call is compiling now (a loop's regions compile beside
+  // their program's kernels, and separate threads trace at once): a call that needs one
+  // waits for it after compiling its own, rather than compiling it a second time.
+  std::unordered_map<std::string, std::shared_future<KernelFn>> in_flight;
   KernelCacheStats stats;
 };
 Cache& cache() {
@@ -776,50 +781,16 @@ int64_t work_per_outer(const KernelSpec& k) {
 // of a graph are worth two modules (a fwd+bwd module holds 5-7, 40 ms of LLVM).
 constexpr size_t kSplitFunctions = 2;
 
-std::vector<CompiledKernel> compile_kernels(const ir::Graph& g, const Plan& plan) {
-  std::vector<CompiledKernel> out(plan.kernels.size());
-  std::vector<detail::KernelDescription> descs;
-  std::vector<size_t> missing;
-  {
-    profile::Scope ps("compile", "describe kernels");
-    descs = detail::describe_all(g, plan);
-    std::lock_guard lock(cache().mu);
-    for (size_t i = 0; i < plan.kernels.size(); ++i) {
-      out[i].bufs = descs[i].bufs;
-      out[i].outer = plan.kernels[i].outer.numel();
-      out[i].work = work_per_outer(plan.kernels[i]);
-      if (const KernelSpec& k = plan.kernels[i]; k.out_shift != 0) {
-        const int b = k.stages[0].out_buf;
-        for (size_t j = 0; j < out[i].bufs.size(); ++j)
-          if (out[i].bufs[j] == b) out[i].out_arg = static_cast<int>(j);
-        LOOM_ASSERT(out[i].out_arg >= 0);
-        out[i].out_shift_bytes =
-            k.out_shift * static_cast<int64_t>(itemsize(plan.bufs[b].type.dtype));
-      }
-      out[i].name = plan.kernels[i].name;
-      auto it = cache().fns.find(descs[i].text);
-      if (it != cache().fns.end()) {
-        out[i].fn = it->second;
-        cache().stats.hits++;
-      } else {
-        missing.push_back(i);
-      }
-    }
-  }
-  if (missing.empty()) return out;
-  // Distinct descriptions, in order of first use (concat pieces of one shape share one).
-  std::vector<size_t> first;                    // per function: the kernel that defines it
-  std::map<std::string_view, size_t> distinct;  // description -> function
-  std::vector<size_t> fn_of(missing.size());
-  for (size_t j = 0; j < missing.size(); ++j) {
-    auto [it, fresh] = distinct.try_emplace(descs[missing[j]].text, first.size());
-    fn_of[j] = it->second;
-    if (fresh) first.push_back(missing[j]);
-  }
-  // New kernels are compiled as two modules at once, on this thread and one more: LLVM's
-  // optimization and code generation are ~90% of a cold compile and scale with the functions
-  // a module holds (the seed decoder's fwd+bwd: 44 ms of 48 in one module). Each part is its
-  // own persistent-cache entry.
+namespace {
+
+// Compiles the kernels first[f] of `plan` (distinct descriptions) and returns their functions
+// in that order. New kernels are compiled as two modules at once, on this thread and one
+// more: LLVM's optimization and code generation are ~90% of a cold compile and scale with
+// the functions a module holds (the seed decoder's fwd+bwd: 44 ms of 48 in one module). Each
+// part is its own persistent-cache entry.
+std::vector<void*> compile_functions(const ir::Graph& g, const Plan& plan,
+                                     const std::vector<detail::KernelDescription>& descs,
+                                     const std::vector<size_t>& first) {
   const int parts = first.size() >= kSplitFunctions && ThreadPool::instance().size() > 1 ? 2 : 1;
   // Balanced by description length (a proxy for the IR each function expands to): the
   // longest first, each to the lighter part; each part keeps its functions in order.
@@ -885,13 +856,94 @@ std::vector<CompiledKernel> compile_kernels(const ir::Graph& g, const Plan& plan
   }
   if (t_code_info)
     for (int hit : loaded) (hit ? t_code_info->modules_loaded : t_code_info->modules_compiled)++;
-  std::lock_guard lock(cache().mu);
-  for (size_t j = 0; j < missing.size(); ++j) {
-    size_t i = missing[j];
-    auto fn = reinterpret_cast<KernelFn>(fns[fn_of[j]]);
-    auto [it, fresh] = cache().fns.try_emplace(descs[i].text, fn);
-    out[i].fn = it->second;  // a racing compile of the same kernel: keep the first
-    if (fresh) cache().stats.compiled++;
+  return fns;
+}
+
+}  // namespace
+
+std::vector<CompiledKernel> compile_kernels(const ir::Graph& g, const Plan& plan) {
+  std::vector<CompiledKernel> out(plan.kernels.size());
+  std::vector<detail::KernelDescription> descs;
+  {
+    profile::Scope ps("compile", "describe kernels");
+    descs = detail::describe_all(g, plan);
+  }
+  std::vector<size_t> missing;
+  // Kernels that another call is compiling: (kernel, its future), waited for at the end.
+  std::vector<std::pair<size_t, std::shared_future<KernelFn>>> waits;
+  // Distinct descriptions this call compiles, in order of first use (concat pieces of one
+  // shape share one), each with the promise that other calls may wait on.
+  std::vector<size_t> first;                    // per function: the kernel that defines it
+  std::map<std::string_view, size_t> distinct;  // description -> function
+  std::vector<std::promise<KernelFn>> promises;
+  size_t registered = 0;  // claims entered in the in-flight table (all but after an error)
+  // This call's claims leave the in-flight table however it ends: with their functions, or
+  // with the error that a waiting call then rethrows.
+  auto settle = [&](const std::vector<void*>* fns, std::exception_ptr err) {
+    std::lock_guard lock(cache().mu);
+    for (size_t f = 0; f < first.size() && f < promises.size(); ++f) {
+      const std::string& text = descs[first[f]].text;
+      if (f < registered) cache().in_flight.erase(text);
+      if (err) {
+        promises[f].set_exception(err);
+        continue;
+      }
+      auto [it, fresh] = cache().fns.try_emplace(text, reinterpret_cast<KernelFn>((*fns)[f]));
+      (fresh ? cache().stats.compiled : cache().stats.raced)++;
+      promises[f].set_value(it->second);
+    }
+  };
+  try {
+    std::lock_guard lock(cache().mu);
+    for (size_t i = 0; i < plan.kernels.size(); ++i) {
+      out[i].bufs = descs[i].bufs;
+      out[i].outer = plan.kernels[i].outer.numel();
+      out[i].work = work_per_outer(plan.kernels[i]);
+      if (const KernelSpec& k = plan.kernels[i]; k.out_shift != 0) {
+        const int b = k.stages[0].out_buf;
+        for (size_t j = 0; j < out[i].bufs.size(); ++j)
+          if (out[i].bufs[j] == b) out[i].out_arg = static_cast<int>(j);
+        LOOM_ASSERT(out[i].out_arg >= 0);
+        out[i].out_shift_bytes =
+            k.out_shift * static_cast<int64_t>(itemsize(plan.bufs[b].type.dtype));
+      }
+      out[i].name = plan.kernels[i].name;
+      const std::string& text = descs[i].text;
+      if (auto it = cache().fns.find(text); it != cache().fns.end()) {
+        out[i].fn = it->second;
+        cache().stats.hits++;
+      } else if (auto f = cache().in_flight.find(text);
+                 f != cache().in_flight.end() && !distinct.count(text)) {
+        waits.emplace_back(i, f->second);
+      } else {
+        missing.push_back(i);
+        if (distinct.count(text)) continue;
+        promises.emplace_back();
+        first.push_back(i);
+        distinct.emplace(text, first.size() - 1);
+        cache().in_flight.emplace(text, promises.back().get_future().share());
+        ++registered;
+      }
+    }
+  } catch (...) {
+    settle(nullptr, std::current_exception());
+    throw;
+  }
+  if (!first.empty()) {
+    try {
+      std::vector<void*> fns = compile_functions(g, plan, descs, first);
+      settle(&fns, nullptr);
+    } catch (...) {
+      settle(nullptr, std::current_exception());
+      throw;
+    }
+    std::lock_guard lock(cache().mu);
+    for (size_t i : missing) out[i].fn = cache().fns.at(descs[i].text);
+  }
+  for (auto& [i, fut] : waits) {
+    out[i].fn = fut.get();  // rethrows the other call's error
+    std::lock_guard lock(cache().mu);
+    cache().stats.hits++;
   }
   return out;
 }
@@ -920,7 +972,7 @@ KernelFn detail::cached_function(const std::string& text,
   if (t_code_info) (loaded ? t_code_info->modules_loaded : t_code_info->modules_compiled)++;
   std::lock_guard lock(cache().mu);
   auto [it, fresh] = cache().fns.try_emplace(text, reinterpret_cast<KernelFn>(fns[0]));
-  if (fresh) cache().stats.compiled++;
+  (fresh ? cache().stats.compiled : cache().stats.raced)++;
   return it->second;
 }
 

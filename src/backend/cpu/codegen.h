@@ -34,9 +34,11 @@ extern thread_local backend::CodeInfo* t_code_info;
 // Compiles (or finds in the process-wide cache) every kernel of `plan`, in one LLVM module.
 std::vector<CompiledKernel> compile_kernels(const ir::Graph& g, const Plan& plan);
 
-// Kernels compiled and cache hits since process start (for tests and benchmarks).
+// Kernels compiled and cache hits since process start (for tests and benchmarks); `raced`:
+// compiles whose kernel another compile had just stored (their code is dropped). A kernel
+// that another compile_kernels call is compiling is waited for, and counts as a hit.
 struct KernelCacheStats {
-  int64_t compiled = 0, hits = 0;
+  int64_t compiled = 0, hits = 0, raced = 0;
 };
 KernelCacheStats kernel_cache_stats();
 
