@@ -104,6 +104,37 @@ TEST_F(CpuFusion, TheGeluErfTermIsRecomputedOverLargeTensorsAndStoredOverSmallOn
   }
 }
 
+// Over 1 MiB a dropout mask is recomputed by the backward's kernel rather than stored (the
+// same rule): the draw depends only on the key and the element, so both kernels see one mask.
+// The oracle: the input's gradient is zero exactly where the output was dropped.
+TEST_F(CpuFusion, ARecomputedDropoutMaskIsTheForwardsMask) {
+  loom::manual_seed(3);
+  for (int64_t n : {256, 4096}) {
+    SCOPED_TRACE(n);
+    Tensor x = (loom::randn({n, 512}) + 3.0).detach().requires_grad_();
+    Tensor w = loom::randn({512, 64}) * 0.05;
+    loom::sync();
+    Tensor y = loom::dropout(x, 0.5);
+    loom::sum(loom::tanh(loom::matmul(y, w))).backward();
+    loom::ir::Graph g = loom::ir::parse(loom::pending_ir({y, x.grad()}));
+    loom::passes::default_pipeline().run(g);
+    std::vector<std::vector<loom::ir::NodeId>> results;
+    loom::ir::Graph split = loom::cpu::split_results(g, &results);
+    loom::cpu::Plan plan = loom::cpu::make_plan(split, results, /*allow_views=*/true);
+    int masks = 0;  // stored bool temporaries
+    for (const loom::cpu::BufferInfo& b : plan.bufs)
+      masks += b.kind == loom::cpu::BufferInfo::Temp && b.type.dtype == loom::DType::Bool;
+    EXPECT_EQ(masks, n * 512 >= (1 << 20) ? 0 : 1);
+    std::vector<float> yv = y.to_vector<float>(), gv = x.grad().to_vector<float>();
+    int64_t kept = 0;
+    for (size_t i = 0; i < yv.size(); ++i) {
+      ASSERT_EQ(yv[i] == 0, gv[i] == 0) << i;
+      kept += yv[i] != 0;
+    }
+    EXPECT_NEAR(static_cast<double>(kept) / static_cast<double>(yv.size()), 0.5, 0.02);
+  }
+}
+
 TEST_F(CpuFusion, ElementwiseChainsWithLayoutOpsAreOneKernel) {
   Tensor a = data({32, 64}), b = data({64, 32}), c = data({64});
   Tensor y = loom::relu(a * 2 + loom::transpose(b, 0, 1)) - loom::slice(c, 0, 0, 64) * loom::exp(a);
