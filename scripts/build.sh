@@ -9,7 +9,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 targets=()
 case "${LOOM_SANITIZE:-0}" in
-  0) BUILD_DIR=${BUILD_DIR:-build} ;;
+  0) BUILD_DIR=${BUILD_DIR:-build}
+     # The module whenever the venv has nanobind: CMake caches the option's default from the
+     # first configure, which may have run before install-deps made the venv.
+     if .venv/bin/python -m nanobind --cmake_dir >/dev/null 2>&1; then
+       set -- -DLOOM_BUILD_PYTHON=ON "$@"
+     fi ;;
   1) BUILD_DIR=${BUILD_DIR:-build-asan}
      set -- -DLOOM_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug "$@" ;;
   thread) BUILD_DIR=${BUILD_DIR:-build-tsan}

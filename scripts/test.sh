@@ -21,8 +21,13 @@ export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:supp
 ctest --test-dir "$BUILD_DIR" --output-on-failure -j "${JOBS:-$(nproc)}" ${LOOM_TESTS:+-R "$LOOM_TESTS"}
 # The Python package (built into $BUILD_DIR/python; not under LOOM_SANITIZE, where the module
 # is not built: an ASan extension needs the ASan runtime LD_PRELOADed into Python).
-if [ "${LOOM_SANITIZE:-0}" = 0 ] && [ -d "$BUILD_DIR/python/loom" ]; then
+if [ "${LOOM_SANITIZE:-0}" != 0 ]; then
+  echo "test.sh: no Python module in $BUILD_DIR (LOOM_SANITIZE); pytest skipped"
+elif [ -d "$BUILD_DIR/python/loom" ]; then
   PYTHONPATH="$BUILD_DIR/python" .venv/bin/python -m pytest -q python/tests
+elif .venv/bin/python -m nanobind --cmake_dir >/dev/null 2>&1; then
+  echo "test.sh: .venv has nanobind but $BUILD_DIR has no Python module (configured with LOOM_BUILD_PYTHON=OFF?)" >&2
+  exit 1
 else
-  echo "test.sh: no Python module in $BUILD_DIR (LOOM_SANITIZE or no .venv); pytest skipped"
+  echo "test.sh: no .venv with nanobind (scripts/install-deps.sh makes it); pytest skipped"
 fi
