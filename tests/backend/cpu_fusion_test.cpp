@@ -27,6 +27,16 @@ class CpuFusion : public ::testing::Test {
   }
 };
 
+// The CPU backend's plan of the graph that materializing `outs` runs (top level, as
+// compile_program makes it).
+loom::cpu::Plan plan_of(const std::vector<Tensor>& outs) {
+  loom::ir::Graph g = loom::ir::parse(loom::pending_ir(outs));
+  loom::passes::default_pipeline().run(g);
+  std::vector<std::vector<loom::ir::NodeId>> results;
+  loom::ir::Graph split = loom::cpu::split_results(g, &results);
+  return loom::cpu::make_plan(split, results, /*allow_views=*/true);
+}
+
 Tensor data(loom::Shape s, float scale = 0.01f) {
   std::vector<float> v(static_cast<size_t>(s.numel()));
   for (size_t i = 0; i < v.size(); ++i) v[i] = scale * static_cast<float>((i * 7919) % 101) - 0.5f;
@@ -85,11 +95,7 @@ TEST_F(CpuFusion, TheGeluErfTermIsRecomputedOverLargeTensorsAndStoredOverSmallOn
     Tensor x = (data({n, n}, 0.08f) - 3.5).detach().requires_grad_();  // in [-4, 4]
     Tensor y = loom::gelu(x);
     loom::sum(y).backward();
-    loom::ir::Graph g = loom::ir::parse(loom::pending_ir({y, x.grad()}));
-    loom::passes::default_pipeline().run(g);
-    std::vector<std::vector<loom::ir::NodeId>> results;
-    loom::ir::Graph split = loom::cpu::split_results(g, &results);
-    loom::cpu::Plan plan = loom::cpu::make_plan(split, results, /*allow_views=*/true);
+    loom::cpu::Plan plan = plan_of({y, x.grad()});
     int temps = 0;
     for (const loom::cpu::BufferInfo& b : plan.bufs) temps += b.kind == loom::cpu::BufferInfo::Temp;
     EXPECT_EQ(temps, n * n * 4 >= (1 << 20) ? 0 : 1);
@@ -116,11 +122,7 @@ TEST_F(CpuFusion, ARecomputedDropoutMaskIsTheForwardsMask) {
     loom::sync();
     Tensor y = loom::dropout(x, 0.5);
     loom::sum(loom::tanh(loom::matmul(y, w))).backward();
-    loom::ir::Graph g = loom::ir::parse(loom::pending_ir({y, x.grad()}));
-    loom::passes::default_pipeline().run(g);
-    std::vector<std::vector<loom::ir::NodeId>> results;
-    loom::ir::Graph split = loom::cpu::split_results(g, &results);
-    loom::cpu::Plan plan = loom::cpu::make_plan(split, results, /*allow_views=*/true);
+    loom::cpu::Plan plan = plan_of({y, x.grad()});
     int masks = 0;  // stored bool temporaries
     for (const loom::cpu::BufferInfo& b : plan.bufs)
       masks += b.kind == loom::cpu::BufferInfo::Temp && b.type.dtype == loom::DType::Bool;

@@ -868,29 +868,34 @@ std::vector<CompiledKernel> compile_kernels(const ir::Graph& g, const Plan& plan
     profile::Scope ps("compile", "describe kernels");
     descs = detail::describe_all(g, plan);
   }
-  std::vector<size_t> missing;
   // Kernels that another call is compiling: (kernel, its future), waited for at the end.
   std::vector<std::pair<size_t, std::shared_future<KernelFn>>> waits;
-  // Distinct descriptions this call compiles, in order of first use (concat pieces of one
-  // shape share one), each with the promise that other calls may wait on.
-  std::vector<size_t> first;                    // per function: the kernel that defines it
-  std::map<std::string_view, size_t> distinct;  // description -> function
-  std::vector<std::promise<KernelFn>> promises;
-  size_t registered = 0;  // claims entered in the in-flight table (all but after an error)
-  // This call's claims leave the in-flight table however it ends: with their functions, or
+  // The distinct descriptions this call compiles, in order of first use (concat pieces of
+  // one shape share one): the kernel that defines each, and the promise other calls wait on.
+  struct Claim {
+    size_t kernel;
+    std::promise<KernelFn> done;
+    bool listed = false;    // entered in the in-flight table (all but after an error)
+    KernelFn fn = nullptr;  // once compiled: the cache's function for it
+  };
+  std::vector<Claim> claims;
+  std::map<std::string_view, size_t> claim_of;  // description -> claim
+  std::vector<std::pair<size_t, size_t>> mine;  // (kernel, its claim)
+  // The claims leave the in-flight table however this call ends: with their functions, or
   // with the error that a waiting call then rethrows.
   auto settle = [&](const std::vector<void*>* fns, std::exception_ptr err) {
     std::lock_guard lock(cache().mu);
-    for (size_t f = 0; f < first.size() && f < promises.size(); ++f) {
-      const std::string& text = descs[first[f]].text;
-      if (f < registered) cache().in_flight.erase(text);
+    for (size_t c = 0; c < claims.size(); ++c) {
+      const std::string& text = descs[claims[c].kernel].text;
+      if (claims[c].listed) cache().in_flight.erase(text);
       if (err) {
-        promises[f].set_exception(err);
+        claims[c].done.set_exception(err);
         continue;
       }
-      auto [it, fresh] = cache().fns.try_emplace(text, reinterpret_cast<KernelFn>((*fns)[f]));
+      auto [it, fresh] = cache().fns.try_emplace(text, reinterpret_cast<KernelFn>((*fns)[c]));
       (fresh ? cache().stats.compiled : cache().stats.raced)++;
-      promises[f].set_value(it->second);
+      claims[c].fn = it->second;
+      claims[c].done.set_value(it->second);
     }
   };
   try {
@@ -912,38 +917,39 @@ std::vector<CompiledKernel> compile_kernels(const ir::Graph& g, const Plan& plan
       if (auto it = cache().fns.find(text); it != cache().fns.end()) {
         out[i].fn = it->second;
         cache().stats.hits++;
-      } else if (auto f = cache().in_flight.find(text);
-                 f != cache().in_flight.end() && !distinct.count(text)) {
+      } else if (auto c = claim_of.find(text); c != claim_of.end()) {
+        mine.emplace_back(i, c->second);
+      } else if (auto f = cache().in_flight.find(text); f != cache().in_flight.end()) {
         waits.emplace_back(i, f->second);
       } else {
-        missing.push_back(i);
-        if (distinct.count(text)) continue;
-        promises.emplace_back();
-        first.push_back(i);
-        distinct.emplace(text, first.size() - 1);
-        cache().in_flight.emplace(text, promises.back().get_future().share());
-        ++registered;
+        claims.push_back({i, {}});
+        claim_of.emplace(text, claims.size() - 1);
+        mine.emplace_back(i, claims.size() - 1);
+        cache().in_flight.emplace(text, claims.back().done.get_future().share());
+        claims.back().listed = true;
       }
     }
   } catch (...) {
     settle(nullptr, std::current_exception());
     throw;
   }
-  if (!first.empty()) {
+  if (!claims.empty()) {
+    std::vector<size_t> first;
+    for (const Claim& c : claims) first.push_back(c.kernel);
+    std::vector<void*> fns;
     try {
-      std::vector<void*> fns = compile_functions(g, plan, descs, first);
+      fns = compile_functions(g, plan, descs, first);
       settle(&fns, nullptr);
     } catch (...) {
       settle(nullptr, std::current_exception());
       throw;
     }
-    std::lock_guard lock(cache().mu);
-    for (size_t i : missing) out[i].fn = cache().fns.at(descs[i].text);
+    for (auto [i, c] : mine) out[i].fn = claims[c].fn;
   }
-  for (auto& [i, fut] : waits) {
-    out[i].fn = fut.get();  // rethrows the other call's error
+  for (auto& [i, fut] : waits) out[i].fn = fut.get();  // rethrows the other call's error
+  if (!waits.empty()) {
     std::lock_guard lock(cache().mu);
-    cache().stats.hits++;
+    cache().stats.hits += static_cast<int64_t>(waits.size());
   }
   return out;
 }

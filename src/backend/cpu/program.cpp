@@ -77,11 +77,12 @@ void compile_steps(Program& p, bool region) {
   // the whole compile, where the regions had waited for the kernels' last module (the seed
   // decoder's L=50 scan_layers forward + backward: docs/architecture.md, "Persistent cache").
   // The loop thread counts its modules apart and adds them in after the join.
-  std::thread other;
+  // A jthread: an error here joins it before the frame it uses goes away.
   std::exception_ptr loop_error;
   backend::CodeInfo loop_info;
+  std::jthread other;
   if (!loops.empty() && ThreadPool::instance().size() > 1) {
-    other = std::thread([&, info = t_code_info ? &loop_info : nullptr] {
+    other = std::jthread([&, info = t_code_info ? &loop_info : nullptr] {
       t_code_info = info;
       try {
         compile_loops();
@@ -90,18 +91,13 @@ void compile_steps(Program& p, bool region) {
       }
     });
   }
-  try {
-    p.kernels = compile_kernels(p.graph, p.plan);
-    for (size_t si = 0; si < p.plan.steps.size(); ++si) {
-      const Step& st = p.plan.steps[si];
-      if (st.kind == Step::MatMul && st.lib == Library::Onednn) {
-        profile::Scope ps("compile", "onednn");
-        p.onednn[si] = make_onednn_product(p.graph, p.plan, st);
-      }
+  p.kernels = compile_kernels(p.graph, p.plan);
+  for (size_t si = 0; si < p.plan.steps.size(); ++si) {
+    const Step& st = p.plan.steps[si];
+    if (st.kind == Step::MatMul && st.lib == Library::Onednn) {
+      profile::Scope ps("compile", "onednn");
+      p.onednn[si] = make_onednn_product(p.graph, p.plan, st);
     }
-  } catch (...) {
-    if (other.joinable()) other.join();
-    throw;
   }
   if (other.joinable()) {
     other.join();
