@@ -8,7 +8,9 @@
 //   log_softmax and argmax over [2048,1000] against exp of the same size (the row max and
 //   the argmax reduced scalar);
 //   a bias gradient's sum over rows against a sum over the last dim of the same tensor (each
-//   column was walked with a stride).
+//   column was walked with a stride);
+//   normal draws against uniform ones of the same size (the normals' log and cos were scalar
+//   libm calls).
 #include "bench.h"
 #include "loom/loom.h"
 
@@ -91,12 +93,28 @@ std::vector<Figure> op_paths() {
   f.push_back({"column_sum_ms", cols, "ms", "a bias gradient: [4,512,512] summed over dims 0, 1"});
   f.push_back({"row_sum_ms", rows_sum, "ms", "same run: the same tensor summed over its last dim"});
   f.push_back({"column_over_row_sum", cols / rows_sum, "x", "was ~25 (a strided walk per column)"});
+
+  const double normal = loom_ms(kReps, [&] { return loom::randn({4, 512, 512}); });
+  const double uniform = loom_ms(kReps, [&] { return loom::rand({4, 512, 512}); });
+  f.push_back({"randn_ms", normal, "ms", "[4,512,512] standard normals (was 19 ms: scalar libm)"});
+  f.push_back({"rand_ms", uniform, "ms", "same run: uniforms of the same size"});
+  f.push_back({"randn_over_rand", normal / uniform, "x", "Box-Muller's log, cos and sqrt"});
+  const double torch_randn = torch_figure(
+      "\nimport torch, time\nts = []\nfor r in range(9):\n  t0 = time.perf_counter()\n"
+      "  x = torch.randn(4, 512, 512)\n  ts.append(time.perf_counter() - t0)\n"
+      "ts.sort()\nprint('ms', ts[4] * 1e3)\n",
+      "ms");
+  if (torch_randn > 0) {
+    f.push_back({"torch_randn_ms", torch_randn, "ms", "same run: PyTorch 1.13 torch.randn"});
+    f.push_back({"randn_vs_torch", normal / torch_randn, "x", "< 1: faster"});
+  }
   return f;
 }
 
-Register r("op_paths",
-           "bf16 products, embedding fwd+bwd, log_softmax, column sums vs same-size baselines",
-           op_paths);
+Register r(
+    "op_paths",
+    "bf16 products, embedding fwd+bwd, log_softmax, column sums, randn vs same-size baselines",
+    op_paths);
 
 }  // namespace
 }  // namespace loom::bench

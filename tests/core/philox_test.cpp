@@ -81,6 +81,35 @@ TEST(Philox, NormalMoments) {
   EXPECT_NEAR(var, 1.0, 5 * std::sqrt(2.0 / kN));  // Var(z^2) = 2 for a standard normal
 }
 
+// The normal map's own log and cos against libm in long double (an independent oracle, ~11 more
+// bits): within 2 ulp of the result on the log path (cos = 1), and within 2 ulp of the radius
+// on the cos path, over every u1 and u2 up to 2^14 and a stride across the rest of the 2^24
+// values of each (both ends, the octant and quadrant boundaries among them).
+TEST(Philox, NormalMapIsWithinTwoUlpOfLibm) {
+  const long double two_pi = 6.283185307179586476925286766559L;
+  const auto ulp = [](long double v) {
+    return std::ldexp(1.0L, std::ilogb(static_cast<double>(v)) - 52);
+  };
+  auto every = [](uint32_t v) { return v < (1u << 14) ? v + 1 : v + 211; };
+  for (uint32_t n = 1; n <= (1u << 24); n = every(n)) {  // u1 = n 2^-24, u2 = 0
+    const double got = philox_normal_from_words((n - 1) << 8, 0);
+    const long double want = std::sqrt(-2.0L * std::log(static_cast<long double>(n) / 16777216.0L));
+    if (n == (1u << 24)) {
+      EXPECT_EQ(got, 0.0);  // log 1 = 0
+      continue;
+    }
+    ASSERT_LE(std::fabs(got - want), 2 * ulp(want)) << "u1 = " << n << " 2^-24";
+  }
+  const long double radius = std::sqrt(-2.0L * std::log(1.0L / 16777216.0L));  // u1 = 2^-24
+  for (uint32_t m = 0; m < (1u << 24); m = every(m)) {
+    const double got = philox_normal_from_words(0, m << 8);
+    const long double want = radius * std::cos(two_pi * static_cast<long double>(m) / 16777216.0L);
+    ASSERT_LE(std::fabs(got - want), 2 * ulp(radius)) << "u2 = " << m << " 2^-24";
+  }
+  // Exact points: a half turn is -radius, a whole one +radius.
+  EXPECT_EQ(philox_normal_from_words(0, 1u << 31), -philox_normal_from_words(0, 0));
+}
+
 TEST(Philox, DifferentKeysGiveDifferentStreams) {
   int same_seed = 0, same_offset = 0;
   for (uint64_t e = 0; e < 64; ++e) {

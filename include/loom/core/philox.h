@@ -9,7 +9,6 @@
 #pragma once
 
 #include <array>
-#include <cmath>
 #include <cstdint>
 
 namespace loom {
@@ -41,13 +40,42 @@ inline double philox_uniform(uint64_t seed, uint64_t offset, uint64_t e) {
   return static_cast<double>(bits >> 8) * (1.0 / 16777216.0);
 }
 
-// Standard normal by Box-Muller over two uniforms of the same block.
+namespace detail {
+// The constants of philox_normal_from_words, shared with the code generators that reproduce
+// it. Minimax coefficients as in fdlibm: log(1 + g) = g - (g^2/2 - s (g^2/2 + R(s^2))) with
+// s = g / (2 + g) for g in [sqrt(1/2) - 1, sqrt(2) - 1]; sin x = x + x^3 S(x^2) and cos x =
+// 1 - x^2/2 + x^4 C(x^2) for |x| <= pi/4 (coefficients lowest power first).
+struct NormalConstants {
+  static constexpr double kLn2Hi = 6.93147180369123816490e-01;  // 32 bits: k * kLn2Hi is exact
+  static constexpr double kLn2Lo = 1.90821492927058770002e-10;
+  static constexpr double kSqrt2 = 1.41421356237309514547e+00;
+  static constexpr double kLog[7] = {6.666666666666735130e-01, 3.999999999940941908e-01,
+                                     2.857142874366239149e-01, 2.222219843214978396e-01,
+                                     1.818357216161805012e-01, 1.531383769920937332e-01,
+                                     1.479819860511658591e-01};
+  static constexpr double kSin[6] = {-1.66666666666666324348e-01, 8.33333333332248946124e-03,
+                                     -1.98412698298579493134e-04, 2.75573137070700676789e-06,
+                                     -2.50507602534068634195e-08, 1.58969099521155010221e-10};
+  static constexpr double kCos[6] = {4.16666666666666019037e-02, -1.38888888888741095749e-03,
+                                     2.48015872894767294178e-05, -2.75573143513906633035e-07,
+                                     2.08757232129817482790e-09, -1.13596475577881948265e-11};
+  static constexpr double kTurn = 6.283185307179586 / 16777216.0;  // 2 pi 2^-24, exactly scaled
+};
+}  // namespace detail
+
+// A standard normal from two Philox words by Box-Muller: u1 = ((w1 >> 8) + 1) 2^-24 in (0, 1],
+// u2 = (w2 >> 8) 2^-24 in [0, 1), sqrt(-2 log u1) cos(2 pi u2), in float64. log and cos are
+// loom's own (core/philox.cpp: minimax polynomials on integer-reduced arguments, explicit
+// fused multiply-adds, within 2 ulp of libm's), not libm's: the CPU backend generates the same
+// operations as vector code, so every backend gives the same bits on every machine, whatever
+// its libm.
+double philox_normal_from_words(uint32_t w1, uint32_t w2);
+
+// Standard normal over two uniforms of the same block.
 inline double philox_normal(uint64_t seed, uint64_t offset, uint64_t e) {
   auto r = philox_block(seed, offset, e / 2);
   int lane = static_cast<int>(e % 2) * 2;
-  double u1 = (static_cast<double>(r[lane] >> 8) + 1.0) * (1.0 / 16777216.0);  // (0, 1]
-  double u2 = static_cast<double>(r[lane + 1] >> 8) * (1.0 / 16777216.0);
-  return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+  return philox_normal_from_words(r[lane], r[lane + 1]);
 }
 
 }  // namespace loom
