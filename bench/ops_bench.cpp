@@ -10,7 +10,7 @@
 //   a bias gradient's sum over rows against a sum over the last dim of the same tensor (each
 //   column was walked with a stride);
 //   normal draws against uniform ones of the same size (the normals' log and cos were scalar
-//   libm calls).
+//   libm calls), float64 exp and log and float32 pow against PyTorch (libm calls too).
 #include "bench.h"
 #include "loom/loom.h"
 
@@ -99,14 +99,42 @@ std::vector<Figure> op_paths() {
   f.push_back({"randn_ms", normal, "ms", "[4,512,512] standard normals (was 19 ms: scalar libm)"});
   f.push_back({"rand_ms", uniform, "ms", "same run: uniforms of the same size"});
   f.push_back({"randn_over_rand", normal / uniform, "x", "Box-Muller's log, cos and sqrt"});
-  const double torch_randn = torch_figure(
-      "\nimport torch, time\nts = []\nfor r in range(9):\n  t0 = time.perf_counter()\n"
-      "  x = torch.randn(4, 512, 512)\n  ts.append(time.perf_counter() - t0)\n"
-      "ts.sort()\nprint('ms', ts[4] * 1e3)\n",
-      "ms");
-  if (torch_randn > 0) {
-    f.push_back({"torch_randn_ms", torch_randn, "ms", "same run: PyTorch 1.13 torch.randn"});
-    f.push_back({"randn_vs_torch", normal / torch_randn, "x", "< 1: faster"});
+
+  // float64 exp and log, float32 pow: libm calls per element until backend/cpu/math.cpp had
+  // its own (2.9, 3.3 and 3.1 ms then, on a 2-core Xeon).
+  Tensor pos = loom::rand({4, 512, 512}) + 0.5, expo = loom::rand({4, 512, 512}) * 4 - 2;
+  Tensor pos64 = loom::to(pos, float64);
+  loom::sync();
+  const double exp64 = loom_ms(kReps, [&] { return loom::exp(pos64); });
+  const double log64 = loom_ms(kReps, [&] { return loom::log(pos64); });
+  const double powf32 = loom_ms(kReps, [&] { return loom::pow(pos, expo); });
+  const double exp32 = loom_ms(kReps, [&] { return loom::exp(pos); });
+  f.push_back({"exp_f64_ms", exp64, "ms", "[4,512,512] float64"});
+  f.push_back({"log_f64_ms", log64, "ms", "[4,512,512] float64"});
+  f.push_back({"pow_f32_ms", powf32, "ms", "[4,512,512] float32 tensor ** tensor"});
+  f.push_back({"pow_over_exp_f32", powf32 / exp32, "x", "same run: against float32 exp"});
+
+  const std::string torch_code =
+      "\nimport torch, time\nx = torch.rand(4, 512, 512) + 0.5\ny = torch.rand(4, 512, 512) * 4 - 2"
+      "\nxd = x.double()\n"
+      "def med(f):\n  ts = []\n  for r in range(9):\n    t0 = time.perf_counter()\n    f()\n"
+      "    ts.append(time.perf_counter() - t0)\n  ts.sort()\n  return ts[4] * 1e3\n"
+      "print('randn', med(lambda: torch.randn(4, 512, 512)))\n"
+      "print('exp64', med(lambda: xd.exp()))\nprint('log64', med(lambda: xd.log()))\n"
+      "print('pow', med(lambda: x.pow(y)))\n";
+  const struct {
+    const char* key;
+    const char* name;
+    double loom;
+  } vs[] = {{"randn", "randn", normal},
+            {"exp64", "exp_f64", exp64},
+            {"log64", "log_f64", log64},
+            {"pow", "pow_f32", powf32}};
+  for (const auto& v : vs) {
+    const double t = torch_figure(torch_code, v.key);
+    if (t <= 0) continue;
+    f.push_back({std::string("torch_") + v.name + "_ms", t, "ms", "same run: PyTorch 1.13"});
+    f.push_back({std::string(v.name) + "_vs_torch", v.loom / t, "x", "< 1: faster"});
   }
   return f;
 }

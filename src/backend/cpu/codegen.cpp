@@ -648,7 +648,7 @@ class Emitter {
       case OpKind::Sub: return fl ? fop(llvm::Instruction::FSub, x) : b_.CreateSub(x[0], x[1]);
       case OpKind::Mul: return fl ? fop(llvm::Instruction::FMul, x) : b_.CreateMul(x[0], x[1]);
       case OpKind::Div: return fl ? b_.CreateFDiv(x[0], x[1]) : int_div(x[0], x[1]);
-      case OpKind::Pow: return b_.CreateBinaryIntrinsic(llvm::Intrinsic::pow, x[0], x[1]);
+      case OpKind::Pow: return math_.pow(x[0], x[1]);
       case OpKind::Maximum:
       case OpKind::Minimum: {
         bool mx = op == OpKind::Maximum;

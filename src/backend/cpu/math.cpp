@@ -1,4 +1,5 @@
-// Polynomial transcendental functions for float32 and libm calls for float64.
+// Polynomial transcendental functions for float32, exp and log for float64 (float32's pow
+// goes through them), libm calls for the other float64 ones.
 #include "backend/cpu/math.h"
 
 #include <cmath>
@@ -51,13 +52,122 @@ Value* Math::exp_f32(Value* x) {
   return b_.CreateSelect(b_.CreateFCmpUNO(x, x), x, res);
 }
 
+Value* Math::d(double v) { return llvm::ConstantFP::get(b_.getDoubleTy(), v); }
+
+Value* Math::dpoly(Value* x, std::initializer_list<double> coeffs) {
+  Value* r = nullptr;
+  for (double k : coeffs) r = r ? fmuladd(r, x, d(k)) : d(k);
+  return r;
+}
+
+// fdlibm's exp: k = rint(x / ln 2), r = x - k ln 2 in two parts, exp(r) = 1 + r + r c / (2 - c)
+// with c = r - r^2 P(r^2) (minimax, error under 1 ulp), scaled by 2^k in two factors so that
+// results reach the subnormal range and overflow to inf.
+Value* Math::exp_f64(Value* x) {
+  auto* i64 = b_.getInt64Ty();
+  auto* f64 = b_.getDoubleTy();
+  Value* xc = b_.CreateMinNum(b_.CreateMaxNum(x, d(-1000.0)), d(1000.0));
+  Value* k = b_.CreateUnaryIntrinsic(llvm::Intrinsic::rint,
+                                     b_.CreateFMul(xc, d(1.44269504088896338700e+00)));
+  Value* hi = fmuladd(k, d(-6.93147180369123816490e-01), xc);  // k ln2_hi is exact
+  Value* lo = b_.CreateFMul(k, d(1.90821492927058770002e-10));
+  Value* r = b_.CreateFSub(hi, lo);
+  Value* t = b_.CreateFMul(r, r);
+  Value* c = b_.CreateFSub(
+      r, b_.CreateFMul(t, dpoly(t, {4.13813679705723846039e-08, -1.65339022054652515390e-06,
+                                    6.61375632143793436117e-05, -2.77777777770155933842e-03,
+                                    1.66666666666666019037e-01})));
+  Value* y = b_.CreateFSub(
+      d(1.0),
+      b_.CreateFSub(b_.CreateFSub(lo, b_.CreateFDiv(b_.CreateFMul(r, c), b_.CreateFSub(d(2.0), c))),
+                    hi));
+  Value* ki = b_.CreateFPToSI(k, i64);
+  Value* h = b_.CreateAShr(ki, 1);
+  auto pow2 = [&](Value* e) {  // 2^e for e in [-1022, 1023]
+    return b_.CreateBitCast(b_.CreateShl(b_.CreateAdd(e, b_.getInt64(1023)), 52), f64);
+  };
+  Value* res = b_.CreateFMul(b_.CreateFMul(y, pow2(h)), pow2(b_.CreateSub(ki, h)));
+  return b_.CreateSelect(b_.CreateFCmpUNO(x, x), x, res);
+}
+
+// fdlibm's log: x = 2^e f with f in (sqrt(1/2), sqrt(2)], g = f - 1, s = g / (2 + g),
+// log f = g - (g^2/2 - s (g^2/2 + R(s^2))) (minimax), plus e ln 2 in two parts. Subnormals are
+// scaled into the normal range first (under DAZ they compare equal to 0 and give -inf).
+Value* Math::log_f64(Value* x) {
+  auto* i64 = b_.getInt64Ty();
+  auto* f64 = b_.getDoubleTy();
+  Value* tiny = b_.CreateFCmpOLT(x, d(2.2250738585072014e-308));
+  Value* xs = b_.CreateSelect(tiny, b_.CreateFMul(x, d(18014398509481984.0)), x);  // 2^54
+  Value* bits = b_.CreateBitCast(xs, i64);
+  Value* e = b_.CreateSub(b_.CreateLShr(bits, 52), b_.getInt64(1023));
+  e = b_.CreateSub(e, b_.CreateSelect(tiny, b_.getInt64(54), b_.getInt64(0)));
+  Value* f = b_.CreateBitCast(b_.CreateOr(b_.CreateAnd(bits, b_.getInt64(0x000fffffffffffffLL)),
+                                          b_.getInt64(0x3ff0000000000000LL)),
+                              f64);  // [1, 2)
+  Value* big = b_.CreateFCmpOGT(f, d(1.41421356237309514547e+00));
+  f = b_.CreateSelect(big, b_.CreateFMul(f, d(0.5)), f);
+  e = b_.CreateSelect(big, b_.CreateAdd(e, b_.getInt64(1)), e);
+  Value* g = b_.CreateFSub(f, d(1.0));
+  Value* s = b_.CreateFDiv(g, b_.CreateFAdd(d(2.0), g));
+  Value* z = b_.CreateFMul(s, s);
+  Value* w = b_.CreateFMul(z, z);
+  Value* r = b_.CreateFAdd(
+      b_.CreateFMul(z, dpoly(w, {1.479819860511658591e-01, 1.818357216161805012e-01,
+                                 2.857142874366239149e-01, 6.666666666666735130e-01})),
+      b_.CreateFMul(w, dpoly(w, {1.531383769920937332e-01, 2.222219843214978396e-01,
+                                 3.999999999940941908e-01})));
+  // e ln2_hi - ((g^2/2 - (s (g^2/2 + R) + e ln2_lo)) - g), in fdlibm's order.
+  Value* hfsq = b_.CreateFMul(d(0.5), b_.CreateFMul(g, g));
+  Value* ef = b_.CreateSIToFP(e, f64);
+  Value* inner = b_.CreateFAdd(b_.CreateFMul(s, b_.CreateFAdd(hfsq, r)),
+                               b_.CreateFMul(ef, d(1.90821492927058770002e-10)));
+  Value* res = b_.CreateFSub(b_.CreateFMul(ef, d(6.93147180369123816490e-01)),
+                             b_.CreateFSub(b_.CreateFSub(hfsq, inner), g));
+  // log(0) = -inf, log(x < 0) = NaN, log(inf) = inf, log(NaN) = NaN.
+  res = b_.CreateSelect(b_.CreateFCmpOEQ(x, d(0.0)), d(-INFINITY), res);
+  res = b_.CreateSelect(b_.CreateFCmpOLT(x, d(0.0)), d(NAN), res);
+  res = b_.CreateSelect(b_.CreateFCmpOEQ(x, d(INFINITY)), x, res);
+  return b_.CreateSelect(b_.CreateFCmpUNO(x, x), x, res);
+}
+
 Value* Math::exp(Value* x) {
-  if (x->getType()->isDoubleTy()) return b_.CreateUnaryIntrinsic(llvm::Intrinsic::exp, x);
+  if (x->getType()->isDoubleTy()) return exp_f64(x);
   return exp_f32(x);
 }
 
+// float32: |x|^y = exp(y log |x|) in float64 (its error, under 1e-13 relative where the result
+// is a float32 number, vanishes in the rounding to float32), then C's special cases: y = 0 or
+// x = 1 give 1; a negative finite x gives NaN unless y is an integer, and odd integers keep
+// the sign of x (-0 and -inf included); x = -1 with y infinite gives 1. float64: libm.
+Value* Math::pow(Value* x, Value* y) {
+  if (x->getType()->isDoubleTy()) return b_.CreateBinaryIntrinsic(llvm::Intrinsic::pow, x, y);
+  auto* f64 = b_.getDoubleTy();
+  auto* i32 = b_.getInt32Ty();
+  Value* ax = b_.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, x);
+  Value* yd = b_.CreateFPExt(y, f64);
+  Value* mag = b_.CreateFPTrunc(exp_f64(b_.CreateFMul(yd, log_f64(b_.CreateFPExt(ax, f64)))),
+                                b_.getFloatTy());
+  Value* ay = b_.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, y);
+  Value* integer = b_.CreateFCmpOEQ(b_.CreateUnaryIntrinsic(llvm::Intrinsic::trunc, y), y);
+  // Every float32 of magnitude 2^24 or more is even; below, the integer's low bit.
+  Value* small = b_.CreateFCmpOLT(ay, c(16777216.0));
+  Value* low_bit =
+      b_.CreateAnd(b_.CreateFPToSI(b_.CreateSelect(small, y, c(0.0)), i32), b_.getInt32(1));
+  Value* odd = b_.CreateAnd(b_.CreateAnd(integer, small), b_.CreateICmpNE(low_bit, b_.getInt32(0)));
+  Value* negative = b_.CreateICmpSLT(b_.CreateBitCast(x, i32), b_.getInt32(0));  // sign bit
+  Value* r = b_.CreateSelect(b_.CreateAnd(negative, odd), b_.CreateFNeg(mag), mag);
+  Value* finite_negative =
+      b_.CreateAnd(b_.CreateFCmpOLT(x, c(0.0)), b_.CreateFCmpONE(ax, c(INFINITY)));
+  r = b_.CreateSelect(b_.CreateAnd(finite_negative, b_.CreateNot(integer)), c(NAN), r);
+  Value* minus_one_inf =
+      b_.CreateAnd(b_.CreateFCmpOEQ(x, c(-1.0)), b_.CreateFCmpOEQ(ay, c(INFINITY)));
+  r = b_.CreateSelect(minus_one_inf, c(1.0), r);
+  Value* one = b_.CreateOr(b_.CreateFCmpOEQ(y, c(0.0)), b_.CreateFCmpOEQ(x, c(1.0)));
+  return b_.CreateSelect(one, c(1.0), r);
+}
+
 Value* Math::log(Value* x) {
-  if (x->getType()->isDoubleTy()) return b_.CreateUnaryIntrinsic(llvm::Intrinsic::log, x);
+  if (x->getType()->isDoubleTy()) return log_f64(x);
   auto* f32 = b_.getFloatTy();
   auto* i32 = b_.getInt32Ty();
   // Subnormals are scaled into the normal range first.

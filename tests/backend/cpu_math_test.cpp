@@ -1,0 +1,113 @@
+// The CPU backend's own float64 exp and log and its float32 pow (backend/cpu/math.cpp), which
+// replaced libm calls that kept their loops scalar: against libm in long double (exp, log) and
+// C's powf (pow), over sweeps of ordinary values and every special case C defines.
+#include <gtest/gtest.h>
+
+#include <cfloat>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "loom/loom.h"
+
+namespace {
+
+using loom::DType;
+using loom::Tensor;
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+std::vector<double> run_f64(const std::vector<double>& x, Tensor (*f)(const Tensor&)) {
+  Tensor t = loom::tensor(x, {static_cast<int64_t>(x.size())});
+  return f(t).to_vector<double>();
+}
+
+// Units in the last place of `want` as a double (of its magnitude's binade).
+double ulps(double got, long double want) {
+  if (std::isinf(static_cast<double>(want)) || got == static_cast<double>(want)) return 0;
+  const long double ulp = std::ldexp(1.0L, std::ilogb(static_cast<double>(want)) - 52);
+  return static_cast<double>(std::fabs(static_cast<long double>(got) - want) / ulp);
+}
+
+TEST(CpuMath, Float64ExpIsWithinOneUlpOfLibm) {
+  std::vector<double> x;
+  for (double v = -708.0; v <= 709.7; v += 0.0137) x.push_back(v);  // normal results
+  for (double v = -1e-6; v <= 1e-6; v += 1.3e-9) x.push_back(v);    // around exp's 1
+  std::vector<double> got = run_f64(x, [](const Tensor& t) { return loom::exp(t); });
+  double worst = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double u = ulps(got[i], std::exp(static_cast<long double>(x[i])));
+    worst = std::max(worst, u);
+    ASSERT_LE(u, 1.0) << "exp(" << x[i] << ") = " << got[i];
+  }
+  RecordProperty("worst_ulps", std::to_string(worst));
+  const std::vector<double> special = {0.0, -0.0, 710.0, 1e300, -746.0, -1e300, kInf, -kInf, kNaN};
+  got = run_f64(special, [](const Tensor& t) { return loom::exp(t); });
+  const std::vector<double> want = {1, 1, kInf, kInf, 0, 0, kInf, 0};
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(got[i], want[i]) << special[i];
+  EXPECT_TRUE(std::isnan(got.back()));
+}
+
+TEST(CpuMath, Float64LogIsWithinOneUlpOfLibm) {
+  std::vector<double> x;
+  for (double v = 2.3e-308; v < 1e308; v *= 1.0173) x.push_back(v);  // every binade
+  for (double v = 0.5; v <= 2.0; v += 1.7e-5) x.push_back(v);        // around log's 0
+  for (double v = 1 - 1e-9; v <= 1 + 1e-9; v += 3.1e-13) x.push_back(v);
+  std::vector<double> got = run_f64(x, [](const Tensor& t) { return loom::log(t); });
+  for (size_t i = 0; i < x.size(); ++i)
+    ASSERT_LE(ulps(got[i], std::log(static_cast<long double>(x[i]))), 1.0)
+        << "log(" << x[i] << ") = " << got[i];
+  const std::vector<double> special = {1.0, 0.0, -0.0, kInf, -1.0, -kInf, kNaN};
+  got = run_f64(special, [](const Tensor& t) { return loom::log(t); });
+  EXPECT_EQ(got[0], 0.0);
+  EXPECT_EQ(got[1], -kInf);
+  EXPECT_EQ(got[2], -kInf);
+  EXPECT_EQ(got[3], kInf);
+  for (size_t i = 4; i < got.size(); ++i) EXPECT_TRUE(std::isnan(got[i])) << special[i];
+}
+
+// Every pair of a grid of bases and exponents that holds C's special cases (zeros of both
+// signs, +-1, infinities, NaN, odd and even integers, halves, exponents past 2^24 where every
+// float is even, results that overflow and underflow), and a sweep of ordinary ones.
+TEST(CpuMath, Float32PowIsCsPowfWithinOneUlp) {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::nanf("");
+  const std::vector<float> bases = {0.0f,    -0.0f, 1.0f,   -1.0f,  inf,    -inf,  nan,
+                                    0.5f,    -0.5f, 2.0f,   -2.0f,  3.7f,   -3.7f, 1e-30f,
+                                    -1e-30f, 1e30f, -1e30f, 0.999f, 1.001f, -7.0f};
+  const std::vector<float> exps = {0.0f,        -0.0f,       1.0f,        -1.0f,   2.0f,  -2.0f,
+                                   3.0f,        -3.0f,       0.5f,        -0.5f,   2.5f,  inf,
+                                   -inf,        nan,         127.0f,      -149.0f, 1e10f, -1e10f,
+                                   16777216.0f, 33554432.0f, 16777215.0f, 0.3333f};
+  std::vector<float> xs, ys;
+  for (float b : bases)
+    for (float e : exps) xs.push_back(b), ys.push_back(e);
+  for (int i = 0; i < 20000; ++i) {
+    xs.push_back(static_cast<float>(0.001 + 10.0 * ((i * 7919) % 10007) / 10007.0));
+    ys.push_back(static_cast<float>(-20.0 + 40.0 * ((i * 104729) % 9973) / 9973.0));
+  }
+  const int64_t n = static_cast<int64_t>(xs.size());
+  std::vector<float> got =
+      loom::pow(loom::tensor(xs, {n}), loom::tensor(ys, {n})).to_vector<float>();
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const float want = std::pow(xs[i], ys[i]);
+    if (std::isnan(want)) {
+      EXPECT_TRUE(std::isnan(got[i])) << "pow(" << xs[i] << ", " << ys[i] << ") = " << got[i];
+      continue;
+    }
+    if (std::fabs(want) < FLT_MIN && want != 0) {  // subnormal: runs flush them to zero
+      EXPECT_LE(std::fabs(got[i]), FLT_MIN) << "pow(" << xs[i] << ", " << ys[i] << ")";
+      continue;
+    }
+    if (std::isinf(want) || want == 0) {
+      EXPECT_EQ(got[i], want) << "pow(" << xs[i] << ", " << ys[i] << ")";
+      EXPECT_EQ(std::signbit(got[i]), std::signbit(want))
+          << "pow(" << xs[i] << ", " << ys[i] << ")";
+      continue;
+    }
+    EXPECT_LE(std::fabs(got[i] - want), std::nextafter(std::fabs(want), inf) - std::fabs(want))
+        << "pow(" << xs[i] << ", " << ys[i] << ") = " << got[i] << ", powf " << want;
+  }
+}
+
+}  // namespace
