@@ -1,8 +1,9 @@
 // philox_normal_from_words (loom/core/philox.h): Box-Muller with loom's own float64 log and cos.
 // Compiled without floating-point contraction (src/CMakeLists.txt): every multiply-add that
 // fuses is an explicit std::fma, and the CPU backend's generated code (backend/cpu/codegen.cpp,
-// `normal_from_words`) performs the same operations in the same order, so the two agree bit for
-// bit. Both arguments are reduced with integer arithmetic, exactly:
+// `normal_from_words`, and math.cpp's `log_f64_reduced`, which is also its float64 log)
+// performs the same operations in the same order, so the two agree bit for bit. Both arguments are
+// reduced with integer arithmetic, exactly:
 //   u1 = n 2^-24 with n in [1, 2^24]: n = f 2^k with f in (sqrt(1/2), sqrt(2)], so
 //        log u1 = (k - 24) ln 2 + log f;
 //   u2 = m 2^-24: the quarter turn q = m >> 22 and the rest r = m mod 2^22 give
@@ -29,12 +30,14 @@ double horner(const double (&c)[N], double z) {
 // 2^-k for k in [0, 1023], exactly.
 double pow2_neg(int k) { return std::bit_cast<double>(static_cast<uint64_t>(1023 - k) << 52); }
 
-double log_of_24_bits(uint32_t n) {  // log(n 2^-24), n in [1, 2^24]
-  int k = 31 - std::countl_zero(n);
+// log(n 2^-24), n in [1, 2^24]: fdlibm's log in its order, as Math::log_f64_reduced emits it.
+double log_of_24_bits(uint32_t n) {
+  const int k = 31 - std::countl_zero(n);
   double f = static_cast<double>(n) * pow2_neg(k);  // [1, 2)
+  int e = k - 24;
   if (f > K::kSqrt2) {
     f = f * 0.5;
-    k = k + 1;
+    e = e + 1;
   }
   const double g = f - 1.0;
   const double s = g / (2.0 + g);
@@ -43,9 +46,9 @@ double log_of_24_bits(uint32_t n) {  // log(n 2^-24), n in [1, 2^24]
   const double even[3] = {K::kLog[1], K::kLog[3], K::kLog[5]};
   const double r = z * horner(odd, w) + w * horner(even, w);
   const double hfsq = 0.5 * (g * g);
-  const double log_f = g + std::fma(s, hfsq + r, -hfsq);
-  const double e = static_cast<double>(k - 24);
-  return std::fma(e, K::kLn2Hi, std::fma(e, K::kLn2Lo, log_f));
+  const double ef = static_cast<double>(e);
+  const double inner = s * (hfsq + r) + ef * K::kLn2Lo;
+  return ef * K::kLn2Hi - ((hfsq - inner) - g);
 }
 
 double cos_of_turn(uint32_t m) {  // cos(2 pi m 2^-24), m in [0, 2^24)

@@ -536,15 +536,8 @@ class Emitter {
     auto* i64 = b_.getInt64Ty();
     auto* f64 = b_.getDoubleTy();
     auto c = [&](double v) { return llvm::ConstantFP::get(f64, v); };
-    auto fma = [&](Value* a, Value* x, Value* y) {
-      return b_.CreateIntrinsic(llvm::Intrinsic::fma, {f64}, {a, x, y});
-    };
-    auto horner = [&](std::initializer_list<double> coeffs, Value* z) {  // lowest power first
-      const double* k = coeffs.begin();
-      Value* r = c(k[coeffs.size() - 1]);
-      for (size_t i = coeffs.size() - 1; i-- > 0;) r = fma(r, z, c(k[i]));
-      return r;
-    };
+    auto fma = [&](Value* a, Value* x, Value* y) { return math_.fma(a, x, y); };
+    auto horner = [&](std::initializer_list<double> k, Value* z) { return math_.horner(k, z); };
     // log u1 = (k - 24) ln 2 + log f, n = (w1 >> 8) + 1 = f 2^k.
     Value* n = b_.CreateAdd(b_.CreateLShr(w1, 8), b_.getInt32(1));
     Value* k = b_.CreateSub(b_.getInt32(31),
@@ -552,20 +545,7 @@ class Emitter {
     Value* scale = b_.CreateBitCast(
         b_.CreateShl(b_.CreateZExt(b_.CreateSub(b_.getInt32(1023), k), i64), 52), f64);
     Value* f = b_.CreateFMul(b_.CreateUIToFP(n, f64), scale);
-    Value* big = b_.CreateFCmpOGT(f, c(K::kSqrt2));
-    f = b_.CreateSelect(big, b_.CreateFMul(f, c(0.5)), f);
-    k = b_.CreateSelect(big, b_.CreateAdd(k, b_.getInt32(1)), k);
-    Value* g = b_.CreateFSub(f, c(1.0));
-    Value* s = b_.CreateFDiv(g, b_.CreateFAdd(c(2.0), g));
-    Value* z = b_.CreateFMul(s, s);
-    Value* w = b_.CreateFMul(z, z);
-    Value* rr =
-        b_.CreateFAdd(b_.CreateFMul(z, horner({K::kLog[0], K::kLog[2], K::kLog[4], K::kLog[6]}, w)),
-                      b_.CreateFMul(w, horner({K::kLog[1], K::kLog[3], K::kLog[5]}, w)));
-    Value* hfsq = b_.CreateFMul(c(0.5), b_.CreateFMul(g, g));
-    Value* log_f = b_.CreateFAdd(g, fma(s, b_.CreateFAdd(hfsq, rr), b_.CreateFNeg(hfsq)));
-    Value* e = b_.CreateSIToFP(b_.CreateSub(k, b_.getInt32(24)), f64);
-    Value* log_u1 = fma(e, c(K::kLn2Hi), fma(e, c(K::kLn2Lo), log_f));
+    Value* log_u1 = math_.log_f64_reduced(f, b_.CreateSub(k, b_.getInt32(24)));
     Value* radius = b_.CreateUnaryIntrinsic(llvm::Intrinsic::sqrt, b_.CreateFMul(c(-2.0), log_u1));
     // cos(2 pi m 2^-24), m = w2 >> 8: quarter turn q, the rest folded to [0, pi/4].
     Value* m = b_.CreateLShr(w2, 8);

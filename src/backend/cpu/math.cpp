@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "llvm/IR/Intrinsics.h"
+#include "loom/core/philox.h"
 
 namespace loom::cpu {
 
@@ -31,10 +32,22 @@ Value* Math::libm(const char* name, Value* x) {
   return b_.CreateCall(f, {x});
 }
 
+// y 2^n for an integral float n whose halves each give a normal power of two (|n| up to twice
+// the exponent range): two exact factors, so results reach the subnormals and overflow to inf.
+Value* Math::scale_by_pow2(Value* y, Value* n) {
+  const bool f64 = y->getType()->isDoubleTy();
+  llvm::Type* it = f64 ? b_.getInt64Ty() : b_.getInt32Ty();
+  Value* ni = b_.CreateFPToSI(n, it);
+  Value* h = b_.CreateAShr(ni, 1);
+  auto pow2 = [&](Value* k) {
+    Value* biased = b_.CreateAdd(k, llvm::ConstantInt::get(it, f64 ? 1023 : 127));
+    return b_.CreateBitCast(b_.CreateShl(biased, f64 ? 52 : 23), y->getType());
+  };
+  return b_.CreateFMul(b_.CreateFMul(y, pow2(h)), pow2(b_.CreateSub(ni, h)));
+}
+
 Value* Math::exp_f32(Value* x) {
-  auto* f32 = b_.getFloatTy();
-  auto* i32 = b_.getInt32Ty();
-  // Clamped so that n stays in [-150, 128]; the two-factor scale below covers it exactly.
+  // Clamped so that n stays in [-150, 128]; scale_by_pow2 covers it exactly.
   Value* xc = b_.CreateMinNum(b_.CreateMaxNum(x, c(-104.0)), c(88.8));
   Value* n =
       b_.CreateUnaryIntrinsic(llvm::Intrinsic::rint, b_.CreateFMul(xc, c(1.44269504088896341)));
@@ -43,16 +56,21 @@ Value* Math::exp_f32(Value* x) {
   Value* p = poly(r, {1.9875691500E-4, 1.3981999507E-3, 8.3334519073E-3, 4.1665795894E-2,
                       1.6666665459E-1, 5.0000001201E-1});
   Value* e = b_.CreateFAdd(fmuladd(b_.CreateFMul(p, r), r, r), c(1.0));
-  Value* ni = b_.CreateFPToSI(n, i32);
-  Value* h = b_.CreateAShr(ni, 1);
-  auto pow2 = [&](Value* k) {  // 2^k for k in [-126, 127]
-    return b_.CreateBitCast(b_.CreateShl(b_.CreateAdd(k, b_.getInt32(127)), 23), f32);
-  };
-  Value* res = b_.CreateFMul(b_.CreateFMul(e, pow2(h)), pow2(b_.CreateSub(ni, h)));
-  return b_.CreateSelect(b_.CreateFCmpUNO(x, x), x, res);
+  return b_.CreateSelect(b_.CreateFCmpUNO(x, x), x, scale_by_pow2(e, n));
 }
 
 Value* Math::d(double v) { return llvm::ConstantFP::get(b_.getDoubleTy(), v); }
+
+Value* Math::fma(Value* a, Value* x, Value* y) {
+  return b_.CreateIntrinsic(llvm::Intrinsic::fma, {a->getType()}, {a, x, y});
+}
+
+Value* Math::horner(std::initializer_list<double> coeffs, Value* z) {
+  const double* k = coeffs.begin();
+  Value* r = d(k[coeffs.size() - 1]);
+  for (size_t i = coeffs.size() - 1; i-- > 0;) r = fma(r, z, d(k[i]));
+  return r;
+}
 
 Value* Math::dpoly(Value* x, std::initializer_list<double> coeffs) {
   Value* r = nullptr;
@@ -64,8 +82,6 @@ Value* Math::dpoly(Value* x, std::initializer_list<double> coeffs) {
 // with c = r - r^2 P(r^2) (minimax, error under 1 ulp), scaled by 2^k in two factors so that
 // results reach the subnormal range and overflow to inf.
 Value* Math::exp_f64(Value* x) {
-  auto* i64 = b_.getInt64Ty();
-  auto* f64 = b_.getDoubleTy();
   Value* xc = b_.CreateMinNum(b_.CreateMaxNum(x, d(-1000.0)), d(1000.0));
   Value* k = b_.CreateUnaryIntrinsic(llvm::Intrinsic::rint,
                                      b_.CreateFMul(xc, d(1.44269504088896338700e+00)));
@@ -81,18 +97,38 @@ Value* Math::exp_f64(Value* x) {
       d(1.0),
       b_.CreateFSub(b_.CreateFSub(lo, b_.CreateFDiv(b_.CreateFMul(r, c), b_.CreateFSub(d(2.0), c))),
                     hi));
-  Value* ki = b_.CreateFPToSI(k, i64);
-  Value* h = b_.CreateAShr(ki, 1);
-  auto pow2 = [&](Value* e) {  // 2^e for e in [-1022, 1023]
-    return b_.CreateBitCast(b_.CreateShl(b_.CreateAdd(e, b_.getInt64(1023)), 52), f64);
-  };
-  Value* res = b_.CreateFMul(b_.CreateFMul(y, pow2(h)), pow2(b_.CreateSub(ki, h)));
-  return b_.CreateSelect(b_.CreateFCmpUNO(x, x), x, res);
+  return b_.CreateSelect(b_.CreateFCmpUNO(x, x), x, scale_by_pow2(y, k));
 }
 
-// fdlibm's log: x = 2^e f with f in (sqrt(1/2), sqrt(2)], g = f - 1, s = g / (2 + g),
-// log f = g - (g^2/2 - s (g^2/2 + R(s^2))) (minimax), plus e ln 2 in two parts. Subnormals are
-// scaled into the normal range first (under DAZ they compare equal to 0 and give -inf).
+// fdlibm's log of 2^e f for f in [1, 2) and an integer e: f is folded into (sqrt(1/2),
+// sqrt(2)], g = f - 1, s = g / (2 + g), log f = g - (g^2/2 - s (g^2/2 + R(s^2))) (minimax,
+// loom/core/philox.h's NormalConstants), plus e ln 2 in two parts, in fdlibm's order. Its
+// polynomials use llvm.fma, never an optional fusion: core/philox.cpp repeats these operations
+// for the normal map, bit for bit.
+Value* Math::log_f64_reduced(Value* f, Value* e) {
+  using K = loom::detail::NormalConstants;
+  auto* f64 = b_.getDoubleTy();
+  Value* big = b_.CreateFCmpOGT(f, d(K::kSqrt2));
+  f = b_.CreateSelect(big, b_.CreateFMul(f, d(0.5)), f);
+  e = b_.CreateSelect(big, b_.CreateAdd(e, llvm::ConstantInt::get(e->getType(), 1)), e);
+  Value* g = b_.CreateFSub(f, d(1.0));
+  Value* s = b_.CreateFDiv(g, b_.CreateFAdd(d(2.0), g));
+  Value* z = b_.CreateFMul(s, s);
+  Value* w = b_.CreateFMul(z, z);
+  Value* r =
+      b_.CreateFAdd(b_.CreateFMul(z, horner({K::kLog[0], K::kLog[2], K::kLog[4], K::kLog[6]}, w)),
+                    b_.CreateFMul(w, horner({K::kLog[1], K::kLog[3], K::kLog[5]}, w)));
+  // e ln2_hi - ((g^2/2 - (s (g^2/2 + R) + e ln2_lo)) - g)
+  Value* hfsq = b_.CreateFMul(d(0.5), b_.CreateFMul(g, g));
+  Value* ef = b_.CreateSIToFP(e, f64);
+  Value* inner =
+      b_.CreateFAdd(b_.CreateFMul(s, b_.CreateFAdd(hfsq, r)), b_.CreateFMul(ef, d(K::kLn2Lo)));
+  return b_.CreateFSub(b_.CreateFMul(ef, d(K::kLn2Hi)),
+                       b_.CreateFSub(b_.CreateFSub(hfsq, inner), g));
+}
+
+// Subnormals are scaled into the normal range first (under DAZ they compare equal to 0 and
+// give -inf).
 Value* Math::log_f64(Value* x) {
   auto* i64 = b_.getInt64Ty();
   auto* f64 = b_.getDoubleTy();
@@ -104,25 +140,7 @@ Value* Math::log_f64(Value* x) {
   Value* f = b_.CreateBitCast(b_.CreateOr(b_.CreateAnd(bits, b_.getInt64(0x000fffffffffffffLL)),
                                           b_.getInt64(0x3ff0000000000000LL)),
                               f64);  // [1, 2)
-  Value* big = b_.CreateFCmpOGT(f, d(1.41421356237309514547e+00));
-  f = b_.CreateSelect(big, b_.CreateFMul(f, d(0.5)), f);
-  e = b_.CreateSelect(big, b_.CreateAdd(e, b_.getInt64(1)), e);
-  Value* g = b_.CreateFSub(f, d(1.0));
-  Value* s = b_.CreateFDiv(g, b_.CreateFAdd(d(2.0), g));
-  Value* z = b_.CreateFMul(s, s);
-  Value* w = b_.CreateFMul(z, z);
-  Value* r = b_.CreateFAdd(
-      b_.CreateFMul(z, dpoly(w, {1.479819860511658591e-01, 1.818357216161805012e-01,
-                                 2.857142874366239149e-01, 6.666666666666735130e-01})),
-      b_.CreateFMul(w, dpoly(w, {1.531383769920937332e-01, 2.222219843214978396e-01,
-                                 3.999999999940941908e-01})));
-  // e ln2_hi - ((g^2/2 - (s (g^2/2 + R) + e ln2_lo)) - g), in fdlibm's order.
-  Value* hfsq = b_.CreateFMul(d(0.5), b_.CreateFMul(g, g));
-  Value* ef = b_.CreateSIToFP(e, f64);
-  Value* inner = b_.CreateFAdd(b_.CreateFMul(s, b_.CreateFAdd(hfsq, r)),
-                               b_.CreateFMul(ef, d(1.90821492927058770002e-10)));
-  Value* res = b_.CreateFSub(b_.CreateFMul(ef, d(6.93147180369123816490e-01)),
-                             b_.CreateFSub(b_.CreateFSub(hfsq, inner), g));
+  Value* res = log_f64_reduced(f, e);
   // log(0) = -inf, log(x < 0) = NaN, log(inf) = inf, log(NaN) = NaN.
   res = b_.CreateSelect(b_.CreateFCmpOEQ(x, d(0.0)), d(-INFINITY), res);
   res = b_.CreateSelect(b_.CreateFCmpOLT(x, d(0.0)), d(NAN), res);

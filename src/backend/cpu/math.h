@@ -20,6 +20,12 @@ class Math {
   llvm::Value* tanh(llvm::Value* x);
   llvm::Value* erf(llvm::Value* x);
   llvm::Value* pow(llvm::Value* x, llvm::Value* y);
+  // a * x + y rounded once (llvm.fma: always fused, unlike fmuladd), and a float64 polynomial
+  // by Horner's rule in such steps, coefficients from the lowest power.
+  llvm::Value* fma(llvm::Value* a, llvm::Value* x, llvm::Value* y);
+  llvm::Value* horner(std::initializer_list<double> coeffs, llvm::Value* z);
+  // log(f 2^e) in float64 for f in [1, 2), e an integer value (see math.cpp).
+  llvm::Value* log_f64_reduced(llvm::Value* f, llvm::Value* e);
 
  private:
   llvm::Value* c(double v);
@@ -27,6 +33,7 @@ class Math {
   llvm::Value* poly(llvm::Value* x, std::initializer_list<double> coeffs);
   llvm::Value* libm(const char* name, llvm::Value* x);
   llvm::Value* exp_f32(llvm::Value* x);
+  llvm::Value* scale_by_pow2(llvm::Value* y, llvm::Value* n);
   llvm::Value* d(double v);
   llvm::Value* dpoly(llvm::Value* x, std::initializer_list<double> coeffs);
   llvm::Value* exp_f64(llvm::Value* x);
