@@ -69,8 +69,9 @@ std::string bench_file(const std::string& relative);
 std::string self_path();
 // Whether /usr/bin/python3 imports torch (python3-torch: the PyTorch baselines).
 bool torch_available();
-// The figure `key` that `python3 -c CODE` prints (CODE without double quotes), or -1 when
-// PyTorch is missing or the script prints nothing under that key.
+// What `python3 -c CODE` prints (CODE without double quotes), "" when PyTorch is missing; the
+// figure `key` it prints, or -1 when PyTorch is missing or the script prints nothing under it.
+std::string torch_output(const std::string& code);
 double torch_figure(const std::string& code, const std::string& key);
 
 // `loom-bench --peers` (peers.cpp): the benchmarks that have peer versions, their figures

@@ -163,9 +163,13 @@ bool torch_available() {
   return yes;
 }
 
+std::string torch_output(const std::string& code) {
+  if (!torch_available()) return "";
+  return command_output("/usr/bin/python3 -c \"" + code + "\" 2>/dev/null");
+}
+
 double torch_figure(const std::string& code, const std::string& key) {
-  if (!torch_available()) return -1;
-  return figure_in(command_output("/usr/bin/python3 -c \"" + code + "\" 2>/dev/null"), key);
+  return figure_in(torch_output(code), key);
 }
 
 }  // namespace loom::bench

@@ -130,8 +130,9 @@ std::vector<Figure> op_paths() {
             {"exp64", "exp_f64", exp64},
             {"log64", "log_f64", log64},
             {"pow", "pow_f32", powf32}};
+  const std::string torch_out = torch_output(torch_code);  // one run prints all four
   for (const auto& v : vs) {
-    const double t = torch_figure(torch_code, v.key);
+    const double t = figure_in(torch_out, v.key);
     if (t <= 0) continue;
     f.push_back({std::string("torch_") + v.name + "_ms", t, "ms", "same run: PyTorch 1.13"});
     f.push_back({std::string(v.name) + "_vs_torch", v.loom / t, "x", "< 1: faster"});

@@ -41,10 +41,11 @@ inline double philox_uniform(uint64_t seed, uint64_t offset, uint64_t e) {
 }
 
 namespace detail {
-// The constants of philox_normal_from_words, shared with the code generators that reproduce
-// it. Minimax coefficients as in fdlibm: log(1 + g) = g - (g^2/2 - s (g^2/2 + R(s^2))) with
-// s = g / (2 + g) for g in [sqrt(1/2) - 1, sqrt(2) - 1]; sin x = x + x^3 S(x^2) and cos x =
-// 1 - x^2/2 + x^4 C(x^2) for |x| <= pi/4 (coefficients lowest power first).
+// The constants of philox_normal_from_words, shared with the CPU backend, which reproduces it
+// and computes its float64 log op with the same log. Minimax coefficients as in fdlibm: log(1 + g)
+// = g - (g^2/2 - s (g^2/2 + R(s^2))) with s = g / (2 + g) for g in [sqrt(1/2) - 1, sqrt(2) - 1];
+// sin x = x + x^3 S(x^2) and cos x = 1 - x^2/2 + x^4 C(x^2) for |x| <= pi/4 (coefficients lowest
+// power first).
 struct NormalConstants {
   static constexpr double kLn2Hi = 6.93147180369123816490e-01;  // 32 bits: k * kLn2Hi is exact
   static constexpr double kLn2Lo = 1.90821492927058770002e-10;

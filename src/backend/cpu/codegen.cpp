@@ -536,8 +536,6 @@ class Emitter {
     auto* i64 = b_.getInt64Ty();
     auto* f64 = b_.getDoubleTy();
     auto c = [&](double v) { return llvm::ConstantFP::get(f64, v); };
-    auto fma = [&](Value* a, Value* x, Value* y) { return math_.fma(a, x, y); };
-    auto horner = [&](std::initializer_list<double> k, Value* z) { return math_.horner(k, z); };
     // log u1 = (k - 24) ln 2 + log f, n = (w1 >> 8) + 1 = f 2^k.
     Value* n = b_.CreateAdd(b_.CreateLShr(w1, 8), b_.getInt32(1));
     Value* k = b_.CreateSub(b_.getInt32(31),
@@ -555,13 +553,14 @@ class Emitter {
     Value* folded = b_.CreateSelect(fold, b_.CreateSub(b_.getInt32(1 << 22), rest), rest);
     Value* x = b_.CreateFMul(b_.CreateUIToFP(folded, f64), c(K::kTurn));
     Value* zx = b_.CreateFMul(x, x);
-    Value* sin_x = fma(
+    Value* sin_x = math_.fma(
         b_.CreateFMul(x, zx),
-        horner({K::kSin[0], K::kSin[1], K::kSin[2], K::kSin[3], K::kSin[4], K::kSin[5]}, zx), x);
-    Value* cos_x =
-        fma(b_.CreateFMul(zx, zx),
-            horner({K::kCos[0], K::kCos[1], K::kCos[2], K::kCos[3], K::kCos[4], K::kCos[5]}, zx),
-            b_.CreateFSub(c(1.0), b_.CreateFMul(c(0.5), zx)));
+        math_.horner({K::kSin[0], K::kSin[1], K::kSin[2], K::kSin[3], K::kSin[4], K::kSin[5]}, zx),
+        x);
+    Value* cos_x = math_.fma(
+        b_.CreateFMul(zx, zx),
+        math_.horner({K::kCos[0], K::kCos[1], K::kCos[2], K::kCos[3], K::kCos[4], K::kCos[5]}, zx),
+        b_.CreateFSub(c(1.0), b_.CreateFMul(c(0.5), zx)));
     Value* odd = b_.CreateICmpNE(b_.CreateAnd(q, b_.getInt32(1)), b_.getInt32(0));
     Value* v = b_.CreateSelect(b_.CreateXor(odd, fold), sin_x, cos_x);
     Value* negative = b_.CreateICmpEQ(b_.CreateAnd(b_.CreateAdd(q, b_.getInt32(1)), b_.getInt32(2)),

@@ -72,12 +72,6 @@ Value* Math::horner(std::initializer_list<double> coeffs, Value* z) {
   return r;
 }
 
-Value* Math::dpoly(Value* x, std::initializer_list<double> coeffs) {
-  Value* r = nullptr;
-  for (double k : coeffs) r = r ? fmuladd(r, x, d(k)) : d(k);
-  return r;
-}
-
 // fdlibm's exp: k = rint(x / ln 2), r = x - k ln 2 in two parts, exp(r) = 1 + r + r c / (2 - c)
 // with c = r - r^2 P(r^2) (minimax, error under 1 ulp), scaled by 2^k in two factors so that
 // results reach the subnormal range and overflow to inf.
@@ -90,9 +84,10 @@ Value* Math::exp_f64(Value* x) {
   Value* r = b_.CreateFSub(hi, lo);
   Value* t = b_.CreateFMul(r, r);
   Value* c = b_.CreateFSub(
-      r, b_.CreateFMul(t, dpoly(t, {4.13813679705723846039e-08, -1.65339022054652515390e-06,
-                                    6.61375632143793436117e-05, -2.77777777770155933842e-03,
-                                    1.66666666666666019037e-01})));
+      r, b_.CreateFMul(t, horner({1.66666666666666019037e-01, -2.77777777770155933842e-03,
+                                  6.61375632143793436117e-05, -1.65339022054652515390e-06,
+                                  4.13813679705723846039e-08},
+                                 t)));
   Value* y = b_.CreateFSub(
       d(1.0),
       b_.CreateFSub(b_.CreateFSub(lo, b_.CreateFDiv(b_.CreateFMul(r, c), b_.CreateFSub(d(2.0), c))),

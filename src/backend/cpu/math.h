@@ -35,7 +35,6 @@ class Math {
   llvm::Value* exp_f32(llvm::Value* x);
   llvm::Value* scale_by_pow2(llvm::Value* y, llvm::Value* n);
   llvm::Value* d(double v);
-  llvm::Value* dpoly(llvm::Value* x, std::initializer_list<double> coeffs);
   llvm::Value* exp_f64(llvm::Value* x);
   llvm::Value* log_f64(llvm::Value* x);
 
