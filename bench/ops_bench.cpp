@@ -113,6 +113,13 @@ std::vector<Figure> op_paths() {
   f.push_back({"log_f64_ms", log64, "ms", "[4,512,512] float64"});
   f.push_back({"pow_f32_ms", powf32, "ms", "[4,512,512] float32 tensor ** tensor"});
   f.push_back({"pow_over_exp_f32", powf32 / exp32, "x", "same run: against float32 exp"});
+  // A host exponent is a graph input (no recompile per value); the kernel checks it for 2.
+  const double square = loom_ms(kReps, [&] { return loom::pow(expo, 2.0); });
+  const double cube = loom_ms(kReps, [&] { return loom::pow(pos, 3.0); });
+  const double mul = loom_ms(kReps, [&] { return expo * expo; });
+  f.push_back({"pow_2_f32_ms", square, "ms", "[4,512,512] float32 x ** 2 (host exponent)"});
+  f.push_back({"pow_3_f32_ms", cube, "ms", "the same executable's general path: x ** 3"});
+  f.push_back({"pow_2_over_mul", square / mul, "x", "same run: against x * x"});
 
   const std::string torch_code =
       "\nimport torch, time\nx = torch.rand(4, 512, 512) + 0.5\ny = torch.rand(4, 512, 512) * 4 - 2"
@@ -121,7 +128,7 @@ std::vector<Figure> op_paths() {
       "    ts.append(time.perf_counter() - t0)\n  ts.sort()\n  return ts[4] * 1e3\n"
       "print('randn', med(lambda: torch.randn(4, 512, 512)))\n"
       "print('exp64', med(lambda: xd.exp()))\nprint('log64', med(lambda: xd.log()))\n"
-      "print('pow', med(lambda: x.pow(y)))\n";
+      "print('pow', med(lambda: x.pow(y)))\nprint('square', med(lambda: y ** 2))\n";
   const struct {
     const char* key;
     const char* name;
@@ -129,8 +136,9 @@ std::vector<Figure> op_paths() {
   } vs[] = {{"randn", "randn", normal},
             {"exp64", "exp_f64", exp64},
             {"log64", "log_f64", log64},
-            {"pow", "pow_f32", powf32}};
-  const std::string torch_out = torch_output(torch_code);  // one run prints all four
+            {"pow", "pow_f32", powf32},
+            {"square", "pow_2_f32", square}};
+  const std::string torch_out = torch_output(torch_code);  // one run prints them all
   for (const auto& v : vs) {
     const double t = figure_in(torch_out, v.key);
     if (t <= 0) continue;

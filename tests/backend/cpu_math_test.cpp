@@ -70,6 +70,28 @@ TEST(CpuMath, Float64LogIsWithinOneUlpOfLibm) {
 // Every pair of a grid of bases and exponents that holds C's special cases (zeros of both
 // signs, +-1, infinities, NaN, odd and even integers, halves, exponents past 2^24 where every
 // float is even, results that overflow and underflow), and a sweep of ordinary ones.
+// got = pow(x, y) in float32 against C's powf: NaN where it is NaN, zeros and infinities with
+// their sign, subnormal results flushed (kernels run with denormals off), else within 1 ulp.
+void expect_powf(float x, float y, float got) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float want = std::pow(x, y);
+  if (std::isnan(want)) {
+    EXPECT_TRUE(std::isnan(got)) << "pow(" << x << ", " << y << ") = " << got;
+    return;
+  }
+  if (std::fabs(want) < FLT_MIN && want != 0) {  // subnormal: runs flush them to zero
+    EXPECT_LE(std::fabs(got), FLT_MIN) << "pow(" << x << ", " << y << ")";
+    return;
+  }
+  if (std::isinf(want) || want == 0) {
+    EXPECT_EQ(got, want) << "pow(" << x << ", " << y << ")";
+    EXPECT_EQ(std::signbit(got), std::signbit(want)) << "pow(" << x << ", " << y << ")";
+    return;
+  }
+  EXPECT_LE(std::fabs(got - want), std::nextafter(std::fabs(want), inf) - std::fabs(want))
+      << "pow(" << x << ", " << y << ") = " << got << ", powf " << want;
+}
+
 TEST(CpuMath, Float32PowIsCsPowfWithinOneUlp) {
   const float inf = std::numeric_limits<float>::infinity(), nan = std::nanf("");
   const std::vector<float> bases = {0.0f,    -0.0f, 1.0f,   -1.0f,  inf,    -inf,  nan,
@@ -89,24 +111,93 @@ TEST(CpuMath, Float32PowIsCsPowfWithinOneUlp) {
   const int64_t n = static_cast<int64_t>(xs.size());
   std::vector<float> got =
       loom::pow(loom::tensor(xs, {n}), loom::tensor(ys, {n})).to_vector<float>();
-  for (size_t i = 0; i < xs.size(); ++i) {
-    const float want = std::pow(xs[i], ys[i]);
-    if (std::isnan(want)) {
-      EXPECT_TRUE(std::isnan(got[i])) << "pow(" << xs[i] << ", " << ys[i] << ") = " << got[i];
-      continue;
+  for (size_t i = 0; i < xs.size(); ++i) expect_powf(xs[i], ys[i], got[i]);
+}
+
+// A host exponent is a graph input, so x ** 2 and x ** 3 share one executable; its kernels
+// square when every such exponent is 2 at run time (codegen.cpp, squares_version) and take
+// the general pow otherwise. Both paths of the same executable, in elementwise, row- and
+// column-reduction stages, against C's powf (x * x is powf(x, 2) correctly rounded).
+TEST(CpuMath, HostExponentsOfTwoSquareInTheSameExecutable) {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::nanf("");
+  std::vector<float> xs = {0.0f,  -0.0f, 1.0f,  -1.0f,  inf,    -inf,  nan,    0.5f,
+                           -0.5f, 3.7f,  -3.7f, 1e-20f, 1e-30f, 1e19f, -1e20f, 1.8e19f};
+  for (int i = 0; i < 4000; ++i)
+    xs.push_back(static_cast<float>(-30.0 + 60.0 * ((i * 7919) % 10007) / 10007.0));
+  const int64_t n = static_cast<int64_t>(xs.size());
+  Tensor x = loom::tensor(xs, {n});
+  loom::sync();
+  const int64_t compiles = loom::metrics().compiles;
+  for (float e : {2.0f, 3.0f, 2.0f, -2.0f, 0.5f, 2.0f}) {
+    std::vector<float> got = loom::pow(x, e).to_vector<float>();
+    for (size_t i = 0; i < xs.size(); ++i) {
+      expect_powf(xs[i], e, got[i]);
+      if (e == 2.0f && std::fabs(xs[i] * xs[i]) >= FLT_MIN)  // squared: exactly x * x
+        EXPECT_EQ(got[i], xs[i] * xs[i]) << xs[i];
     }
-    if (std::fabs(want) < FLT_MIN && want != 0) {  // subnormal: runs flush them to zero
-      EXPECT_LE(std::fabs(got[i]), FLT_MIN) << "pow(" << xs[i] << ", " << ys[i] << ")";
-      continue;
+  }
+  EXPECT_EQ(loom::metrics().compiles, compiles + 1) << "one executable for every exponent";
+
+  // Two pows in one kernel: squares only when both exponents are 2.
+  Tensor y = loom::tensor(std::vector<float>(xs.rbegin(), xs.rend()), {n});
+  for (auto [a, b] : {std::pair{2.0f, 2.0f}, {2.0f, 3.0f}, {3.0f, 2.0f}, {2.0f, 2.0f}}) {
+    std::vector<float> got = (loom::pow(x, a) - loom::pow(y, b)).to_vector<float>();
+    const size_t m = xs.size();
+    for (size_t i = 16; i < m - 16; ++i) {  // ordinary values
+      const float want = std::pow(xs[i], a) - std::pow(xs[m - 1 - i], b);
+      EXPECT_NEAR(got[i], want,
+                  1e-6 * (std::fabs(std::pow(xs[i], a)) + std::fabs(std::pow(xs[m - 1 - i], b))))
+          << a << " " << b << " at " << i;
     }
-    if (std::isinf(want) || want == 0) {
-      EXPECT_EQ(got[i], want) << "pow(" << xs[i] << ", " << ys[i] << ")";
-      EXPECT_EQ(std::signbit(got[i]), std::signbit(want))
-          << "pow(" << xs[i] << ", " << ys[i] << ")";
-      continue;
+  }
+
+  // Reductions: sums of powers over rows and over columns.
+  std::vector<float> grid(xs.begin() + 16, xs.begin() + 16 + 64 * 50);
+  Tensor g = loom::tensor(grid, {64, 50});
+  for (float e : {2.0f, 3.0f, 2.0f}) {
+    std::vector<double> rows =
+        loom::to(loom::sum(loom::pow(g, e), {1}), DType::Float64).to_vector<double>();
+    std::vector<double> cols =
+        loom::to(loom::sum(loom::pow(g, e), {0}), DType::Float64).to_vector<double>();
+    for (int r = 0; r < 64; ++r) {
+      double want = 0, mag = 0;
+      for (int c = 0; c < 50; ++c) {
+        want += std::pow(static_cast<double>(grid[r * 50 + c]), e);
+        mag += std::fabs(std::pow(static_cast<double>(grid[r * 50 + c]), e));
+      }
+      EXPECT_NEAR(rows[r], want, 1e-5 * mag) << "row " << r << " e " << e;
     }
-    EXPECT_LE(std::fabs(got[i] - want), std::nextafter(std::fabs(want), inf) - std::fabs(want))
-        << "pow(" << xs[i] << ", " << ys[i] << ") = " << got[i] << ", powf " << want;
+    for (int c = 0; c < 50; ++c) {
+      double want = 0, mag = 0;
+      for (int r = 0; r < 64; ++r) {
+        want += std::pow(static_cast<double>(grid[r * 50 + c]), e);
+        mag += std::fabs(std::pow(static_cast<double>(grid[r * 50 + c]), e));
+      }
+      EXPECT_NEAR(cols[c], want, 1e-5 * mag) << "column " << c << " e " << e;
+    }
+  }
+
+  // float64 and bfloat16: squares are their own products.
+  Tensor x64 = loom::to(x, DType::Float64), xh = loom::to(x, DType::BFloat16);
+  for (double e : {2.0, 3.0, 2.0}) {
+    std::vector<double> got = loom::pow(x64, e).to_vector<double>();
+    std::vector<double> half = loom::to(loom::pow(xh, e), DType::Float64).to_vector<double>();
+    std::vector<double> half_want =
+        loom::to(e == 2.0 ? xh * xh : xh * xh * xh, DType::Float64).to_vector<double>();
+    for (size_t i = 0; i < xs.size(); ++i) {
+      const double want = std::pow(static_cast<double>(xs[i]), e);
+      if (std::isnan(want)) {
+        EXPECT_TRUE(std::isnan(got[i]));
+        EXPECT_TRUE(std::isnan(half[i]));
+        continue;
+      }
+      if (e == 2.0 || std::isinf(want)) {
+        EXPECT_EQ(got[i], want) << xs[i];
+        EXPECT_EQ(half[i], half_want[i]) << xs[i];
+      } else {
+        EXPECT_NEAR(got[i], want, 2.3e-16 * std::fabs(want)) << xs[i];
+      }
+    }
   }
 }
 

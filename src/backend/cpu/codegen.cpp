@@ -11,6 +11,7 @@
 #include <mutex>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "backend/cpu/codegen_impl.h"
 #include "backend/cpu/jit.h"
@@ -446,13 +447,16 @@ class Emitter {
     if (llvm::Instruction* end = hoist_->getTerminator()) b_.SetInsertPoint(end);
     llvm::BasicBlock* at = std::exchange(hoist_, nullptr);
     llvm::MDNode* group = std::exchange(group_, nullptr);
+    const bool squares = std::exchange(squares_, false);  // runs whatever the exponents are
     std::unordered_map<std::string, Value*> memo;
     memo.swap(memo_);
     Value* v = eval(n, {});
     memo.swap(memo_);
+    squares_ = squares;
     group_ = group;
     hoist_ = at;
     hoisted_[n] = v;
+    invariant_.insert(v);
     return v;
   }
 
@@ -462,9 +466,53 @@ class Emitter {
   void hoisting(Loops&& loops) {
     hoist_ = b_.GetInsertBlock();
     hoisted_.clear();
+    invariant_.clear();
+    square_exponents_.clear();
     loops();
+    // (A reduction of no dims emits no loop: its code is the hoist block's own.)
+    if (!square_exponents_.empty() && hoist_->getTerminator()) squares_version(loops);
     hoist_ = nullptr;
     hoisted_.clear();
+    invariant_.clear();
+  }
+
+  // The loops just emitted raise to powers that are the same on every trip (a host number
+  // is a graph input, so `x ** 2` and `x ** 3` share an executable); a second copy of them
+  // squares instead, taken when every such exponent is 2 at run time: x * x is pow(x, 2)
+  // correctly rounded, NaN, infinities and signed zeros included, and the general float32
+  // pow costs a float64 log and exp an element (1.8 against 0.14 ms over 2^20 elements).
+  template <class Loops>
+  void squares_version(Loops&& loops) {
+    llvm::BasicBlock* general_exit = b_.GetInsertBlock();
+    llvm::Instruction* into = hoist_->getTerminator();  // the branch into the general loops
+    b_.SetInsertPoint(into);
+    Value* all_two = b_.getTrue();
+    for (Value* y : square_exponents_)
+      all_two =
+          b_.CreateAnd(all_two, b_.CreateFCmpOEQ(y, llvm::ConstantFP::get(y->getType(), 2.0)));
+    auto* squares = llvm::BasicBlock::Create(ctx_, "squares", fn_);
+    auto* join = llvm::BasicBlock::Create(ctx_, "joined", fn_);
+    b_.CreateCondBr(all_two, squares, into->getSuccessor(0));
+    into->eraseFromParent();
+    b_.SetInsertPoint(squares);
+    squares_ = true;
+    loops();
+    squares_ = false;
+    b_.CreateBr(join);
+    b_.SetInsertPoint(general_exit);
+    b_.CreateBr(join);
+    b_.SetInsertPoint(join);
+  }
+
+  // pow(x, y) as x * x where that is known to be it: y the constant 2, or, in the squares
+  // copy of a stage's loops, y hoisted (null otherwise, and the exponent noted for the copy).
+  Value* square(Value* x, Value* y) {
+    if (auto* k = llvm::dyn_cast<llvm::ConstantFP>(y))
+      return k->isExactlyValue(2.0) ? b_.CreateFMul(x, x) : nullptr;
+    if (!hoist_ || !invariant_.count(y)) return nullptr;
+    if (std::find(square_exponents_.begin(), square_exponents_.end(), y) == square_exponents_.end())
+      square_exponents_.push_back(y);
+    return squares_ ? b_.CreateFMul(x, x) : nullptr;
   }
 
   Value* compute(NodeId n, const Coords& c) {
@@ -500,6 +548,8 @@ class Emitter {
       xs.push_back(eval(node.operands[k].node, operand_coords(g_, n, k, c)));
     if (node.op == OpKind::Convert) return convert(xs[0], g_.type(node.operands[0]).dtype, dt);
     DType in = g_.type(node.operands[node.op == OpKind::Where ? 1 : 0]).dtype;
+    if (node.op == OpKind::Pow && is_floating(in))
+      if (Value* sq = square(xs[0], xs[1])) return round_to(sq, dt);
     return round_to(elementwise(node.op, in, xs), dt);
   }
 
@@ -795,6 +845,9 @@ class Emitter {
   std::map<NodeId, Value*> row_scalars_;
   llvm::BasicBlock* hoist_ = nullptr;  // set while a stage's loops are emitted (hoisted())
   std::map<NodeId, Value*> hoisted_;
+  std::unordered_set<Value*> invariant_;  // hoisted_'s values
+  std::vector<Value*> square_exponents_;  // hoisted exponents of the loops' pows (square())
+  bool squares_ = false;                  // emitting the squares copy (squares_version())
 };
 
 int64_t work_per_outer(const KernelSpec& k) {
