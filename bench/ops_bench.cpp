@@ -10,7 +10,10 @@
 //   a bias gradient's sum over rows against a sum over the last dim of the same tensor (each
 //   column was walked with a stride);
 //   normal draws against uniform ones of the same size (the normals' log and cos were scalar
-//   libm calls), float64 exp and log and float32 pow against PyTorch (libm calls too).
+//   libm calls), float64 exp and log and float32 pow against PyTorch (libm calls too);
+//   float32 x ** 2 with a host exponent against x * x (the general pow, 12x slower, served
+//   it); float32 sin and cos against exp (scalar libm calls in float64, 3 ms, until they had
+//   their own reduction and polynomials).
 #include "bench.h"
 #include "loom/loom.h"
 
@@ -120,6 +123,13 @@ std::vector<Figure> op_paths() {
   f.push_back({"pow_2_f32_ms", square, "ms", "[4,512,512] float32 x ** 2 (host exponent)"});
   f.push_back({"pow_3_f32_ms", cube, "ms", "the same executable's general path: x ** 3"});
   f.push_back({"pow_2_over_mul", square / mul, "x", "same run: against x * x"});
+  Tensor wide = expo * 50;  // [-100, 100): every quadrant, reductions of several turns
+  loom::sync();
+  const double sin32 = loom_ms(kReps, [&] { return loom::sin(wide); });
+  const double cos32 = loom_ms(kReps, [&] { return loom::cos(wide); });
+  f.push_back({"sin_f32_ms", sin32, "ms", "[4,512,512] float32 in [-100, 100)"});
+  f.push_back({"cos_f32_ms", cos32, "ms", "[4,512,512] float32 in [-100, 100)"});
+  f.push_back({"sin_over_exp_f32", sin32 / exp32, "x", "same run: against float32 exp"});
 
   const std::string torch_code =
       "\nimport torch, time\nx = torch.rand(4, 512, 512) + 0.5\ny = torch.rand(4, 512, 512) * 4 - 2"
@@ -128,16 +138,16 @@ std::vector<Figure> op_paths() {
       "    ts.append(time.perf_counter() - t0)\n  ts.sort()\n  return ts[4] * 1e3\n"
       "print('randn', med(lambda: torch.randn(4, 512, 512)))\n"
       "print('exp64', med(lambda: xd.exp()))\nprint('log64', med(lambda: xd.log()))\n"
-      "print('pow', med(lambda: x.pow(y)))\nprint('square', med(lambda: y ** 2))\n";
+      "print('pow', med(lambda: x.pow(y)))\nprint('square', med(lambda: y ** 2))\n"
+      "w = y * 50\nprint('sin', med(lambda: w.sin()))\nprint('cos', med(lambda: w.cos()))\n";
   const struct {
     const char* key;
     const char* name;
     double loom;
-  } vs[] = {{"randn", "randn", normal},
-            {"exp64", "exp_f64", exp64},
-            {"log64", "log_f64", log64},
-            {"pow", "pow_f32", powf32},
-            {"square", "pow_2_f32", square}};
+  } vs[] = {{"randn", "randn", normal},      {"exp64", "exp_f64", exp64},
+            {"log64", "log_f64", log64},     {"pow", "pow_f32", powf32},
+            {"square", "pow_2_f32", square}, {"sin", "sin_f32", sin32},
+            {"cos", "cos_f32", cos32}};
   const std::string torch_out = torch_output(torch_code);  // one run prints them all
   for (const auto& v : vs) {
     const double t = figure_in(torch_out, v.key);

@@ -1,10 +1,13 @@
 // The CPU backend's own float64 exp and log and its float32 pow (backend/cpu/math.cpp), which
 // replaced libm calls that kept their loops scalar: against libm in long double (exp, log) and
-// C's powf (pow), over sweeps of ordinary values and every special case C defines.
+// C's powf (pow), over sweeps of ordinary values and every special case C defines; float32
+// sin and cos against sinl and cosl.
 #include <gtest/gtest.h>
 
 #include <cfloat>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -132,8 +135,9 @@ TEST(CpuMath, HostExponentsOfTwoSquareInTheSameExecutable) {
     std::vector<float> got = loom::pow(x, e).to_vector<float>();
     for (size_t i = 0; i < xs.size(); ++i) {
       expect_powf(xs[i], e, got[i]);
-      if (e == 2.0f && std::fabs(xs[i] * xs[i]) >= FLT_MIN)  // squared: exactly x * x
+      if (e == 2.0f && std::fabs(xs[i] * xs[i]) >= FLT_MIN) {  // squared: exactly x * x
         EXPECT_EQ(got[i], xs[i] * xs[i]) << xs[i];
+      }
     }
   }
   EXPECT_EQ(loom::metrics().compiles, compiles + 1) << "one executable for every exponent";
@@ -202,3 +206,68 @@ TEST(CpuMath, HostExponentsOfTwoSquareInTheSameExecutable) {
 }
 
 }  // namespace
+
+// float32 sin and cos (math.cpp, sin_cos_f32: an exact reduction by a table of 2/pi's bits
+// per exponent) against long double sinl and cosl rounded to float: within 1 ulp over a sweep,
+// every binade of both signs, neighbours of multiples of pi/2 up to 2^62 pi/2 and the float32
+// nearest one of all (relative to its size), random bit patterns of every exponent, and C's
+// special cases.
+TEST(CpuMath, Float32SinCosWithinOneUlpForEveryExponent) {
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> xs;
+  for (double v = -30; v <= 30; v += 0.00091) xs.push_back(static_cast<float>(v));
+  for (double v = 1.2e-38; v < 3.4e38; v *= 1.0137)
+    xs.push_back(static_cast<float>(v)), xs.push_back(-static_cast<float>(v));
+  const long double half_pi = 1.570796326794896619231321691639751442L;
+  auto near = [&](long double k) {
+    float x = static_cast<float>(k * half_pi);
+    for (int i = 0; i < 3; ++i) x = std::nextafter(x, 0.0f);
+    for (int i = 0; i < 7; ++i, x = std::nextafter(x, inf)) xs.push_back(x);
+  };
+  for (int k = 1; k < 3000; ++k) near(k);
+  for (float x : {0x1.f37c8ap+95f, -0x1.f37c8ap+95f}) xs.push_back(x);  // the nearest of all
+  for (int j = 12; j < 63; ++j)
+    for (int k = 1; k < 200; k += 2) near(std::ldexp(static_cast<long double>(k), j));
+  uint32_t state = 12345;
+  for (int i = 0; i < 100000; ++i) {
+    state = state * 1664525u + 1013904223u;
+    float x;
+    std::memcpy(&x, &state, sizeof x);
+    if (std::isfinite(x)) xs.push_back(x);
+  }
+  const int64_t n = static_cast<int64_t>(xs.size());
+  Tensor t = loom::tensor(xs, {n});
+  const std::vector<float> s = loom::sin(t).to_vector<float>();
+  const std::vector<float> c = loom::cos(t).to_vector<float>();
+  auto check = [&](const char* name, float x, float got, long double exact) {
+    const float want = static_cast<float>(exact);
+    if (std::fabs(want) < FLT_MIN) {  // subnormal results: runs flush them to zero
+      EXPECT_LE(std::fabs(got), std::fabs(want)) << name << "(" << x << ")";
+      return;
+    }
+    const float ulp = std::nextafter(std::fabs(want), inf) - std::fabs(want);
+    ASSERT_LE(std::fabs(got - want), ulp)
+        << name << "(" << std::hexfloat << x << ") = " << got << ", sinl/cosl " << want;
+  };
+  for (size_t i = 0; i < xs.size(); ++i) {
+    check("sin", xs[i], s[i], std::sin(static_cast<long double>(xs[i])));
+    check("cos", xs[i], c[i], std::cos(static_cast<long double>(xs[i])));
+  }
+
+  const std::vector<float> special = {0.0f, -0.0f, inf, -inf, std::nanf(""), FLT_MAX, -FLT_MAX};
+  Tensor sp = loom::tensor(special, {static_cast<int64_t>(special.size())});
+  const std::vector<float> ss = loom::sin(sp).to_vector<float>();
+  const std::vector<float> cs = loom::cos(sp).to_vector<float>();
+  EXPECT_EQ(ss[0], 0.0f);
+  EXPECT_FALSE(std::signbit(ss[0]));
+  EXPECT_EQ(ss[1], 0.0f);
+  EXPECT_TRUE(std::signbit(ss[1])) << "sin(-0) = -0";
+  EXPECT_EQ(cs[0], 1.0f);
+  EXPECT_EQ(cs[1], 1.0f);
+  for (size_t i = 2; i < 5; ++i) {
+    EXPECT_TRUE(std::isnan(ss[i])) << special[i];
+    EXPECT_TRUE(std::isnan(cs[i])) << special[i];
+  }
+  check("sin", FLT_MAX, ss[5], std::sin(static_cast<long double>(FLT_MAX)));
+  check("cos", -FLT_MAX, cs[6], std::cos(static_cast<long double>(-FLT_MAX)));
+}

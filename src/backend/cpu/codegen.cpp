@@ -51,7 +51,7 @@ Cache& cache() {
 class Emitter {
  public:
   Emitter(const ir::Graph& g, const Plan& p, llvm::Module& m)
-      : g_(g), p_(p), m_(m), ctx_(m.getContext()), b_(ctx_), math_(b_, m) {}
+      : g_(g), p_(p), m_(m), ctx_(m.getContext()), b_(ctx_), math_(b_, m, &group_) {}
 
   // `inlined`: an internal function always inlined into its caller (a native loop's body).
   void emit(const KernelSpec& k, const detail::KernelDescription& d, const std::string& name,
@@ -602,15 +602,8 @@ class Emitter {
     Value* fold = b_.CreateICmpUGT(rest, b_.getInt32(1 << 21));
     Value* folded = b_.CreateSelect(fold, b_.CreateSub(b_.getInt32(1 << 22), rest), rest);
     Value* x = b_.CreateFMul(b_.CreateUIToFP(folded, f64), c(K::kTurn));
-    Value* zx = b_.CreateFMul(x, x);
-    Value* sin_x = math_.fma(
-        b_.CreateFMul(x, zx),
-        math_.horner({K::kSin[0], K::kSin[1], K::kSin[2], K::kSin[3], K::kSin[4], K::kSin[5]}, zx),
-        x);
-    Value* cos_x = math_.fma(
-        b_.CreateFMul(zx, zx),
-        math_.horner({K::kCos[0], K::kCos[1], K::kCos[2], K::kCos[3], K::kCos[4], K::kCos[5]}, zx),
-        b_.CreateFSub(c(1.0), b_.CreateFMul(c(0.5), zx)));
+    Value* sin_x = math_.sin_kernel(x);
+    Value* cos_x = math_.cos_kernel(x);
     Value* odd = b_.CreateICmpNE(b_.CreateAnd(q, b_.getInt32(1)), b_.getInt32(0));
     Value* v = b_.CreateSelect(b_.CreateXor(odd, fold), sin_x, cos_x);
     Value* negative = b_.CreateICmpEQ(b_.CreateAnd(b_.CreateAdd(q, b_.getInt32(1)), b_.getInt32(2)),
@@ -669,8 +662,8 @@ class Emitter {
       case OpKind::Log: return math_.log(x[0]);
       case OpKind::Sqrt: return b_.CreateUnaryIntrinsic(llvm::Intrinsic::sqrt, x[0]);
       case OpKind::Tanh: return math_.tanh(x[0]);
-      case OpKind::Sin: return b_.CreateUnaryIntrinsic(llvm::Intrinsic::sin, x[0]);
-      case OpKind::Cos: return b_.CreateUnaryIntrinsic(llvm::Intrinsic::cos, x[0]);
+      case OpKind::Sin: return math_.sin(x[0]);
+      case OpKind::Cos: return math_.cos(x[0]);
       case OpKind::Erf: return math_.erf(x[0]);
       case OpKind::Not: return b_.CreateNot(x[0]);
       case OpKind::Add: return fl ? fop(llvm::Instruction::FAdd, x) : b_.CreateAdd(x[0], x[1]);
