@@ -10,7 +10,7 @@
 //   a bias gradient's sum over rows against a sum over the last dim of the same tensor (each
 //   column was walked with a stride);
 //   normal draws against uniform ones of the same size (the normals' log and cos were scalar
-//   libm calls), float64 exp and log and float32 pow against PyTorch (libm calls too);
+//   libm calls), float64 exp, log and tanh and float32 pow against PyTorch (libm calls too);
 //   float32 x ** 2 with a host exponent against x * x (the general pow, 12x slower, served
 //   it); float32 sin and cos against exp (scalar libm calls in float64, 3 ms, until they had
 //   their own reduction and polynomials).
@@ -110,10 +110,14 @@ std::vector<Figure> op_paths() {
   loom::sync();
   const double exp64 = loom_ms(kReps, [&] { return loom::exp(pos64); });
   const double log64 = loom_ms(kReps, [&] { return loom::log(pos64); });
+  Tensor wide64 = loom::to(expo, float64) * 2;  // [-4, 4): expm1's cases and exp's
+  loom::sync();
+  const double tanh64 = loom_ms(kReps, [&] { return loom::tanh(wide64); });
   const double powf32 = loom_ms(kReps, [&] { return loom::pow(pos, expo); });
   const double exp32 = loom_ms(kReps, [&] { return loom::exp(pos); });
   f.push_back({"exp_f64_ms", exp64, "ms", "[4,512,512] float64"});
   f.push_back({"log_f64_ms", log64, "ms", "[4,512,512] float64"});
+  f.push_back({"tanh_f64_ms", tanh64, "ms", "[4,512,512] float64 in [-4, 4)"});
   f.push_back({"pow_f32_ms", powf32, "ms", "[4,512,512] float32 tensor ** tensor"});
   f.push_back({"pow_over_exp_f32", powf32 / exp32, "x", "same run: against float32 exp"});
   // A host exponent is a graph input (no recompile per value); the kernel checks it for 2.
@@ -138,16 +142,17 @@ std::vector<Figure> op_paths() {
       "    ts.append(time.perf_counter() - t0)\n  ts.sort()\n  return ts[4] * 1e3\n"
       "print('randn', med(lambda: torch.randn(4, 512, 512)))\n"
       "print('exp64', med(lambda: xd.exp()))\nprint('log64', med(lambda: xd.log()))\n"
+      "yd = y.double() * 2\nprint('tanh64', med(lambda: yd.tanh()))\n"
       "print('pow', med(lambda: x.pow(y)))\nprint('square', med(lambda: y ** 2))\n"
       "w = y * 50\nprint('sin', med(lambda: w.sin()))\nprint('cos', med(lambda: w.cos()))\n";
   const struct {
     const char* key;
     const char* name;
     double loom;
-  } vs[] = {{"randn", "randn", normal},      {"exp64", "exp_f64", exp64},
-            {"log64", "log_f64", log64},     {"pow", "pow_f32", powf32},
-            {"square", "pow_2_f32", square}, {"sin", "sin_f32", sin32},
-            {"cos", "cos_f32", cos32}};
+  } vs[] = {{"randn", "randn", normal},  {"exp64", "exp_f64", exp64},
+            {"log64", "log_f64", log64}, {"tanh64", "tanh_f64", tanh64},
+            {"pow", "pow_f32", powf32},  {"square", "pow_2_f32", square},
+            {"sin", "sin_f32", sin32},   {"cos", "cos_f32", cos32}};
   const std::string torch_out = torch_output(torch_code);  // one run prints them all
   for (const auto& v : vs) {
     const double t = figure_in(torch_out, v.key);

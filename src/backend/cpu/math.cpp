@@ -1,4 +1,4 @@
-// Polynomial transcendental functions for float32, exp and log for float64 (float32's pow
+// Polynomial transcendental functions for float32, exp, log and tanh for float64 (float32's pow
 // goes through them), libm calls for the other float64 ones.
 #include "backend/cpu/math.h"
 
@@ -322,8 +322,50 @@ Value* Math::log(Value* x) {
   return b_.CreateSelect(b_.CreateFCmpUNO(x, x), x, r);
 }
 
+// fdlibm's expm1 for u in [-2, 0], so k = rint(u / ln 2) is 0, -1, -2 or -3: u = k ln 2 + x
+// (x in two parts, x and its correction c), expm1(x) from a rational form in x^2/2 (Q1-Q5,
+// minimax), and the result rebuilt for each k, every case computed and one selected.
+Value* Math::expm1_f64_small(Value* u) {
+  Value* k = b_.CreateUnaryIntrinsic(llvm::Intrinsic::rint,
+                                     b_.CreateFMul(u, d(1.44269504088896338700e+00)));
+  Value* hi = fmuladd(k, d(-6.93147180369123816490e-01), u);  // k ln2_hi is exact
+  Value* lo = b_.CreateFMul(k, d(1.90821492927058770002e-10));
+  Value* x = b_.CreateFSub(hi, lo);
+  Value* c = b_.CreateFSub(b_.CreateFSub(hi, x), lo);
+  Value* hfx = b_.CreateFMul(d(0.5), x);
+  Value* hxs = b_.CreateFMul(x, hfx);
+  Value* r1 = fma(
+      hxs,
+      horner({-3.33333333333331316428e-02, 1.58730158725481460165e-03, -7.93650757867487942473e-05,
+              4.00821782732936239552e-06, -2.01099218183624371326e-07},
+             hxs),
+      d(1.0));
+  Value* t = b_.CreateFSub(d(3.0), b_.CreateFMul(r1, hfx));
+  Value* e = b_.CreateFMul(
+      hxs, b_.CreateFDiv(b_.CreateFSub(r1, t), b_.CreateFSub(d(6.0), b_.CreateFMul(x, t))));
+  Value* k0 = b_.CreateFSub(x, b_.CreateFSub(b_.CreateFMul(x, e), hxs));
+  e = b_.CreateFSub(b_.CreateFSub(b_.CreateFMul(x, b_.CreateFSub(e, c)), c), hxs);
+  Value* km1 = b_.CreateFSub(b_.CreateFMul(d(0.5), b_.CreateFSub(x, e)), d(0.5));
+  Value* kle2 = b_.CreateFSub(scale_by_pow2(b_.CreateFSub(d(1.0), b_.CreateFSub(e, x)), k), d(1.0));
+  Value* r = b_.CreateSelect(b_.CreateFCmpOEQ(k, d(-1.0)), km1, kle2);
+  return b_.CreateSelect(b_.CreateFCmpOEQ(k, d(0.0)), k0, r);
+}
+
+// fdlibm's tanh: below |x| = 1, -t / (t + 2) with t = expm1(-2|x|); from 1 to 22,
+// 1 - 2 / (exp(2|x|) + 1) (fdlibm's 1 - 2 / (expm1(2|x|) + 2)); from 22, 1; x's sign.
+Value* Math::tanh_f64(Value* x) {
+  Value* ax = b_.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, x);
+  Value* t = expm1_f64_small(b_.CreateFMul(ax, d(-2.0)));
+  Value* small = b_.CreateFDiv(b_.CreateFNeg(t), b_.CreateFAdd(t, d(2.0)));
+  Value* big = b_.CreateFSub(
+      d(1.0), b_.CreateFDiv(d(2.0), b_.CreateFAdd(exp_f64(b_.CreateFMul(ax, d(2.0))), d(1.0))));
+  Value* z = b_.CreateSelect(b_.CreateFCmpOLT(ax, d(1.0)), small, big);
+  z = b_.CreateSelect(b_.CreateFCmpOGE(ax, d(22.0)), d(1.0), z);
+  return b_.CreateSelect(b_.CreateFCmpUNO(x, x), x, b_.CreateCopySign(z, x));
+}
+
 Value* Math::tanh(Value* x) {
-  if (x->getType()->isDoubleTy()) return libm("tanh", x);
+  if (x->getType()->isDoubleTy()) return tanh_f64(x);
   Value* ax = b_.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, x);
   Value* z = b_.CreateFMul(x, x);
   Value* small = b_.CreateFAdd(

@@ -3,9 +3,9 @@
 // exp and log after Cephes (max rel. error ~1e-7 measured), tanh from a polynomial below
 // |x| = 0.625 and from exp above, erf as Eigen's rational form on [-4, 4] (abs. error
 // 3.7e-7), sin and cos by an exact reduction modulo pi/2 in float64 (a table of 2^e 2/pi mod
-// 4 per exponent) and fdlibm's float64 kernels (within 1 ulp for every float32). float64 exp
-// and log are fdlibm's forms (under 1 ulp), float32 pow goes through them; the other float64
-// functions and float64 pow call libm. NaN and infinities behave as in C.
+// 4 per exponent) and fdlibm's float64 kernels (within 1 ulp for every float32). float64 exp,
+// log and tanh are fdlibm's forms (under 1 ulp, tanh 2), float32 pow goes through exp and log;
+// float64 erf, sin, cos and pow call libm. NaN and infinities behave as in C.
 #pragma once
 
 #include "llvm/IR/IRBuilder.h"
@@ -48,6 +48,8 @@ class Math {
   llvm::Value* d(double v);
   llvm::Value* exp_f64(llvm::Value* x);
   llvm::Value* log_f64(llvm::Value* x);
+  llvm::Value* expm1_f64_small(llvm::Value* u);
+  llvm::Value* tanh_f64(llvm::Value* x);
   llvm::Value* sin_cos_f32(llvm::Value* x, bool cosine);
   llvm::Value* reduction_table_at(llvm::Value* index);
 
