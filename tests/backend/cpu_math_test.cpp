@@ -1,7 +1,7 @@
-// The CPU backend's own float64 exp, log and tanh and its float32 pow (backend/cpu/math.cpp), which
-// replaced libm calls that kept their loops scalar: against libm in long double (exp, log, tanh)
-// and C's powf (pow), over sweeps of ordinary values and every special case C defines; float32 sin
-// and cos against sinl and cosl.
+// The CPU backend's own float64 exp, log and tanh, float32 pow, sin and cos
+// (backend/cpu/math.cpp), which replaced libm calls that kept their loops scalar: against libm
+// in long double (exp, log, tanh, sin, cos) and C's powf (pow), over sweeps of ordinary values
+// and every special case C defines.
 #include <gtest/gtest.h>
 
 #include <cfloat>
@@ -97,9 +97,6 @@ TEST(CpuMath, Float64TanhIsFdlibmsWithinTwoAndAHalfUlps) {
   EXPECT_TRUE(std::isnan(got.back()));
 }
 
-// Every pair of a grid of bases and exponents that holds C's special cases (zeros of both
-// signs, +-1, infinities, NaN, odd and even integers, halves, exponents past 2^24 where every
-// float is even, results that overflow and underflow), and a sweep of ordinary ones.
 // got = pow(x, y) in float32 against C's powf: NaN where it is NaN, zeros and infinities with
 // their sign, subnormal results flushed (kernels run with denormals off), else within 1 ulp.
 void expect_powf(float x, float y, float got) {
@@ -122,6 +119,9 @@ void expect_powf(float x, float y, float got) {
       << "pow(" << x << ", " << y << ") = " << got << ", powf " << want;
 }
 
+// Every pair of a grid of bases and exponents that holds C's special cases (zeros of both
+// signs, +-1, infinities, NaN, odd and even integers, halves, exponents past 2^24 where every
+// float is even, results that overflow and underflow), and a sweep of ordinary ones.
 TEST(CpuMath, Float32PowIsCsPowfWithinOneUlp) {
   const float inf = std::numeric_limits<float>::infinity(), nan = std::nanf("");
   const std::vector<float> bases = {0.0f,    -0.0f, 1.0f,   -1.0f,  inf,    -inf,  nan,
