@@ -11,7 +11,6 @@
 #include <mutex>
 #include <thread>
 #include <unordered_map>
-#include <unordered_set>
 
 #include "backend/cpu/codegen_impl.h"
 #include "backend/cpu/jit.h"
@@ -456,7 +455,6 @@ class Emitter {
     group_ = group;
     hoist_ = at;
     hoisted_[n] = v;
-    invariant_.insert(v);
     return v;
   }
 
@@ -466,14 +464,12 @@ class Emitter {
   void hoisting(Loops&& loops) {
     hoist_ = b_.GetInsertBlock();
     hoisted_.clear();
-    invariant_.clear();
     square_exponents_.clear();
     loops();
     // (A reduction of no dims emits no loop: its code is the hoist block's own.)
     if (!square_exponents_.empty() && hoist_->getTerminator()) squares_version(loops);
     hoist_ = nullptr;
     hoisted_.clear();
-    invariant_.clear();
   }
 
   // The loops just emitted raise to powers that are the same on every trip (a host number
@@ -509,7 +505,9 @@ class Emitter {
   Value* square(Value* x, Value* y) {
     if (auto* k = llvm::dyn_cast<llvm::ConstantFP>(y))
       return k->isExactlyValue(2.0) ? b_.CreateFMul(x, x) : nullptr;
-    if (!hoist_ || !invariant_.count(y)) return nullptr;
+    if (!hoist_ || std::none_of(hoisted_.begin(), hoisted_.end(),
+                                [y](const auto& h) { return h.second == y; }))
+      return nullptr;
     if (std::find(square_exponents_.begin(), square_exponents_.end(), y) == square_exponents_.end())
       square_exponents_.push_back(y);
     return squares_ ? b_.CreateFMul(x, x) : nullptr;
@@ -838,7 +836,6 @@ class Emitter {
   std::map<NodeId, Value*> row_scalars_;
   llvm::BasicBlock* hoist_ = nullptr;  // set while a stage's loops are emitted (hoisted())
   std::map<NodeId, Value*> hoisted_;
-  std::unordered_set<Value*> invariant_;  // hoisted_'s values
   std::vector<Value*> square_exponents_;  // hoisted exponents of the loops' pows (square())
   bool squares_ = false;                  // emitting the squares copy (squares_version())
 };
