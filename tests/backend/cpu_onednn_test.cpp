@@ -6,6 +6,7 @@
 // silently fell back to OpenBLAS or to a loop kernel fails.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -320,10 +321,59 @@ TEST_F(CpuOnednn, ColumnPartsWriteDenseForBrgemm) {
       SCOPED_TRACE(impls[i]);
       EXPECT_EQ(impls[i].find(", 2 column parts") != std::string::npos, c.bt);
       EXPECT_EQ(impls[i].find(", 2 parts") != std::string::npos, !c.bt);
-      EXPECT_EQ(impls[i].find("post-ops in a loop"), std::string::npos);
+      EXPECT_EQ(impls[i].find("post-ops in loom"), std::string::npos);
       const bool brg = impls[i].rfind("brg", 0) == 0;
       EXPECT_EQ(brg, !(c.bt && i == 2));
     }
+    loom::sync();
+  }
+}
+
+// loom's epilogue runs on each part's block wherever the part lies: row parts, column parts
+// written dense and copied into place (the epilogue then reads C at the output's row stride),
+// batches of their own (B differs per batch), one row, a transposed A copied dense, and widths
+// that leave a masked tail (17, 301 columns). GELU of the product plus a bias, then a residual,
+// against the reference; each product says where its post-ops ran.
+TEST_F(CpuOnednn, GeluEpilogueRunsOnEveryPartLayout) {
+  struct Case {
+    const char* name;
+    int64_t batch, m, n, k;
+    bool bt, at, batched_b;
+  };
+  for (const Case& c : {Case{"row parts", 1, 300, 64, 96, true, false, false},
+                        Case{"column parts", 1, 64, 256, 784, true, false, false},
+                        Case{"column parts, ragged", 1, 17, 301, 256, true, false, false},
+                        Case{"batches with their own B", 3, 40, 24, 32, false, false, true},
+                        Case{"one row", 1, 1, 130, 64, false, false, false},
+                        Case{"A transposed", 1, 256, 48, 64, false, true, false}}) {
+    SCOPED_TRACE(c.name);
+    auto program = [&] {
+      Shape xs = c.at ? Shape{c.k, c.m} : Shape{c.m, c.k};
+      if (c.batch > 1) xs.insert(0, c.batch);
+      Tensor x = data(xs, 71);
+      if (c.at) x = loom::transpose(x, -1, -2);
+      Shape ws = c.bt ? Shape{c.n, c.k} : Shape{c.k, c.n};
+      if (c.batched_b) ws.insert(0, c.batch);
+      Tensor w = data(ws, 72);
+      if (c.bt) w = loom::transpose(w, -1, -2);
+      Shape ys = {c.m, c.n};
+      if (c.batch > 1) ys.insert(0, c.batch);
+      return Outs{loom::gelu(loom::matmul(x, w) + data({c.n}, 73)) + data(ys, 74)};
+    };
+    expect_onednn_matches_ref(program, 3e-5);
+    ForcedLibrary forced(Library::Onednn);
+    Outs outs = program();
+    loom::cpu::Program p = program_of(outs);
+    size_t products = 0;
+    for (const auto& prod : p.onednn) {
+      if (!prod) continue;
+      ++products;
+      const std::string how = loom::cpu::onednn_describe(*prod);
+      EXPECT_FALSE(loom::cpu::onednn_fused(*prod)) << how;
+      EXPECT_NE(how.find("post-ops in loom's epilogue"), std::string::npos) << how;
+      EXPECT_EQ(how.find("refused"), std::string::npos) << how;
+    }
+    EXPECT_EQ(products, 1u);
     loom::sync();
   }
 }
@@ -467,62 +517,86 @@ std::vector<EpilogueCase> epilogue_cases() {
       {"residual times a row, minus a column",
        {K::Mul, K::Sub},
        [](const Tensor& y) { return y * data({1, 1, 40}, 13) - data({2, 24, 1}, 14); }},
-      {"divide by a tensor, max and min", {K::Div, K::Max, K::Min}, [](const Tensor& y) {
+      {"divide by a tensor, max and min",
+       {K::Div, K::Max, K::Min},
+       [](const Tensor& y) {
          Tensor d = loom::exp(data({24, 40}, 15)) + 1.0f;
          return loom::minimum(loom::maximum(y / d, data({40}, 16)), residual());
+       }},
+      // An operand read across its rows (column stride 24): loom's epilogue reads the stride
+      // at run time.
+      {"transposed residual, gelu", {K::Gelu, K::Add}, [](const Tensor& y) {
+         return loom::gelu(y) + loom::transpose(data({2, 40, 24}, 17), 1, 2);
        }}};
 }
 
+// Each case's post-ops as the table places them (inside oneDNN; in loom's epilogue after the
+// product for an exact GELU, whose oneDNN post-op is slower, or where oneDNN refuses the list),
+// and then every case in loom's epilogue (set_epilogues_everywhere): against the reference
+// and against the unfused plan, whose loop kernel computes the same ops.
 TEST_F(CpuOnednn, FusedEpiloguesMatchTheReferenceAndTheUnfusedPlan) {
-  size_t fused = 0;
-  for (const EpilogueCase& c : epilogue_cases()) {
-    SCOPED_TRACE(c.name);
-    auto program = [&] {
-      Tensor x = data({2, 24, 32}, 1), w = data({40, 32}, 2);
-      return Outs{c.f(loom::matmul(x, loom::transpose(w, 0, 1)))};
-    };
-    std::vector<std::vector<double>> want = values_on("ref", program);
-    std::vector<std::vector<double>> unfused;
-    {
-      ForcedLibrary forced(Library::OpenBlas);
+  for (bool everywhere : {false, true}) {
+    SCOPED_TRACE(everywhere ? "every post-op list in loom's epilogue" : "as the table places them");
+    size_t placed = 0;  // in oneDNN, or in loom's epilogue by choice
+    for (const EpilogueCase& c : epilogue_cases()) {
+      SCOPED_TRACE(c.name);
+      auto program = [&] {
+        Tensor x = data({2, 24, 32}, 1), w = data({40, 32}, 2);
+        return Outs{c.f(loom::matmul(x, loom::transpose(w, 0, 1)))};
+      };
+      std::vector<std::vector<double>> want = values_on("ref", program);
+      std::vector<std::vector<double>> unfused;
+      {
+        ForcedLibrary forced(Library::OpenBlas);
+        Outs outs = program();
+        loom::cpu::Program p = program_of(outs);
+        ASSERT_EQ(libraries(p), std::vector<Library>{Library::OpenBlas});
+        EXPECT_GE(p.plan.kernels.size(), 1u);  // the consumers run as a loop kernel
+        loom::sync();
+        unfused = values_on("cpu", program);
+      }
+      loom::cpu::set_epilogues_everywhere(everywhere);
+      // The table's own choice: this product (and its epilogue) goes to oneDNN.
       Outs outs = program();
       loom::cpu::Program p = program_of(outs);
-      ASSERT_EQ(libraries(p), std::vector<Library>{Library::OpenBlas});
-      EXPECT_GE(p.plan.kernels.size(), 1u);  // the consumers run as a loop kernel
+      ASSERT_EQ(libraries(p), std::vector<Library>{Library::Onednn});
+      const loom::cpu::Step* st = nullptr;
+      for (const loom::cpu::Step& s : p.plan.steps)
+        if (s.kind == loom::cpu::Step::MatMul) st = &s;
+      std::vector<PostOp::Kind> kinds;
+      for (const PostOp& po : st->post) kinds.push_back(po.kind);
+      EXPECT_EQ(kinds, c.post);
+      // The product writes the epilogue's value: no kernel computes it (the operands that are
+      // expressions, like exp(d) + 1, still get theirs).
+      EXPECT_EQ(p.plan.buf_of[st->out], p.plan.output_bufs[0]);
+      const loom::cpu::OnednnProduct& prod =
+          *p.onednn[static_cast<size_t>(st - p.plan.steps.data())];
+      const std::string how = loom::cpu::onednn_describe(prod);
+      EXPECT_NE(how.rfind("ref", 0), 0u) << how;
+      const bool gelu = std::count(c.post.begin(), c.post.end(), PostOp::Gelu) > 0;
+      const bool chosen = everywhere || gelu;
+      const bool fused = loom::cpu::onednn_fused(prod);
+      EXPECT_FALSE(chosen && fused) << how;
+      if (!fused) {
+        EXPECT_NE(how.find("post-ops in loom's epilogue"), std::string::npos) << how;
+        EXPECT_EQ(how.find("refused") == std::string::npos, chosen) << how;
+      }
+      // A first row-vector add is the primitive's bias, fused or before loom's epilogue
+      // (unless oneDNN refused the list: then the epilogue adds it too).
+      EXPECT_EQ(how.find("bias in the primitive") != std::string::npos,
+                c.bias_in_primitive && (fused || chosen))
+          << how;
+      placed += fused || chosen;
       loom::sync();
-      unfused = values_on("cpu", program);
+      std::vector<std::vector<double>> got = values_on("cpu", program);
+      loom::cpu::set_epilogues_everywhere(false);
+      expect_close(got, want, 3e-5, "fused vs ref");
+      expect_close(got, unfused, 3e-5, "fused vs unfused");
     }
-    // The table's own choice: this product (and its epilogue) goes to oneDNN.
-    Outs outs = program();
-    loom::cpu::Program p = program_of(outs);
-    ASSERT_EQ(libraries(p), std::vector<Library>{Library::Onednn});
-    const loom::cpu::Step* st = nullptr;
-    for (const loom::cpu::Step& s : p.plan.steps)
-      if (s.kind == loom::cpu::Step::MatMul) st = &s;
-    std::vector<PostOp::Kind> kinds;
-    for (const PostOp& po : st->post) kinds.push_back(po.kind);
-    EXPECT_EQ(kinds, c.post);
-    // The product writes the epilogue's value: no kernel computes it (the operands that are
-    // expressions, like exp(d) + 1, still get theirs).
-    EXPECT_EQ(p.plan.buf_of[st->out], p.plan.output_bufs[0]);
-    // Inside oneDNN, unless oneDNN offers only its reference kernel for this post-op list
-    // (AVX2 does for a row and a column operand together): then after a fast product.
-    const loom::cpu::OnednnProduct& prod = *p.onednn[static_cast<size_t>(st - p.plan.steps.data())];
-    const std::string how = loom::cpu::onednn_describe(prod);
-    EXPECT_NE(how.rfind("ref", 0), 0u) << how;
-    if (!loom::cpu::onednn_fused(prod)) {
-      EXPECT_NE(how.find("post-ops in a loop"), std::string::npos);
-    }
-    EXPECT_EQ(how.find("bias in the primitive") != std::string::npos,
-              c.bias_in_primitive && loom::cpu::onednn_fused(prod))
-        << how;
-    fused += loom::cpu::onednn_fused(prod);
-    loom::sync();
-    std::vector<std::vector<double>> got = values_on("cpu", program);
-    expect_close(got, want, 3e-5, "fused vs ref");
-    expect_close(got, unfused, 3e-5, "fused vs unfused");
+    // oneDNN refuses one list here: a row and a column operand together (on AVX2, and on
+    // AVX-512 with 2.6's brgemm).
+    EXPECT_GE(placed + 1, epilogue_cases().size());
   }
-  EXPECT_GE(fused + 1, epilogue_cases().size());  // all but the row-and-column case on AVX2
 }
 
 TEST_F(CpuOnednn, GraphConstantsAreLinearPostOps) {

@@ -1037,7 +1037,7 @@ void detail::emit_inlined_kernel(llvm::Module& m, const ir::Graph& g, const Plan
 }
 
 KernelFn detail::cached_function(const std::string& text,
-                                 const std::function<void(llvm::Module&)>& emit) {
+                                 const std::function<void(llvm::Module&)>& emit, Codegen codegen) {
   {
     std::lock_guard lock(cache().mu);
     auto it = cache().fns.find(text);
@@ -1047,8 +1047,7 @@ KernelFn detail::cached_function(const std::string& text,
     }
   }
   bool loaded = false;
-  std::vector<void*> fns =
-      Jit::instance().compile(text + '\n', {"k0"}, emit, &loaded, Codegen::Optimized);
+  std::vector<void*> fns = Jit::instance().compile(text + '\n', {"k0"}, emit, &loaded, codegen);
   if (t_code_info) (loaded ? t_code_info->modules_loaded : t_code_info->modules_compiled)++;
   std::lock_guard lock(cache().mu);
   auto [it, fresh] = cache().fns.try_emplace(text, reinterpret_cast<KernelFn>(fns[0]));

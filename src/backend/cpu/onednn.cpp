@@ -13,6 +13,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "backend/cpu/epilogue.h"
 #include "backend/cpu/thread_pool.h"
 #include "loom/core/error.h"
 #include "loom/core/profile.h"
@@ -46,7 +47,12 @@ struct Part {
   size_t scratch = 0;
   md scratch_md;
   std::string impl;   // oneDNN's implementation ("gemm:jit", "brg:avx512_core", "ref:any")
-  bool fused = true;  // false: the post-ops are applied by a loop after the product
+  bool fused = true;  // false: loom's epilogue applies the post-ops after the product
+  // The post-ops that oneDNN does not apply (all but a bias in the primitive) as generated
+  // code (epilogue.h), run by the task on its block; set when !fused. `chosen`: because loom's
+  // code is faster for them (GELU), not because oneDNN refused them.
+  KernelFn epilogue = nullptr;
+  bool chosen = false;
   // A is read transposed, which 2.6's brgemm refuses: each task copies its block of A into a
   // dense scratch first and the primitive reads that (`a` is then the dense layout).
   bool dense_a = false;
@@ -168,6 +174,20 @@ std::shared_ptr<Part> build_part(int64_t rows, int64_t cols, int64_t k, const Op
                          !bin[0].bcast_cols && bin[0].sc == 1;
   if (desc_bias) part->bias_md = matrix_md(1, cols, cols, 1);
   const size_t first = desc_bias ? 1 : 0;  // the post-ops oneDNN gets start here
+  // Post-ops with an exact GELU run in loom's epilogue after a product that adds only the
+  // bias: oneDNN's gelu_erf post-op (an exp and a division per element) cost more than loom's
+  // erf (a rational form) applied to the block it just wrote. The decoder's [1024,512] x
+  // [512,512]^T part with bias, GELU and the residual, both cores, interleaved in one process
+  // (a probe with oneDNN alone; medians of 50, two rounds, five block heights from 64 to 1024
+  // rows): 5.37-5.92 ms against 5.89-6.45 fused, the product with its bias alone 5.19-5.70.
+  // The 50-layer forward compiled both ways in one process (12 rounds of 3 runs, twice):
+  // medians 291.8 and 290.6 ms against 304.2 and 298.2, faster in 32 and 28 of 36 runs, on a
+  // 2-core AMD EPYC; the epilogue itself 223-258 us of a part's 5.3-5.5 ms (LOOM_PROFILE).
+  const bool chosen =
+      !sum_last &&
+      (epilogues_everywhere() ||
+       std::any_of(post.begin() + static_cast<std::ptrdiff_t>(std::min(first, post.size())),
+                   post.end(), [](const PostOp& po) { return po.kind == PostOp::Gelu; }));
   dnnl::post_ops ops;
   for (size_t i = first, j = first; i < post.size(); ++i) {
     const PostOp& po = post[i];
@@ -191,7 +211,7 @@ std::shared_ptr<Part> build_part(int64_t rows, int64_t cols, int64_t k, const Op
   auto make = [&](bool with_post) {
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-    if (with_post) attr.set_post_ops(ops);
+    if (with_post && !chosen) attr.set_post_ops(ops);
     part->bias = with_post && desc_bias;
     dnnl::matmul::primitive_desc pd(
         part->bias ? dnnl::matmul::desc(part->a, part->b, part->bias_md, part->c)
@@ -222,14 +242,14 @@ std::shared_ptr<Part> build_part(int64_t rows, int64_t cols, int64_t k, const Op
     make(!post.empty());
     // oneDNN answers some post-op lists with its reference implementation ("ref:any": a plain
     // loop, ~100x slower; a [64,784]x[784,256] product with a broadcast bias took 300 ms on
-    // AVX2 with gemm:jit's 0.3 ms): run those post-ops as a loop after a fast product instead.
+    // AVX2 with gemm:jit's 0.3 ms): run those post-ops in loom's epilogue after a fast product.
     if (!post.empty() && part->impl.rfind("ref", 0) == 0) {
       make(false);
       part->fused = false;
     }
     // The part rebuilt with `relayout` applied, kept if brgemm takes it: post-ops fused first
     // when `fuse_first`, else (or if refused fused) the product alone, unless that would move
-    // fused post-ops into a loop. Otherwise the part is put back as it was.
+    // fused post-ops into the epilogue. Otherwise the part is put back as it was.
     auto onto_brgemm = [&](auto relayout, bool fuse_first) {
       Part plain = *part;
       relayout(*part);
@@ -260,8 +280,8 @@ std::shared_ptr<Part> build_part(int64_t rows, int64_t cols, int64_t k, const Op
     // scratch (parts of up to 1M elements, 4 MiB), the task copies it into place (the MLP's
     // [64,784]x[784,256]^T as two column halves, post-ops fused, one thread, hot: 90 against
     // 97 us on gemm:jit, on a Xeon with AVX-512). Its post-ops are tried fused even where the
-    // strided part ran them in a loop (a strided C may be why); brgemm refuses a full binary
-    // operand laid out unlike its dense C, and such a part stays fused on gemm:jit.
+    // strided part ran them after the product (a strided C may be why); brgemm refuses a full
+    // binary operand laid out unlike its dense C, and such a part stays fused on gemm:jit.
     if (ldc != cols && rows > 1 && rows * cols <= (int64_t{1} << 20) &&
         part->impl.rfind("gemm", 0) == 0)
       part->dense_c =
@@ -269,11 +289,23 @@ std::shared_ptr<Part> build_part(int64_t rows, int64_t cols, int64_t k, const Op
   } catch (const dnnl::error& e) {
     if (post.empty()) throw refused(e);
     try {
-      make(false);  // oneDNN refused the post-ops here: run them as a loop after the product
+      make(false);  // oneDNN refused the post-ops here: loom's epilogue runs them
     } catch (const dnnl::error& e2) {
       throw refused(e2);
     }
     part->fused = false;
+  }
+  if (chosen && !post.empty()) {
+    part->fused = false;
+    part->chosen = true;
+  }
+  if (!part->fused && !post.empty()) {
+    // loom's epilogue takes the post-ops after the primitive's bias (nothing was folded: only
+    // fused parts fold), with the binary operands' column strides.
+    const size_t skip = part->bias ? 1 : 0;
+    std::vector<int64_t> col_strides;
+    for (size_t j = skip; j < bin.size(); ++j) col_strides.push_back(bin[j].sc);
+    part->epilogue = epilogue_function(std::span(post).subspan(skip), col_strides);
   }
   const bool adds_c = !post.empty() && post.back().kind == PostOp::Add && !bin.back().bcast_rows &&
                       !bin.back().bcast_cols && bin.back().sr == ldc && bin.back().sc == 1;
@@ -305,7 +337,7 @@ std::shared_ptr<const Part> build_folded(int64_t rows, int64_t cols, int64_t k, 
     }
   }
   // Only a transposed A is ever copied dense: try the folded part first there, and build the
-  // plain one when that part does not copy A (or runs its post-ops in a loop).
+  // plain one when that part does not copy A (or runs its post-ops in loom's epilogue).
   if (fold > 0 && a.sr == 1 && a.sc != 1) {
     std::vector<PostOp> rest(post.begin() + static_cast<std::ptrdiff_t>(fold), post.end());
     std::vector<Operand> rest_bin(bin.begin() + static_cast<std::ptrdiff_t>(folded_bins),
@@ -329,7 +361,7 @@ std::shared_ptr<const Part> cached_part(int64_t rows, int64_t cols, int64_t k, c
                                         const std::vector<PostOp>& post,
                                         const std::vector<Operand>& bin) {
   std::string key = detail::str_cat(rows, ",", cols, ",", k, ";", a.sr, ",", a.sc, ";", b.sr, ",",
-                                    b.sc, ";", ldc);
+                                    b.sc, ";", ldc, ";", epilogues_everywhere());
   for (size_t i = 0, j = 0; i < post.size(); ++i) {
     key +=
         detail::str_cat(";", static_cast<int>(post[i].kind), ",", post[i].alpha, ",", post[i].beta);
@@ -385,26 +417,6 @@ Operand binary_operand(const ir::Graph& g, const Plan& plan, const PostOp& po, c
   o.sc = st[r - 1];
   o.batch.assign(st.begin(), st.end() - 2);
   return o;
-}
-
-float apply_eltwise(const PostOp& po, float x) {
-  switch (po.kind) {
-    case PostOp::Relu: return x > 0 ? x : 0.f;
-    case PostOp::Tanh: return std::tanh(x);
-    case PostOp::Sigmoid: return 1.f / (1.f + std::exp(-x));
-    case PostOp::Gelu: return 0.5f * x * (1.f + std::erf(x * static_cast<float>(M_SQRT1_2)));
-    default: return po.alpha * x + po.beta;
-  }
-}
-float apply_binary(PostOp::Kind k, float x, float y) {
-  switch (k) {
-    case PostOp::Add: return x + y;
-    case PostOp::Sub: return x - y;
-    case PostOp::Mul: return x * y;
-    case PostOp::Div: return x / y;
-    case PostOp::Max: return std::max(x, y);
-    default: return std::min(x, y);
-  }
 }
 
 // dense[i * k + j] = src[i + j * sc] for i < rows, j < k: a block of A read transposed, copied
@@ -564,23 +576,18 @@ void run_task(const OnednnProduct& p, const Task& t, void* const* ptr) {
       std::memcpy(c + i * p.ldc, dense_c.data() + i * t.cols,
                   static_cast<size_t>(t.cols) * sizeof(float));
   if (part.fused || p.post.empty()) return;
-  for (int64_t i = 0; i < t.rows; ++i) {
-    float* row = c + i * p.ldc;
-    for (int64_t j = 0; j < t.cols; ++j) {
-      float x = row[j];
-      for (size_t q = 0, bq = 0; q < p.post.size(); ++q) {
-        if (!p.post[q].binary()) {
-          x = apply_eltwise(p.post[q], x);
-          continue;
-        }
-        const Operand& y = p.bin[bq];
-        const float* yp = ys[bq++];
-        x = apply_binary(p.post[q].kind, x,
-                         yp[(y.bcast_rows ? 0 : i * y.sr) + (y.bcast_cols ? 0 : j * y.sc)]);
-      }
-      row[j] = x;
-    }
+  // loom's epilogue on the block, while it is still in cache (epilogue.h's arguments).
+  thread_local std::vector<int64_t> params;
+  thread_local std::vector<void*> args;
+  params.assign({t.cols, p.ldc});
+  args.assign({c, params.data()});
+  for (size_t j = part.bias ? 1 : 0; j < p.bin.size(); ++j) {
+    params.push_back(p.bin[j].sr);
+    params.push_back(p.bin[j].sc);
+    args.push_back(const_cast<float*>(ys[j]));
   }
+  args[1] = params.data();
+  part.epilogue(args.data(), 0, t.rows);
 }
 
 }  // namespace
@@ -611,13 +618,23 @@ std::string onednn_describe(const OnednnProduct& prod) {
                                          [](const auto& p) { return p->in_place != nullptr; });
   const bool folded = !prod.parts.empty() && std::all_of(prod.parts.begin(), prod.parts.end(),
                                                          [](const auto& p) { return p->fold > 0; });
+  const bool chosen =
+      std::any_of(prod.parts.begin(), prod.parts.end(), [](const auto& p) { return p->chosen; });
   return detail::str_cat(impls.empty() ? "nothing to compute" : impls, ", ", prod.tasks.size(),
                          columns ? " column parts" : " parts",
                          bias ? ", bias in the primitive" : "",
-                         onednn_fused(prod) ? "" : ", post-ops in a loop",
+                         onednn_fused(prod) ? ""
+                         : chosen           ? ", post-ops in loom's epilogue"
+                                            : ", post-ops in loom's epilogue (oneDNN refused them)",
                          in_place ? ", the last add in place when the output takes its memory" : "",
                          folded ? ", scales folded into A's copy" : "");
 }
+
+namespace {
+std::atomic<bool> g_epilogues_everywhere{false};
+}  // namespace
+bool epilogues_everywhere() { return g_epilogues_everywhere.load(std::memory_order_relaxed); }
+void set_epilogues_everywhere(bool on) { g_epilogues_everywhere.store(on); }
 
 bool onednn_fused(const OnednnProduct& prod) {
   return std::all_of(prod.parts.begin(), prod.parts.end(), [](const auto& p) { return p->fused; });

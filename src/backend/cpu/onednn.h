@@ -31,9 +31,14 @@ void run_onednn_task(const OnednnProduct& prod, void* const* ptr, int64_t t);
 const std::string& onednn_name(const OnednnProduct& prod);
 // Whether oneDNN runs its AVX-512 kernels here (brgemm: the table of choose_library differs).
 bool onednn_avx512();
-// Whether `prod` runs its post-ops inside oneDNN (false: oneDNN refused them and a plain loop
-// applies them after the product; tests check this).
+// Whether `prod` runs its post-ops inside oneDNN (false: loom's epilogue applies them to each
+// part's block after the product, because it is faster for them or oneDNN refused them; tests
+// check this).
 bool onednn_fused(const OnednnProduct& prod);
+// For tests: every product's post-ops (all but a bias, which the primitive adds) in loom's
+// epilogue. Affects products made after the call.
+bool epilogues_everywhere();
+void set_epilogues_everywhere(bool on);
 // Row parts: task t writes rows [bounds[t], bounds[t + 1]) of C, every column, in one pass;
 // empty when the tasks split C otherwise (columns, batches of their own).
 std::vector<int64_t> onednn_row_bounds(const OnednnProduct& prod);
@@ -42,7 +47,7 @@ std::vector<int64_t> onednn_row_bounds(const OnednnProduct& prod);
 // rows of the same length as the buffer's), or otherwise (B, a broadcast, a strided read).
 enum class RowRead { None, SameRows, Other };
 RowRead onednn_row_read(const OnednnProduct& prod, int buf, int64_t elems);
-// "gemm:jit, 2 parts" (and ", post-ops in a loop" when not fused): for LOOM_DEBUG=2.
+// "gemm:jit, 2 parts" (and ", post-ops in loom's epilogue" when not fused): for LOOM_DEBUG=2.
 std::string onednn_describe(const OnednnProduct& prod);
 
 }  // namespace loom::cpu

@@ -68,46 +68,51 @@ void compile_steps(Program& p, bool region) {
   std::vector<size_t> loops;
   for (size_t si = 0; si < p.plan.steps.size(); ++si)
     if (p.plan.steps[si].kind == Step::Loop) loops.push_back(si);
-  auto compile_loops = [&] {
-    for (size_t si : loops) p.loops[si] = compile_loop(p, si);
-  };
-  // The loops' regions compile on a thread of their own while this one compiles the
-  // program's kernels and products: they read only p's graph and plan, and write only
-  // p.loops. Each half runs its LLVM modules two at a time, so the cores stay busy through
-  // the whole compile, where the regions had waited for the kernels' last module (the seed
-  // decoder's L=50 scan_layers forward + backward: docs/architecture.md, "Persistent cache").
-  // The loop thread counts its modules apart and adds them in after the join.
+  bool products = false;
+  for (const Step& st : p.plan.steps)
+    products = products || (st.kind == Step::MatMul && st.lib == Library::Onednn);
+  // The loops' regions and the oneDNN products (primitives, and loom's epilogues: a module
+  // each, epilogue.h) compile on a thread of their own while this one compiles the program's
+  // kernels: they read only p's graph and plan, and write only p.loops and p.onednn. Each
+  // half runs its LLVM modules two at a time, so the cores stay busy through the whole
+  // compile, where the regions had waited for the kernels' last module (the seed decoder's
+  // L=50 scan_layers forward + backward: docs/architecture.md, "Persistent cache"); the
+  // forward's GELU epilogue (6-8 ms of LLVM) overlaps its kernels' module.
+  // The other thread counts its modules apart and adds them in after the join.
   // A jthread: an error here joins it before the frame it uses goes away.
-  std::exception_ptr loop_error;
-  backend::CodeInfo loop_info;
+  auto compile_others = [&] {
+    for (size_t si : loops) p.loops[si] = compile_loop(p, si);
+    for (size_t si = 0; si < p.plan.steps.size(); ++si) {
+      const Step& st = p.plan.steps[si];
+      if (st.kind == Step::MatMul && st.lib == Library::Onednn) {
+        profile::Scope ps("compile", "onednn");
+        p.onednn[si] = make_onednn_product(p.graph, p.plan, st);
+      }
+    }
+  };
+  std::exception_ptr other_error;
+  backend::CodeInfo other_info;
   std::jthread other;
-  if (!loops.empty() && ThreadPool::instance().size() > 1) {
-    other = std::jthread([&, info = t_code_info ? &loop_info : nullptr] {
+  if ((!loops.empty() || products) && ThreadPool::instance().size() > 1) {
+    other = std::jthread([&, info = t_code_info ? &other_info : nullptr] {
       t_code_info = info;
       try {
-        compile_loops();
+        compile_others();
       } catch (...) {
-        loop_error = std::current_exception();
+        other_error = std::current_exception();
       }
     });
   }
   p.kernels = compile_kernels(p.graph, p.plan);
-  for (size_t si = 0; si < p.plan.steps.size(); ++si) {
-    const Step& st = p.plan.steps[si];
-    if (st.kind == Step::MatMul && st.lib == Library::Onednn) {
-      profile::Scope ps("compile", "onednn");
-      p.onednn[si] = make_onednn_product(p.graph, p.plan, st);
-    }
-  }
   if (other.joinable()) {
     other.join();
-    if (loop_error) std::rethrow_exception(loop_error);
+    if (other_error) std::rethrow_exception(other_error);
     if (t_code_info) {
-      t_code_info->modules_compiled += loop_info.modules_compiled;
-      t_code_info->modules_loaded += loop_info.modules_loaded;
+      t_code_info->modules_compiled += other_info.modules_compiled;
+      t_code_info->modules_loaded += other_info.modules_loaded;
     }
   } else {
-    compile_loops();
+    compile_others();
   }
   if (region) lay_out_frame(p);  // again: now with the nested loops' scratch
 }
