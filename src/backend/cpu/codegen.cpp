@@ -1,10 +1,16 @@
 // Code generation: one LLVM function per kernel, all kernels of a plan in one module.
 #include "backend/cpu/codegen.h"
 
+#include <pthread.h>
+#include <sched.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <array>
 #include <atomic>
 #include <cmath>
+#include <condition_variable>
+#include <deque>
 #include <functional>
 #include <future>
 #include <map>
@@ -13,6 +19,7 @@
 #include <unordered_map>
 
 #include "backend/cpu/codegen_impl.h"
+#include "backend/cpu/epilogue.h"
 #include "backend/cpu/jit.h"
 #include "backend/cpu/math.h"
 #include "backend/cpu/thread_pool.h"
@@ -35,16 +42,137 @@ using llvm::Value;
 
 struct Cache {
   std::mutex mu;
-  std::unordered_map<std::string, KernelFn> fns;
+  // Entries are never removed: programs hold their addresses.
+  std::unordered_map<std::string, std::unique_ptr<KernelCode>> fns;
   // Kernels another compile_kernels call is compiling now (a loop's regions compile beside
   // their program's kernels, and separate threads trace at once): a call that needs one
   // waits for it after compiling its own, rather than compiling it a second time.
-  std::unordered_map<std::string, std::shared_future<KernelFn>> in_flight;
+  std::unordered_map<std::string, std::shared_future<KernelCode*>> in_flight;
   KernelCacheStats stats;
 };
 Cache& cache() {
   static Cache c;
   return c;
+}
+
+// The optimized IR kept for tier-ups, in all: past this, new modules keep none (and stay fast
+// code).
+constexpr size_t kMaxKeptBitcode = size_t{64} << 20;
+std::atomic<size_t> g_kept_bitcode{0};
+std::atomic<int64_t> g_tier_up_us{-1};  // -1: LOOM_TIER_UP_MS not read yet
+std::atomic<int64_t> g_tier_ups{0};
+
+}  // namespace
+
+// A fast module that can tier up: its optimized IR, the kernels it defines and their run time.
+struct TierUp {
+  std::atomic<int64_t> ran_ns{0};
+  std::string bitcode;
+  std::vector<std::string> names;  // the functions to take from it, in order of `codes`
+  std::vector<KernelCode*> codes;
+  std::atomic<bool> requested{false};
+};
+
+namespace {
+
+// The thread that generates tiered-up code, started by the first request. Stopped at exit
+// before LLVM's state goes: LLVM builds some tables of its code generator on first use (as
+// function-local statics, destroyed at exit in reverse order of construction), and a compile
+// still running while exit destroyed them crashed (2 in 12 runs of train_lm.py). So the
+// worker is made only after a compile with the full selector has built them (an epilogue: a
+// vector loop of loads, fused multiply-adds, selects and a division), which makes its
+// destructor run before theirs, and each finished tier-up registers an exit handler that stops
+// the worker and waits for its compile (for anything built since). In a forked child, which
+// has no such thread, requests queue up and are never served.
+class TierUpWorker {
+ public:
+  static TierUpWorker& get() {
+    static const bool built = (build_code_generator_tables(), true);
+    (void)built;
+    static TierUpWorker w;
+    return w;
+  }
+  // Serves no more requests and waits for the one being served (idempotent).
+  void stop_and_wait() {
+    std::unique_lock lock(mu_);
+    stop_ = true;
+    wake_.notify_all();
+    idle_.wait(lock, [&] { return !busy_ || owner_ != ::getpid(); });
+  }
+  void push(TierUp* t) {
+    std::lock_guard lock(mu_);
+    queue_.push_back(t);
+    if (!thread_) {
+      owner_ = ::getpid();
+      thread_ = std::make_unique<std::thread>([this] {
+        // Only cycles nothing else wants: the pool's threads and the caller's keep their cores.
+        sched_param none{};
+        pthread_setschedparam(pthread_self(), SCHED_IDLE, &none);
+        loop();
+      });
+    }
+    wake_.notify_one();
+  }
+  void wait_idle() {
+    std::unique_lock lock(mu_);
+    if (thread_ && owner_ != ::getpid()) return;  // a forked child: never served
+    idle_.wait(lock, [&] { return queue_.empty() && !busy_; });
+  }
+  ~TierUpWorker() {
+    stop_and_wait();
+    if (!thread_) return;
+    if (owner_ == ::getpid())
+      thread_->join();
+    else
+      (void)thread_.release();  // the parent's thread: not this process's to join or detach
+  }
+
+ private:
+  void loop() {
+    std::unique_lock lock(mu_);
+    for (;;) {
+      wake_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (stop_) return;
+      TierUp* t = queue_.front();
+      queue_.pop_front();
+      busy_ = true;
+      lock.unlock();
+      if (generate(*t)) std::atexit([] { TierUpWorker::get().stop_and_wait(); });
+      lock.lock();
+      busy_ = false;
+      idle_.notify_all();
+    }
+  }
+  // A failure keeps the fast code (it is correct); the kernels stop counting either way.
+  static bool generate(TierUp& t) {
+    bool done = false;
+    try {
+      std::vector<void*> fns = Jit::instance().codegen_optimized(t.bitcode, t.names);
+      for (size_t i = 0; i < t.codes.size(); ++i)
+        t.codes[i]->fn.store(reinterpret_cast<KernelFn>(fns[i]), std::memory_order_release);
+      g_tier_ups.fetch_add(1, std::memory_order_relaxed);
+      done = true;
+    } catch (...) {
+    }
+    for (KernelCode* c : t.codes) c->tier.store(nullptr, std::memory_order_release);
+    g_kept_bitcode.fetch_sub(t.bitcode.size(), std::memory_order_relaxed);
+    std::string().swap(t.bitcode);
+    return done;
+  }
+
+  std::mutex mu_;
+  std::condition_variable wake_, idle_;
+  std::deque<TierUp*> queue_;
+  bool busy_ = false, stop_ = false;
+  std::unique_ptr<std::thread> thread_;
+  pid_t owner_ = 0;  // the process that started thread_
+};
+
+// Owns every TierUp record (small once its bitcode is dropped; one per fast module).
+std::mutex g_records_mu;
+std::vector<std::unique_ptr<TierUp>>& records() {
+  static auto* r = new std::vector<std::unique_ptr<TierUp>>;  // never destroyed: codes point here
+  return *r;
 }
 
 class Emitter {
@@ -857,14 +985,23 @@ constexpr size_t kSplitFunctions = 2;
 
 namespace {
 
+// A compiled fast module's optimized IR (empty when loaded or not kept) and the functions it
+// defines: `of[j]` (an index into `first`) is function names[j].
+struct ModuleIr {
+  std::string bitcode;
+  std::vector<std::string> names;
+  std::vector<size_t> of;
+};
+
 // Compiles the kernels first[f] of `plan` (distinct descriptions) and returns their functions
 // in that order. New kernels are compiled as two modules at once, on this thread and one
 // more: LLVM's optimization and code generation are ~90% of a cold compile and scale with
 // the functions a module holds (the seed decoder's fwd+bwd: 44 ms of 48 in one module). Each
-// part is its own persistent-cache entry.
+// part is its own persistent-cache entry, and each fast module's optimized IR goes to `irs`
+// (for the tier-up).
 std::vector<void*> compile_functions(const ir::Graph& g, const Plan& plan,
                                      const std::vector<detail::KernelDescription>& descs,
-                                     const std::vector<size_t>& first) {
+                                     const std::vector<size_t>& first, std::vector<ModuleIr>* irs) {
   const int parts = first.size() >= kSplitFunctions && ThreadPool::instance().size() > 1 ? 2 : 1;
   // Balanced by description length (a proxy for the IR each function expands to): the
   // longest first, each to the lighter part; each part keeps its functions in order.
@@ -884,6 +1021,9 @@ std::vector<void*> compile_functions(const ir::Graph& g, const Plan& plan,
   }
   std::vector<void*> fns(first.size());
   std::vector<int> loaded(static_cast<size_t>(parts), 0);
+  irs->assign(static_cast<size_t>(parts), {});
+  const bool keep =
+      tier_up_after_us() > 0 && g_kept_bitcode.load(std::memory_order_relaxed) < kMaxKeptBitcode;
   auto compile_part = [&](int part) {
     // Names only need to be unique within a module (each object is linked on its own), so
     // the same kernels give the same module text in every process: the persistent-cache key.
@@ -897,6 +1037,7 @@ std::vector<void*> compile_functions(const ir::Graph& g, const Plan& plan,
       (what += descs[first[f]].text) += '\n';
     }
     bool hit = false;
+    ModuleIr& ir = (*irs)[static_cast<size_t>(part)];
     std::vector<void*> got = Jit::instance().compile(
         what, names,
         [&](llvm::Module& module) {
@@ -904,9 +1045,11 @@ std::vector<void*> compile_functions(const ir::Graph& g, const Plan& plan,
           for (size_t k = 0; k < mine.size(); ++k)
             e.emit(plan.kernels[first[mine[k]]], descs[first[mine[k]]], names[k]);
         },
-        &hit);
+        &hit, Codegen::Fast, keep ? &ir.bitcode : nullptr);
     for (size_t k = 0; k < mine.size(); ++k) fns[mine[k]] = got[k];
     loaded[static_cast<size_t>(part)] = hit;
+    ir.names = std::move(names);
+    ir.of = std::move(mine);
   };
   if (parts == 1) {
     compile_part(0);
@@ -943,14 +1086,15 @@ std::vector<CompiledKernel> compile_kernels(const ir::Graph& g, const Plan& plan
     descs = detail::describe_all(g, plan);
   }
   // Kernels that another call is compiling: (kernel, its future), waited for at the end.
-  std::vector<std::pair<size_t, std::shared_future<KernelFn>>> waits;
+  std::vector<std::pair<size_t, std::shared_future<KernelCode*>>> waits;
   // The distinct descriptions this call compiles, in order of first use (concat pieces of
   // one shape share one): the kernel that defines each, and the promise other calls wait on.
   struct Claim {
     size_t kernel;
-    std::promise<KernelFn> done;
-    bool listed = false;    // entered in the in-flight table (all but after an error)
-    KernelFn fn = nullptr;  // once compiled: the cache's function for it
+    std::promise<KernelCode*> done;
+    bool listed = false;         // entered in the in-flight table (all but after an error)
+    KernelCode* code = nullptr;  // once compiled: the cache's entry for it
+    bool fresh = false;          // the entry is this call's (not another's that raced it)
   };
   std::vector<Claim> claims;
   std::map<std::string_view, size_t> claim_of;  // description -> claim
@@ -966,10 +1110,15 @@ std::vector<CompiledKernel> compile_kernels(const ir::Graph& g, const Plan& plan
         claims[c].done.set_exception(err);
         continue;
       }
-      auto [it, fresh] = cache().fns.try_emplace(text, reinterpret_cast<KernelFn>((*fns)[c]));
+      auto [it, fresh] = cache().fns.try_emplace(text, nullptr);
+      if (fresh) {
+        it->second = std::make_unique<KernelCode>();
+        it->second->fn.store(reinterpret_cast<KernelFn>((*fns)[c]), std::memory_order_release);
+      }
       (fresh ? cache().stats.compiled : cache().stats.raced)++;
-      claims[c].fn = it->second;
-      claims[c].done.set_value(it->second);
+      claims[c].code = it->second.get();
+      claims[c].fresh = fresh;
+      claims[c].done.set_value(it->second.get());
     }
   };
   try {
@@ -989,7 +1138,7 @@ std::vector<CompiledKernel> compile_kernels(const ir::Graph& g, const Plan& plan
       out[i].name = plan.kernels[i].name;
       const std::string& text = descs[i].text;
       if (auto it = cache().fns.find(text); it != cache().fns.end()) {
-        out[i].fn = it->second;
+        out[i].code = it->second.get();
         cache().stats.hits++;
       } else if (auto c = claim_of.find(text); c != claim_of.end()) {
         mine.emplace_back(i, c->second);
@@ -1011,16 +1160,36 @@ std::vector<CompiledKernel> compile_kernels(const ir::Graph& g, const Plan& plan
     std::vector<size_t> first;
     for (const Claim& c : claims) first.push_back(c.kernel);
     std::vector<void*> fns;
+    std::vector<ModuleIr> irs;
     try {
-      fns = compile_functions(g, plan, descs, first);
+      fns = compile_functions(g, plan, descs, first, &irs);
       settle(&fns, nullptr);
     } catch (...) {
       settle(nullptr, std::current_exception());
       throw;
     }
-    for (auto [i, c] : mine) out[i].fn = claims[c].fn;
+    for (auto [i, c] : mine) out[i].code = claims[c].code;
+    // Each fast module's kernels that are this call's entries may tier up (KernelCode).
+    for (ModuleIr& ir : irs) {
+      if (ir.bitcode.empty()) continue;
+      auto t = std::make_unique<TierUp>();
+      for (size_t j = 0; j < ir.of.size(); ++j) {
+        if (!claims[ir.of[j]].fresh) continue;
+        t->names.push_back(ir.names[j]);
+        t->codes.push_back(claims[ir.of[j]].code);
+      }
+      if (t->codes.empty()) continue;
+      g_kept_bitcode.fetch_add(ir.bitcode.size(), std::memory_order_relaxed);
+      t->bitcode = std::move(ir.bitcode);
+      TierUp* raw = t.get();
+      {
+        std::lock_guard lock(g_records_mu);
+        records().push_back(std::move(t));
+      }
+      for (KernelCode* code : raw->codes) code->tier.store(raw, std::memory_order_release);
+    }
   }
-  for (auto& [i, fut] : waits) out[i].fn = fut.get();  // rethrows the other call's error
+  for (auto& [i, fut] : waits) out[i].code = fut.get();  // rethrows the other call's error
   if (!waits.empty()) {
     std::lock_guard lock(cache().mu);
     cache().stats.hits += static_cast<int64_t>(waits.size());
@@ -1043,17 +1212,40 @@ KernelFn detail::cached_function(const std::string& text,
     auto it = cache().fns.find(text);
     if (it != cache().fns.end()) {
       cache().stats.hits++;
-      return it->second;
+      return it->second->get();
     }
   }
   bool loaded = false;
   std::vector<void*> fns = Jit::instance().compile(text + '\n', {"k0"}, emit, &loaded, codegen);
   if (t_code_info) (loaded ? t_code_info->modules_loaded : t_code_info->modules_compiled)++;
   std::lock_guard lock(cache().mu);
-  auto [it, fresh] = cache().fns.try_emplace(text, reinterpret_cast<KernelFn>(fns[0]));
+  auto [it, fresh] = cache().fns.try_emplace(text, nullptr);
+  if (fresh) {
+    it->second = std::make_unique<KernelCode>();
+    it->second->fn.store(reinterpret_cast<KernelFn>(fns[0]), std::memory_order_release);
+  }
   (fresh ? cache().stats.compiled : cache().stats.raced)++;
-  return it->second;
+  return it->second->get();
 }
+
+void KernelCode::ran(TierUp* t, int64_t ns) {
+  const int64_t after = tier_up_after_us();
+  if (after <= 0 || t->ran_ns.fetch_add(ns, std::memory_order_relaxed) + ns < after * 1000) return;
+  if (!t->requested.exchange(true, std::memory_order_acq_rel)) TierUpWorker::get().push(t);
+}
+
+int64_t tier_up_after_us() {
+  int64_t v = g_tier_up_us.load(std::memory_order_relaxed);
+  if (v >= 0) return v;
+  v = 20000;
+  if (const char* e = std::getenv("LOOM_TIER_UP_MS"); e && *e)
+    v = static_cast<int64_t>(std::max(0.0, std::atof(e)) * 1000);
+  g_tier_up_us.store(v, std::memory_order_relaxed);
+  return v;
+}
+void set_tier_up_after_us(int64_t us) { g_tier_up_us.store(std::max<int64_t>(0, us)); }
+void wait_for_tier_ups() { TierUpWorker::get().wait_idle(); }
+int64_t tier_ups() { return g_tier_ups.load(std::memory_order_relaxed); }
 
 KernelCacheStats kernel_cache_stats() {
   std::lock_guard lock(cache().mu);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "backend/cpu/codegen_impl.h"
+#include "backend/cpu/jit.h"
 #include "backend/cpu/math.h"
 #include "llvm/IR/IRBuilder.h"
 #include "llvm/IR/LLVMContext.h"
@@ -184,6 +185,15 @@ class EpilogueEmitter {
 };
 
 }  // namespace
+
+void build_code_generator_tables() {
+  const PostOp post[] = {{PostOp::Gelu}, {PostOp::Add}};
+  const int64_t col_strides[] = {1};
+  Jit::instance().compile(
+      describe_epilogue(post, col_strides) + " (code generator warm-up)\n", {"k0"},
+      [&](llvm::Module& m) { EpilogueEmitter(m, post, col_strides).emit(); }, nullptr,
+      Codegen::Optimized);
+}
 
 KernelFn epilogue_function(std::span<const PostOp> post, std::span<const int64_t> col_strides) {
   return detail::cached_function(

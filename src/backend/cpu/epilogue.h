@@ -21,4 +21,9 @@ namespace loom::cpu {
 // Compiled once per distinct description and cached with the kernels (codegen.h).
 KernelFn epilogue_function(std::span<const PostOp> post, std::span<const int64_t> col_strides);
 
+// Compiles one such epilogue with the full instruction selector, outside the kernel cache:
+// LLVM builds some tables of its code generator on first use, and the tier-up thread must be
+// made after them (codegen.cpp, TierUpWorker).
+void build_code_generator_tables();
+
 }  // namespace loom::cpu

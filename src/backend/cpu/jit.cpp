@@ -11,6 +11,8 @@
 #include <optional>
 
 #include "codegen_hash.h"
+#include "llvm/Bitcode/BitcodeReader.h"
+#include "llvm/Bitcode/BitcodeWriter.h"
 #include "llvm/Config/llvm-config.h"
 #include "llvm/ExecutionEngine/Orc/CompileUtils.h"
 #include "llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h"
@@ -334,9 +336,39 @@ Jit::~Jit() = default;
 
 const std::string& Jit::environment() const { return impl_->environment; }
 
+// This thread's own target machine for optimization and code generation, so concurrent
+// compiles run in parallel and never share one.
+struct Jit::Lease {
+  Impl& impl;
+  Codegen codegen;
+  std::unique_ptr<llvm::TargetMachine> tm;
+  ~Lease() { impl.release_machine(codegen, std::move(tm)); }
+};
+
+std::vector<void*> Jit::codegen_optimized(const std::string& bitcode,
+                                          const std::vector<std::string>& names) {
+  llvm::LLVMContext ctx;  // declared first: the module dies before it
+  std::unique_ptr<llvm::Module> module;
+  {
+    profile::Scope ps("compile", "tier-up read bitcode");
+    auto buf = llvm::MemoryBuffer::getMemBuffer(bitcode, "loom-tier-up", false);
+    module = take(llvm::parseBitcodeFile(buf->getMemBufferRef(), ctx), "reading bitcode");
+  }
+  Lease lease{*impl_, Codegen::Optimized, impl_->acquire_machine(Codegen::Optimized)};
+  std::unique_ptr<llvm::MemoryBuffer> object;
+  {
+    profile::Scope ps("compile", "tier-up codegen");
+    llvm::orc::SimpleCompiler compiler(*lease.tm);
+    object = take(compiler(*module), "code generation");
+  }
+  auto fns = impl_->link(std::move(object), names);
+  if (!fns) throw CompileError("[cpu] linking a module failed: " + message(fns.takeError()));
+  return std::move(*fns);
+}
+
 std::vector<void*> Jit::compile(std::string_view what, const std::vector<std::string>& names,
                                 const std::function<void(llvm::Module&)>& emit, bool* loaded,
-                                Codegen codegen) {
+                                Codegen codegen, std::string* bitcode) {
   if (loaded) *loaded = false;
   backend::DiskCache& disk = backend::DiskCache::instance();
   const bool use_disk = disk.enabled();
@@ -390,20 +422,18 @@ std::vector<void*> Jit::compile(std::string_view what, const std::vector<std::st
     if (llvm::verifyModule(*module, &es))
       throw CompileError("[cpu] generated invalid LLVM IR: " + es.str());
   }
-  // This thread's own target machine for optimization and code generation, so concurrent
-  // compiles run in parallel and never share one.
-  struct Lease {
-    Impl& impl;
-    Codegen codegen;
-    std::unique_ptr<llvm::TargetMachine> tm;
-    ~Lease() { impl.release_machine(codegen, std::move(tm)); }
-  } lease{*impl_, codegen, impl_->acquire_machine(codegen)};
+  Lease lease{*impl_, codegen, impl_->acquire_machine(codegen)};
   if (!impl_->vector_width.empty())
     for (llvm::Function& f : *module)
       if (!f.isDeclaration()) f.addFnAttr("prefer-vector-width", impl_->vector_width);
   {
     profile::Scope ps("compile", "llvm optimize");
     optimize(*module, lease.tm.get());
+  }
+  if (bitcode && codegen == Codegen::Fast) {
+    profile::Scope ps("compile", "keep bitcode");
+    llvm::raw_string_ostream os(*bitcode);
+    llvm::WriteBitcodeToFile(*module, os);
   }
   std::unique_ptr<llvm::MemoryBuffer> object;
   {

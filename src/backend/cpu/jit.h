@@ -40,13 +40,13 @@ class DataLayout;
 namespace loom::cpu {
 
 // How a module's code is generated. Fast: fast instruction selection and register allocation
-// (CodeGenOptLevel::None), the kernels' default (the IR is optimized first; see above for what
-// it costs and keeps). Optimized: the full selector and the greedy register allocator
-// (CodeGenOptLevel::Default), for native loops: the fast allocator keeps no value in a register
-// from one block to the next, so a carry promoted to a register would go through the stack on
-// every trip (4.3 against 1.1 ns a trip of a scalar cumsum; the loop's first compile takes about
-// 2 ms more), and for loom's epilogues of oneDNN products (epilogue.h: a GELU epilogue ran
-// 1.5x faster).
+// (CodeGenOptLevel::None), the kernels' first code (the IR is optimized first; see above for what
+// it costs and keeps; arithmetic-heavy kernels keep less, and tier up: codegen.h, KernelCode).
+// Optimized: the full selector and the greedy register allocator (CodeGenOptLevel::Default), for
+// native loops: the fast allocator keeps no value in a register from one block to the next, so a
+// carry promoted to a register would go through the stack on every trip (4.3 against 1.1 ns a trip
+// of a scalar cumsum; the loop's first compile takes about 2 ms more), and for loom's epilogues of
+// oneDNN products (epilogue.h: a GELU epilogue ran 1.5x faster).
 enum class Codegen { Fast, Optimized };
 
 class Jit {
@@ -61,15 +61,23 @@ class Jit {
   // `codegen` says, else `emit` fills a fresh module configured for the host with the
   // functions, which is then verified, optimized, compiled and linked. *loaded tells which
   // happened.
+  // `bitcode`, where given, receives the optimized module as LLVM bitcode when its code is
+  // generated here as Codegen::Fast (left empty when it was loaded), for codegen_optimized.
   std::vector<void*> compile(std::string_view what, const std::vector<std::string>& names,
                              const std::function<void(llvm::Module&)>& emit, bool* loaded = nullptr,
-                             Codegen codegen = Codegen::Fast);
+                             Codegen codegen = Codegen::Fast, std::string* bitcode = nullptr);
+  // The functions `names` of a module that compile() generated as Codegen::Fast, generated
+  // again from its optimized IR (`bitcode`) as Codegen::Optimized and linked: a kernel's tier-up
+  // (codegen.h). Its IR is not optimized again, and the persistent cache is not consulted.
+  std::vector<void*> codegen_optimized(const std::string& bitcode,
+                                       const std::vector<std::string>& names);
   // What the persistent-cache key holds besides the module: versions, CPU, settings.
   const std::string& environment() const;
 
  private:
   Jit();
   struct Impl;
+  struct Lease;
   std::unique_ptr<Impl> impl_;
 };
 

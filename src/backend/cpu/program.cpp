@@ -5,6 +5,7 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <exception>
 #include <thread>
@@ -131,7 +132,7 @@ struct KernelJob {
   int64_t tasks;
   void operator()(int t) const {
     int64_t lo = k->outer * t / tasks, hi = k->outer * (t + 1) / tasks;
-    if (lo < hi) k->fn(args, lo, hi);
+    if (lo < hi) k->code->get()(args, lo, hi);
   }
 };
 
@@ -190,13 +191,36 @@ int64_t kernel_tasks(const CompiledKernel& k, int64_t min_work) {
 }
 int64_t kernel_tasks(const CompiledKernel& k) { return kernel_tasks(k, kParallelWork); }
 
+// Times the kernel's runs toward its tier-up while it has not tiered up (codegen.h).
+class TierUpClock {
+ public:
+  explicit TierUpClock(const CompiledKernel& k) : code_(k.code), tier_(k.code->tiering()) {
+    if (tier_) t0_ = std::chrono::steady_clock::now();
+  }
+  ~TierUpClock() {
+    if (tier_)
+      code_->ran(tier_, std::chrono::duration_cast<std::chrono::nanoseconds>(
+                            std::chrono::steady_clock::now() - t0_)
+                            .count());
+  }
+  TierUpClock(const TierUpClock&) = delete;
+  TierUpClock& operator=(const TierUpClock&) = delete;
+
+ private:
+  KernelCode* code_;
+  TierUp* tier_;
+  std::chrono::steady_clock::time_point t0_;
+};
+
 void run_kernel_task(const CompiledKernel& k, void* const* ptr, int64_t t, int64_t tasks) {
+  TierUpClock clock(k);
   KernelArgs args(k, ptr);
   KernelJob{&k, args.get(), tasks}(static_cast<int>(t));
 }
 
 void run_kernel(const CompiledKernel& k, void* const* ptr) {
   if (k.outer == 0) return;
+  TierUpClock clock(k);
   KernelArgs held(k, ptr);
   void* const* args = held.get();
   auto& pool = ThreadPool::instance();
@@ -207,7 +231,7 @@ void run_kernel(const CompiledKernel& k, void* const* ptr) {
     return;
   }
   if (tasks == 1) {
-    k.fn(args, 0, k.outer);
+    k.code->get()(args, 0, k.outer);
     return;
   }
   // One captured pointer: std::function keeps it inline (no allocation in a loop body).
