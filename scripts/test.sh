@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs dependencies, builds, and runs every test through CTest.
 #   LOOM_SANITIZE=1 scripts/test.sh        runs the suite under -fsanitize=address,undefined.
-#   LOOM_SANITIZE=thread scripts/test.sh   runs the Threads suites and the step graph's and row
-#                                          runs' tests under -fsanitize=thread (LLVM's and
+#   LOOM_SANITIZE=thread scripts/test.sh   runs the Threads suites, the step graph's, row
+#                                          runs' and tier-up's tests under -fsanitize=thread (LLVM's and
 #                                          OpenBLAS's own races, if any, are in
 #                                          scripts/tsan.supp, each with its reason).
 #   LOOM_TESTS=REGEX                       runs only the CTest tests matching REGEX.
@@ -12,7 +12,7 @@ scripts/install-deps.sh
 scripts/build.sh
 case "${LOOM_SANITIZE:-0}" in
   1) BUILD_DIR=${BUILD_DIR:-build-asan} ;;
-  thread) BUILD_DIR=${BUILD_DIR:-build-tsan}; LOOM_TESTS=${LOOM_TESTS:-^Threads|^StepGraph|TheStepGraph|^RowRuns} ;;
+  thread) BUILD_DIR=${BUILD_DIR:-build-tsan}; LOOM_TESTS=${LOOM_TESTS:-^Threads|^StepGraph|TheStepGraph|^RowRuns|^CpuTierUp} ;;
   *) BUILD_DIR=${BUILD_DIR:-build} ;;
 esac
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:allocator_may_return_null=1}

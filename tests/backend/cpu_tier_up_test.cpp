@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "backend/cpu/codegen.h"
@@ -93,6 +94,33 @@ TEST(CpuTierUp, KernelsTierUpToTheSameBits) {
   const auto other = run_bytes(program(x32 * 0.5, x64 * 0.5, 12));
   EXPECT_NE(other.back(), third.back());
   EXPECT_NE(other.front(), third.front());
+}
+
+// Threads running the same kernels while their module tiers up: every run computes the same
+// values, on whichever code it found (under ThreadSanitizer in CI: the swap is race-free).
+TEST(CpuTierUp, RunsRacingTheSwapComputeTheSame) {
+  loom::sync();
+  loom::runtime::set_backend("cpu");
+  TierUpAfter after(1);
+  std::vector<float> host(29 * 307);
+  for (size_t i = 0; i < host.size(); ++i)
+    host[i] = static_cast<float>(4.0 * std::cos(0.11 * static_cast<double>(i)));
+  Tensor x = loom::tensor(host, {29, 307});
+  loom::sync();
+  auto once = [&] {
+    return run_bytes({loom::exp(loom::tanh(x) * 2.5) + loom::erf(x * 0.3), loom::argmax(x, 1)});
+  };
+  const auto want = once();
+  std::vector<int> mismatches(2, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 2; ++t)
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 20; ++i) mismatches[static_cast<size_t>(t)] += once() != want;
+    });
+  for (std::thread& th : threads) th.join();
+  loom::cpu::wait_for_tier_ups();
+  EXPECT_EQ(mismatches, std::vector<int>(2, 0));
+  EXPECT_EQ(once(), want);
 }
 
 // With tier-up off, nothing is requested however long the kernels run.

@@ -1231,7 +1231,12 @@ KernelFn detail::cached_function(const std::string& text,
 void KernelCode::ran(TierUp* t, int64_t ns) {
   const int64_t after = tier_up_after_us();
   if (after <= 0 || t->ran_ns.fetch_add(ns, std::memory_order_relaxed) + ns < after * 1000) return;
-  if (!t->requested.exchange(true, std::memory_order_acq_rel)) TierUpWorker::get().push(t);
+  if (t->requested.exchange(true, std::memory_order_acq_rel)) return;
+  try {
+    TierUpWorker::get().push(t);
+  } catch (...) {  // called from a destructor: a failure turns tier-ups off, fast code stays
+    set_tier_up_after_us(0);
+  }
 }
 
 int64_t tier_up_after_us() {
