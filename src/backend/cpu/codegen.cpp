@@ -215,29 +215,8 @@ class Emitter {
   void loop(Value* lo, Value* hi, Body&& body, bool parallel = false) {
     llvm::MDNode* saved_group = group_;
     if (parallel) group_ = llvm::MDNode::getDistinct(ctx_, {});
-    auto* pre = b_.GetInsertBlock();
-    auto* head = llvm::BasicBlock::Create(ctx_, "head", fn_);
-    auto* bodyb = llvm::BasicBlock::Create(ctx_, "body", fn_);
-    auto* exit = llvm::BasicBlock::Create(ctx_, "exit", fn_);
-    b_.CreateBr(head);
-    b_.SetInsertPoint(head);
-    auto* iv = b_.CreatePHI(b_.getInt64Ty(), 2);
-    iv->addIncoming(lo, pre);
-    b_.CreateCondBr(b_.CreateICmpSLT(iv, hi), bodyb, exit);
-    b_.SetInsertPoint(bodyb);
-    body(iv);
-    Value* next = b_.CreateAdd(iv, b_.getInt64(1), "", true, true);
-    iv->addIncoming(next, b_.GetInsertBlock());
-    llvm::BranchInst* latch = b_.CreateBr(head);
-    if (parallel) {
-      llvm::Metadata* pa[] = {llvm::MDString::get(ctx_, "llvm.loop.parallel_accesses"), group_};
-      llvm::Metadata* ops[] = {nullptr, llvm::MDNode::get(ctx_, pa)};
-      llvm::MDNode* id = llvm::MDNode::getDistinct(ctx_, ops);
-      id->replaceOperandWith(0, id);
-      latch->setMetadata(llvm::LLVMContext::MD_loop, id);
-    }
+    detail::emit_counted_loop(b_, fn_, lo, hi, parallel ? group_ : nullptr, {}, body);
     group_ = saved_group;
-    b_.SetInsertPoint(exit);
   }
 
   llvm::AllocaInst* entry_alloca(llvm::Type* t) {
@@ -1195,6 +1174,36 @@ std::vector<CompiledKernel> compile_kernels(const ir::Graph& g, const Plan& plan
     cache().stats.hits += static_cast<int64_t>(waits.size());
   }
   return out;
+}
+
+void detail::emit_counted_loop(llvm::IRBuilderBase& b, llvm::Function* fn, llvm::Value* lo,
+                               llvm::Value* hi, llvm::MDNode* group,
+                               std::span<llvm::Metadata* const> extra,
+                               const std::function<void(llvm::Value*)>& body) {
+  llvm::LLVMContext& ctx = b.getContext();
+  auto* pre = b.GetInsertBlock();
+  auto* head = llvm::BasicBlock::Create(ctx, "head", fn);
+  auto* bodyb = llvm::BasicBlock::Create(ctx, "body", fn);
+  auto* exit = llvm::BasicBlock::Create(ctx, "exit", fn);
+  b.CreateBr(head);
+  b.SetInsertPoint(head);
+  auto* iv = b.CreatePHI(b.getInt64Ty(), 2);
+  iv->addIncoming(lo, pre);
+  b.CreateCondBr(b.CreateICmpSLT(iv, hi), bodyb, exit);
+  b.SetInsertPoint(bodyb);
+  body(iv);
+  Value* next = b.CreateAdd(iv, b.getInt64(1), "", true, true);
+  iv->addIncoming(next, b.GetInsertBlock());
+  llvm::BranchInst* latch = b.CreateBr(head);
+  if (group) {
+    llvm::Metadata* pa[] = {llvm::MDString::get(ctx, "llvm.loop.parallel_accesses"), group};
+    std::vector<llvm::Metadata*> ops = {nullptr, llvm::MDNode::get(ctx, pa)};
+    ops.insert(ops.end(), extra.begin(), extra.end());
+    llvm::MDNode* id = llvm::MDNode::getDistinct(ctx, ops);
+    id->replaceOperandWith(0, id);
+    latch->setMetadata(llvm::LLVMContext::MD_loop, id);
+  }
+  b.SetInsertPoint(exit);
 }
 
 // ---- native loops (native_loop.cpp) -------------------------------------------------------

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -9,8 +10,13 @@
 #include "backend/cpu/jit.h"
 
 namespace llvm {
+class Function;
+class IRBuilderBase;
+class MDNode;
+class Metadata;
 class Module;
-}
+class Value;
+}  // namespace llvm
 
 namespace loom::cpu::detail {
 
@@ -29,6 +35,14 @@ std::vector<KernelDescription> describe_all(const ir::Graph& g, const Plan& p);
 // registers). Also loom's epilogues of oneDNN products (epilogue.h).
 void emit_inlined_kernel(llvm::Module& m, const ir::Graph& g, const Plan& p, const KernelSpec& k,
                          const KernelDescription& d, const std::string& name);
+// A counted loop over [lo, hi) at b's insert point in fn: body(iv) emits its body, and b is
+// left in the loop's exit block. `group`, where non-null, is the access group of the loop's
+// loads and stores, declared parallel (llvm.loop.parallel_accesses: no alias checks for the
+// vectorizer), with the loop properties `extra` beside it.
+void emit_counted_loop(llvm::IRBuilderBase& b, llvm::Function* fn, llvm::Value* lo, llvm::Value* hi,
+                       llvm::MDNode* group, std::span<llvm::Metadata* const> extra,
+                       const std::function<void(llvm::Value*)>& body);
+
 KernelFn cached_function(const std::string& text, const std::function<void(llvm::Module&)>& emit,
                          Codegen codegen = Codegen::Optimized);
 

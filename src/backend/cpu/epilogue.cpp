@@ -109,35 +109,17 @@ class EpilogueEmitter {
   }
 
   // A loop over [lo, hi); `parallel`: its iterations are independent (loop metadata for the
-  // vectorizer, and group_ for the accesses inside it).
+  // vectorizer, and group_ for the accesses inside it), and its tail is folded into masked
+  // vectors (one copy of the math).
   template <class Body>
   void loop(Value* lo, Value* hi, bool parallel, Body&& body) {
     llvm::MDNode* saved = group_;
     if (parallel) group_ = llvm::MDNode::getDistinct(ctx_, {});
-    auto* pre = b_.GetInsertBlock();
-    auto* head = llvm::BasicBlock::Create(ctx_, "head", fn_);
-    auto* bodyb = llvm::BasicBlock::Create(ctx_, "body", fn_);
-    auto* exit = llvm::BasicBlock::Create(ctx_, "exit", fn_);
-    b_.CreateBr(head);
-    b_.SetInsertPoint(head);
-    auto* iv = b_.CreatePHI(b_.getInt64Ty(), 2);
-    iv->addIncoming(lo, pre);
-    b_.CreateCondBr(b_.CreateICmpSLT(iv, hi), bodyb, exit);
-    b_.SetInsertPoint(bodyb);
-    body(iv);
-    iv->addIncoming(b_.CreateAdd(iv, b_.getInt64(1), "", true, true), b_.GetInsertBlock());
-    llvm::BranchInst* latch = b_.CreateBr(head);
-    if (parallel) {
-      llvm::Metadata* pa[] = {llvm::MDString::get(ctx_, "llvm.loop.parallel_accesses"), group_};
-      llvm::Metadata* pred[] = {llvm::MDString::get(ctx_, "llvm.loop.vectorize.predicate.enable"),
-                                llvm::ConstantAsMetadata::get(b_.getTrue())};
-      llvm::Metadata* ops[] = {nullptr, llvm::MDNode::get(ctx_, pa), llvm::MDNode::get(ctx_, pred)};
-      llvm::MDNode* id = llvm::MDNode::getDistinct(ctx_, ops);
-      id->replaceOperandWith(0, id);
-      latch->setMetadata(llvm::LLVMContext::MD_loop, id);
-    }
+    llvm::Metadata* pred[] = {llvm::MDString::get(ctx_, "llvm.loop.vectorize.predicate.enable"),
+                              llvm::ConstantAsMetadata::get(b_.getTrue())};
+    llvm::Metadata* extra[] = {llvm::MDNode::get(ctx_, pred)};
+    detail::emit_counted_loop(b_, fn_, lo, hi, parallel ? group_ : nullptr, extra, body);
     group_ = saved;
-    b_.SetInsertPoint(exit);
   }
 
   Value* f(double v) { return llvm::ConstantFP::get(b_.getFloatTy(), v); }
