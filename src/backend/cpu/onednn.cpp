@@ -580,10 +580,9 @@ void run_task(const OnednnProduct& p, const Task& t, void* const* ptr) {
   thread_local std::vector<int64_t> params;
   thread_local std::vector<void*> args;
   params.assign({t.cols, p.ldc});
-  args.assign({c, params.data()});
+  args.assign({c, nullptr});  // [1]: params, once they stop growing
   for (size_t j = part.bias ? 1 : 0; j < p.bin.size(); ++j) {
-    params.push_back(p.bin[j].sr);
-    params.push_back(p.bin[j].sc);
+    params.insert(params.end(), {p.bin[j].sr, p.bin[j].sc});
     args.push_back(const_cast<float*>(ys[j]));
   }
   args[1] = params.data();
