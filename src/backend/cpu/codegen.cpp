@@ -49,6 +49,18 @@ struct Cache {
   // waits for it after compiling its own, rather than compiling it a second time.
   std::unordered_map<std::string, std::shared_future<KernelCode*>> in_flight;
   KernelCacheStats stats;
+  // The entry for `text` holding `fn`, unless another compile stored one first (then its entry;
+  // `fresh` tells which). Called with `mu` held.
+  KernelCode* enter(const std::string& text, void* fn, bool* fresh) {
+    auto [it, added] = fns.try_emplace(text, nullptr);
+    if (added) {
+      it->second = std::make_unique<KernelCode>();
+      it->second->fn.store(reinterpret_cast<KernelFn>(fn), std::memory_order_release);
+    }
+    (added ? stats.compiled : stats.raced)++;
+    *fresh = added;
+    return it->second.get();
+  }
 };
 Cache& cache() {
   static Cache c;
@@ -1089,15 +1101,8 @@ std::vector<CompiledKernel> compile_kernels(const ir::Graph& g, const Plan& plan
         claims[c].done.set_exception(err);
         continue;
       }
-      auto [it, fresh] = cache().fns.try_emplace(text, nullptr);
-      if (fresh) {
-        it->second = std::make_unique<KernelCode>();
-        it->second->fn.store(reinterpret_cast<KernelFn>((*fns)[c]), std::memory_order_release);
-      }
-      (fresh ? cache().stats.compiled : cache().stats.raced)++;
-      claims[c].code = it->second.get();
-      claims[c].fresh = fresh;
-      claims[c].done.set_value(it->second.get());
+      claims[c].code = cache().enter(text, (*fns)[c], &claims[c].fresh);
+      claims[c].done.set_value(claims[c].code);
     }
   };
   try {
@@ -1228,13 +1233,8 @@ KernelFn detail::cached_function(const std::string& text,
   std::vector<void*> fns = Jit::instance().compile(text + '\n', {"k0"}, emit, &loaded, codegen);
   if (t_code_info) (loaded ? t_code_info->modules_loaded : t_code_info->modules_compiled)++;
   std::lock_guard lock(cache().mu);
-  auto [it, fresh] = cache().fns.try_emplace(text, nullptr);
-  if (fresh) {
-    it->second = std::make_unique<KernelCode>();
-    it->second->fn.store(reinterpret_cast<KernelFn>(fns[0]), std::memory_order_release);
-  }
-  (fresh ? cache().stats.compiled : cache().stats.raced)++;
-  return it->second->get();
+  bool fresh = false;
+  return cache().enter(text, fns[0], &fresh)->get();
 }
 
 void KernelCode::ran(TierUp* t, int64_t ns) {
