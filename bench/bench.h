@@ -4,6 +4,8 @@
 #pragma once
 
 #include <chrono>
+#include <cmath>
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -42,6 +44,36 @@ inline double seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+// Deterministic host data without <random>'s cost: splitmix64, then Box-Muller for normals.
+class HostRng {
+ public:
+  explicit HostRng(uint64_t seed) : s_(seed) {}
+  double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }  // [0, 1)
+  float normal(double stddev) {
+    double u1 = 1.0 - uniform(), u2 = uniform();
+    return static_cast<float>(stddev * std::sqrt(-2 * std::log(u1)) * std::cos(2 * M_PI * u2));
+  }
+  std::vector<float> uniform_vec(int64_t n, float lo, float hi) {
+    std::vector<float> v(n);
+    for (float& x : v) x = lo + static_cast<float>(uniform()) * (hi - lo);
+    return v;
+  }
+  std::vector<float> normal_vec(int64_t n, double stddev) {
+    std::vector<float> v(n);
+    for (float& x : v) x = normal(stddev);
+    return v;
+  }
+
+ private:
+  uint64_t next() {
+    uint64_t z = (s_ += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+  uint64_t s_;
+};
+
 // The median of v; of `reps` timings of f() in seconds.
 double median(std::vector<double> v);
 double median_seconds(int reps, const std::function<void()>& f);
@@ -55,6 +87,10 @@ double fma_peak_flops(int threads);
 // The five products of the 784-256-10 MLP's training step (batch 64) alone, on OpenBLAS at
 // full width, best of 5 x 200: a lower bound of the step (cpu_bench.cpp).
 double mlp_products_seconds();
+// The same five products on oneDNN's matmul primitive, threaded by oneDNN (OpenMP, every
+// core), best of 5 x 200: the step's bound on the library loom's products run on
+// (onednn_baseline.cpp).
+double mlp_onednn_products_seconds();
 
 // Baselines and child processes print "key value" lines. command_output runs a shell command
 // and returns its standard output (*status: its exit status, -1 when it could not start);

@@ -78,36 +78,6 @@ class BackendScope {
   std::string previous_, name_, reason_;
 };
 
-// Deterministic host data without <random>'s cost: splitmix64, then Box-Muller for normals.
-class HostRng {
- public:
-  explicit HostRng(uint64_t seed) : s_(seed) {}
-  double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }  // [0, 1)
-  float normal(double stddev) {
-    double u1 = 1.0 - uniform(), u2 = uniform();
-    return static_cast<float>(stddev * std::sqrt(-2 * std::log(u1)) * std::cos(2 * M_PI * u2));
-  }
-  std::vector<float> uniform_vec(int64_t n, float lo, float hi) {
-    std::vector<float> v(n);
-    for (float& x : v) x = lo + static_cast<float>(uniform()) * (hi - lo);
-    return v;
-  }
-  std::vector<float> normal_vec(int64_t n, double stddev) {
-    std::vector<float> v(n);
-    for (float& x : v) x = normal(stddev);
-    return v;
-  }
-
- private:
-  uint64_t next() {
-    uint64_t z = (s_ += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
-  uint64_t s_;
-};
-
 // A materialized loom tensor holding `host`.
 Tensor materialized(std::vector<float> host, Shape shape) {
   Tensor t = loom::tensor(std::move(host), std::move(shape));

@@ -276,6 +276,12 @@ std::vector<Figure> mlp_train() {
     f.push_back({"baseline_torch_steps_per_s", 0, "steps/s",
                  "not measured: python3-torch not installed (issue figure: ~1500 here)"});
   }
+  // Last: OpenMP's threads may spin for a while after oneDNN's calls.
+  const double onednn = 1 / mlp_onednn_products_seconds();
+  f.push_back({"baseline_onednn_products_steps_per_s", onednn, "steps/s",
+               "same run: the 5 matmuls alone on oneDNN, threaded by oneDNN (an upper bound)"});
+  f.push_back({"trace_once_over_onednn_bound", r / onednn, "x",
+               "1 = the step at its products' speed on oneDNN"});
   return f;
 }
 
