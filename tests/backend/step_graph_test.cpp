@@ -102,14 +102,14 @@ TEST_F(StepGraph, MlpTrainingStepsMatchStepByStepBitForBit) {
   }
 }
 
-TEST_F(StepGraph, AFailingFallbackRaisesOnTheCallerAndThePoolGoesOn) {
+TEST_F(StepGraph, AFailingIndexStepRaisesOnTheCallerAndThePoolGoesOn) {
   cpu::set_step_graph(cpu::StepGraphMode::Always);  // its steps are too small to split
   runtime::clear_compile_cache();
   Tensor x = reshape(arange(0, 12), {3, 4});
   Tensor w = ones({4, 4});
   sync();
   const int64_t before = cpu::step_graph_runs();
-  // Two independent branches, one of them a gather (a reference fallback) with index 4 of a
+  // Two independent branches, one of them a gather (an index step) with index 4 of a
   // 4-wide axis: the graph runs, the gather throws on whichever thread took it.
   auto program = [&](int64_t bad) {
     Tensor branch = exp(matmul(x, w) * 0.01);
@@ -133,7 +133,7 @@ TEST_F(StepGraph, AFailingFallbackRaisesOnTheCallerAndThePoolGoesOn) {
   EXPECT_NEAR(a.item<float>(), want, 1e-4 * want);
 }
 
-// Work that does not read a reference fallback's result stays out of the kernels behind it:
+// Work that does not read an index step's result stays out of the kernels behind it:
 // cross entropy counts its labels (for the mean) in a kernel of its own, not in the one that
 // sums the loss behind the labels' gather, so the gradient, which needs only the count, does
 // not wait for the gather.
@@ -143,11 +143,11 @@ TEST_F(StepGraph, WorkIndependentOfAFallbackIsNotMergedBehindIt) {
   ir::Graph g = ir::parse(pending_ir({cross_entropy(logits, labels)}));
   passes::default_pipeline().run(g);
   cpu::Program p = cpu::compile_program(g, /*region=*/false);
-  std::vector<int> fallback_outs;
+  std::vector<int> gather_outs;
   for (const cpu::Step& st : p.plan.steps)
-    if (st.kind == cpu::Step::Ref)
-      fallback_outs.insert(fallback_outs.end(), st.outs.begin(), st.outs.end());
-  ASSERT_FALSE(fallback_outs.empty());  // the gather
+    if (st.kind == cpu::Step::Index)
+      gather_outs.insert(gather_outs.end(), st.outs.begin(), st.outs.end());
+  ASSERT_FALSE(gather_outs.empty());  // the gather
   int counts = 0;
   for (const cpu::Step& st : p.plan.steps) {
     if (st.kind != cpu::Step::Kernel) continue;
@@ -157,7 +157,7 @@ TEST_F(StepGraph, WorkIndependentOfAFallbackIsNotMergedBehindIt) {
     if (!count) continue;
     ++counts;
     for (int b : p.kernels[st.kernel].bufs)
-      EXPECT_EQ(std::count(fallback_outs.begin(), fallback_outs.end(), b), 0)
+      EXPECT_EQ(std::count(gather_outs.begin(), gather_outs.end(), b), 0)
           << "the labels' count reads the gather's result (buffer " << b << ")";
   }
   EXPECT_EQ(counts, 1);

@@ -136,22 +136,26 @@ TEST(OpRegistry, EveryDifferentiableOpHasAVjpRule) {
   }
 }
 
-// The planner runs exactly the declared fallbacks on the reference kernels, and every sample
-// graph compiles on the CPU backend.
+// The planner runs exactly the declared fallbacks on the reference kernels and the declared
+// index ops as index steps, and every sample graph compiles on the CPU backend.
 TEST(OpRegistry, EveryOpLowersOnTheCpuBackendAsDeclared) {
   for (const ir::Graph& sample : ir::testing::sample_graphs()) {
     std::vector<std::vector<ir::NodeId>> results;
     const ir::Graph g = cpu::split_results(sample, &results);
     const cpu::Plan plan = cpu::make_plan(g, results);
-    std::set<ir::NodeId> ref_steps;
-    for (const cpu::Step& st : plan.steps)
+    std::set<ir::NodeId> ref_steps, index_steps;
+    for (const cpu::Step& st : plan.steps) {
       if (st.kind == cpu::Step::Ref) ref_steps.insert(st.node);
+      if (st.kind == cpu::Step::Index) index_steps.insert(st.node);
+    }
     for (ir::NodeId id = 0; id < g.size(); ++id) {
       const ir::Node& node = g.node(id);
       if (plan.buf_of[id] < 0 && node.regions.empty()) continue;  // computed inline
       const cpu::Lowering l = cpu::lowering(node.op, node.type.dtype);
       if (node.op == OpKind::Parameter) continue;
       EXPECT_EQ(ref_steps.count(id) == 1, l == cpu::Lowering::Fallback)
+          << ir::op_name(node.op) << " of " << node.type.dtype;
+      EXPECT_EQ(index_steps.count(id) == 1, l == cpu::Lowering::Index)
           << ir::op_name(node.op) << " of " << node.type.dtype;
     }
     EXPECT_NO_THROW(backend::make_cpu_backend()->compile(sample, {})) << ir::to_text(sample);

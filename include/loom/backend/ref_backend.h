@@ -32,4 +32,8 @@ std::vector<Buffer> ref_eval_node_all(const ir::Graph& g, ir::NodeId id,
 // node's operands, its outputs all of the node's results.
 std::shared_ptr<const Executable> ref_compile_node(const ir::Graph& g, ir::NodeId id);
 
+// The ExecError an indexing op (gather, index_select, index_add: `op`) raises for index k
+// outside [0, extent) along `axis`; native kernels of other backends raise the same one.
+[[noreturn]] void throw_index_out_of_range(const char* op, int64_t k, int64_t axis, int64_t extent);
+
 }  // namespace loom::backend

@@ -176,6 +176,12 @@ struct StepGraph {
           g.tasks[si] = cpu::matmul_tasks(prog, st);
           pooled = pooled || g.tasks[si] > 1;
           break;
+        case Step::Index:
+          for (const ir::Value& v : prog.graph.node(st.node).operands)
+            reads.push_back(plan.buf_of[v.node]);
+          writes = st.outs;
+          g.tasks[si] = 1;
+          break;
         case Step::Ref:
           // A collective talks to the other ranks, which must see the same collectives in the
           // same order on the same thread: such programs run step by step.
@@ -249,6 +255,7 @@ class CpuExecutable final : public Executable {
           for (int b : st.outs) seen[b] = true;  // the reference kernel returns fresh buffers
           break;
         case Step::Loop:
+        case Step::Index:
           for (int b : st.outs) touch(si, b);
           break;
         case Step::MatMul: touch(si, plan.buf_of[st.node]); break;
@@ -261,7 +268,34 @@ class CpuExecutable final : public Executable {
       if (plan.bufs[b].kind == cpu::BufferInfo::View)
         views_of_[plan.bufs[b].base].push_back(static_cast<int>(b));
     graph_ = StepGraph::make(prog_);
-    if (graph_.empty()) plan_row_runs();
+    if (graph_.empty()) {
+      plan_row_runs();
+      plan_index_in_place();
+    }
+  }
+
+  // Step by step, a float index_add whose base is a temporary it reads last (the zeros an
+  // embedding's gradient scatters into) takes the base's memory for its result and adds in
+  // place, instead of copying the base first (a [50000,512] table: 100 MB read and written).
+  // The step graph keeps the copy: there a step's buffers are its ordering.
+  void plan_index_in_place() {
+    const Plan& plan = prog_.plan;
+    index_base_.assign(plan.steps.size(), -1);
+    for (size_t si = 0; si < plan.steps.size(); ++si) {
+      const Step& st = plan.steps[si];
+      if (st.kind != Step::Index || prog_.graph.node(st.node).op != ir::OpKind::IndexAdd) continue;
+      const int base = plan.buf_of[prog_.graph.node(st.node).operands[0].node], out = st.outs[0];
+      const cpu::BufferInfo::Kind ok = plan.bufs[out].kind;
+      if (plan.bufs[base].kind != cpu::BufferInfo::Temp || !views_of_[base].empty() ||
+          std::find(st.release.begin(), st.release.end(), base) == st.release.end() ||
+          (ok != cpu::BufferInfo::Temp && ok != cpu::BufferInfo::Output))
+        continue;
+      std::vector<int>& first = first_use_[si];
+      const auto at = std::find(first.begin(), first.end(), out);
+      if (at == first.end()) continue;
+      first.erase(at);
+      index_base_[si] = base;
+    }
   }
 
   // Counts the modules compile_program generates or loads into *info.
@@ -316,6 +350,12 @@ class CpuExecutable final : public Executable {
           case Step::Ref: {
             profile::Scope ps("kernel", [&] { return cpu::step_name(prog_, st); });
             bind(st.outs[0], run_ref(st, bufs));
+            break;
+          }
+          case Step::Index: {
+            profile::Scope ps("kernel", [&] { return cpu::step_name(prog_, st); });
+            if (index_base_[si] >= 0) bind(st.outs[0], bufs[index_base_[si]]);
+            cpu::run_index(prog_, st, ptr.data(), /*parallel=*/true);
             break;
           }
           case Step::Loop: {
@@ -421,6 +461,7 @@ class CpuExecutable final : public Executable {
           break;
         case Step::MatMul: cpu::run_matmul_task(prog_, st, ptr.data(), t); break;
         case Step::Ref: bind(st.outs[0], run_ref(st, bufs)); break;
+        case Step::Index: cpu::run_index(prog_, st, ptr.data(), /*parallel=*/false); break;
         case Step::Loop: break;  // not in a step graph
       }
       if (profiling)
@@ -624,7 +665,7 @@ class CpuExecutable final : public Executable {
     }
   }
 
-  // The reference fallback (gather, index_select): hands back the kernel's fresh buffer.
+  // The reference fallback (a collective, an integer pow): hands back the kernel's fresh buffer.
   Buffer run_ref(const Step& st, const std::vector<Buffer>& bufs) const {
     std::vector<Buffer> operands;
     for (const ir::Value& v : prog_.graph.node(st.node).operands)
@@ -639,6 +680,7 @@ class CpuExecutable final : public Executable {
   std::vector<std::vector<int>> views_of_;  // per buffer: the View buffers lying in it
   StepGraph graph_;                         // empty: the steps run one after another
   std::vector<size_t> row_run_end_;  // per step: the last step of the row run it starts (> it)
+  std::vector<int> index_base_;      // per step: the base an index_add adds into in place, or -1
 };
 
 class CpuBackend final : public Backend {

@@ -32,7 +32,7 @@ void** init_frame(const Program& p, char* frame) {
   return ptr;
 }
 
-// A reference fallback inside a region (gather, index_select): its operands are copied into
+// A reference fallback inside a region (a collective, an integer pow): its operands are copied into
 // fresh Buffers and its result copied out (a fallback costs allocations anyway).
 void run_ref_copying(const Program& p, const Step& st, void* const* ptr) {
   const ir::Node& n = p.graph.node(st.node);
@@ -56,6 +56,7 @@ void run_region(const Program& p, void** ptr, char* frame) {
       case Step::Kernel: run_kernel(p.kernels[st.kernel], ptr); break;
       case Step::MatMul: run_matmul(p, st, ptr); break;
       case Step::Ref: run_ref_copying(p, st, ptr); break;
+      case Step::Index: run_index(p, st, ptr, /*parallel=*/true); break;
       case Step::Loop: run_loop(*p.loops[si], ptr, frame + p.loop_offset[si]); break;
     }
   }
@@ -179,6 +180,7 @@ const char* general_reason(const LoopProgram& l, const Plan& outer) {
     for (const Step& st : r.plan.steps) {
       if (st.kind == Step::MatMul) return "a matrix product in the body";
       if (st.kind == Step::Ref) return "a reference fallback in the body";
+      if (st.kind == Step::Index) return "an indexing op in the body";
       if (st.kind == Step::Loop) return "a nested loop in the body";
       ++kernels;
     }

@@ -160,8 +160,8 @@ Lowering lowering(OpKind op, DType dt) {
     case OpKind::MatMul:  // no integer products in BLAS; half precision is widened to float32
       return dt == DType::Float32 || dt == DType::Float64 ? Lowering::Blas : Lowering::Fallback;
     case OpKind::Gather:
-    case OpKind::IndexSelect:  // data-dependent addresses, bounds checks
-    case OpKind::IndexAdd: return Lowering::Fallback;
+    case OpKind::IndexSelect:  // data-dependent addresses, bounds checks: index.cpp
+    case OpKind::IndexAdd: return native_index(op, dt) ? Lowering::Index : Lowering::Fallback;
     case OpKind::AllReduceSum:  // the reference kernels call the dist::Communicator
     case OpKind::AllReduceMax:
     case OpKind::AllReduceMin:
@@ -524,7 +524,9 @@ class Planner {
     } else if (node.op == OpKind::MatMul && codegen_supports(g_, id)) {
       plan_product(id);
     } else if (!codegen_supports(g_, id)) {
-      Step::Kind kind = ir::has_trait(node.op, ir::kRegion) ? Step::Loop : Step::Ref;
+      Step::Kind kind = ir::has_trait(node.op, ir::kRegion)                     ? Step::Loop
+                        : lowering(node.op, node.type.dtype) == Lowering::Index ? Step::Index
+                                                                                : Step::Ref;
       Step st{kind, -1, id, {}, {plan_.buf_of[id]}};
       if (id < results_.size() && !results_[id].empty()) {
         st.outs.clear();
@@ -533,7 +535,7 @@ class Planner {
       for (int b : st.outs) {
         if (b < 0) continue;
         if (fallback_out_.size() <= static_cast<size_t>(b)) fallback_out_.resize(b + 1, false);
-        fallback_out_[b] = kind == Step::Ref;
+        fallback_out_[b] = kind == Step::Ref || kind == Step::Index;
       }
       plan_.steps.push_back(std::move(st));
     } else if (node.op == OpKind::Concat) {
@@ -1164,7 +1166,7 @@ class Planner {
       };
       if (st.kind == Step::Kernel) {
         for (const Stage& s : plan_.kernels[st.kernel].stages) wrote(s.out_buf);
-      } else if (st.kind == Step::Ref || st.kind == Step::Loop) {
+      } else if (st.kind == Step::Ref || st.kind == Step::Loop || st.kind == Step::Index) {
         for (int b : st.outs) wrote(b);
       } else {
         wrote(plan_.buf_of[st.node]);

@@ -426,6 +426,7 @@ std::string step_name(const Program& p, const Step& st) {
     case Step::MatMul:
       return st.lib == Library::Onednn ? onednn_name(onednn_of(p, st)) : gemm_name(p, st);
     case Step::Ref: return "ref " + std::string(ir::op_name(p.graph.node(st.node).op));
+    case Step::Index: return std::string(ir::op_name(p.graph.node(st.node).op));
     case Step::Loop: break;
   }
   return std::string(ir::op_name(p.graph.node(st.node).op)) + " loop";

@@ -95,6 +95,9 @@ void run_kernel(const CompiledKernel& k, void* const* ptr);
 void run_matmul(const Program& p, const Step& st, void* const* ptr);
 // Runs a Loop step's loop; `scratch` holds l.scratch_bytes (64-byte aligned).
 void run_loop(const LoopProgram& l, void* const* ptr, char* scratch);
+// Runs an Index step of p (index.cpp): across the pool when `parallel` and it is big, else
+// on this thread. Throws the reference's ExecError for an index out of range, before writing.
+void run_index(const Program& p, const Step& st, void* const* ptr, bool parallel);
 
 // A kernel or MatMul step as tasks 0..n-1 that may run in any order on any threads (the step
 // graph of cpu_backend.cpp schedules them itself; they never use the pool). n is fixed by
@@ -106,7 +109,7 @@ int64_t kernel_tasks(const CompiledKernel& k, int64_t min_work);
 void run_kernel_task(const CompiledKernel& k, void* const* ptr, int64_t t, int64_t tasks);
 int64_t matmul_tasks(const Program& p, const Step& st);
 void run_matmul_task(const Program& p, const Step& st, void* const* ptr, int64_t t);
-// The step's name in profiles ("k3", "onednn [64,784]x[784,256]", "ref gather").
+// The step's name in profiles ("k3", "onednn [64,784]x[784,256]", "gather", "ref pow").
 std::string step_name(const Program& p, const Step& st);
 
 // The step graph (cpu_backend.cpp): a small program's steps run as a dependency graph on the

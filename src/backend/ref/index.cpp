@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "backend/ref/ref_impl.h"
+#include "loom/backend/ref_backend.h"
 #include "loom/core/error.h"
 
 namespace loom::detail::ref {
@@ -15,9 +16,7 @@ using ir::OpKind;
 
 int64_t checked_index(const char* op, const Array& idx, int64_t i, int64_t axis, int64_t extent) {
   const int64_t k = idx.get_i(i);
-  LOOM_CHECK_T(ExecError, k >= 0 && k < extent, "[", op, "] index ", k,
-               " is out of range for axis ", axis, " of extent ", extent,
-               ": expected an index in [0, ", extent, ")");
+  if (k < 0 || k >= extent) backend::throw_index_out_of_range(op, k, axis, extent);
   return k;
 }
 
@@ -134,3 +133,13 @@ void register_index_kernels(KernelTable& t) {
 }
 
 }  // namespace loom::detail::ref
+
+namespace loom::backend {
+
+void throw_index_out_of_range(const char* op, int64_t k, int64_t axis, int64_t extent) {
+  throw ExecError(detail::str_cat("[", op, "] index ", k, " is out of range for axis ", axis,
+                                  " of extent ", extent, ": expected an index in [0, ", extent,
+                                  ")"));
+}
+
+}  // namespace loom::backend
