@@ -1,8 +1,8 @@
 // The CPU backend's index steps (src/backend/cpu/index.cpp: gather, index_select and float
 // index_add on planned memory, split across the pool when big; an index_add over a base it
-// reads last adds in place) against the reference interpreter: sizes that take several tasks, every axis, repeated indices, int32 and int64
-// indices, index_add inside a scan body and under autodiff (embedding's gradient), and the
-// reference's own error for an index out of range.
+// reads last adds in place) against the reference interpreter: sizes that take several tasks, every
+// axis, repeated indices, int32 and int64 indices, index_add inside a scan body and under autodiff
+// (embedding's gradient), and the reference's own error for an index out of range.
 #include <gtest/gtest.h>
 
 #include "backend/cpu/plan.h"

@@ -60,8 +60,8 @@ struct Blocks {
 };
 
 // out[o, j, :] = x[o, idx[j], :], rows split into tasks.
-void index_select(const Blocks& x, Indices idx, int64_t m, int64_t item, const char* src,
-                  char* dst, bool parallel) {
+void index_select(const Blocks& x, Indices idx, int64_t m, int64_t item, const char* src, char* dst,
+                  bool parallel) {
   const int64_t rows = x.outer * m, row = x.inner * item;
   const int64_t tasks = split(parallel, rows * row, rows);
   run_tasks(tasks, [&](int t) {
@@ -85,7 +85,7 @@ void gather(const Shape& xs, const Shape& is, int64_t axis, Indices idx, const T
     const int64_t end = n * (t + 1) / tasks;
     if (e == end) return;
     std::vector<int64_t> c(static_cast<size_t>(rank));  // idx's coordinates of e
-    int64_t off = 0;                                     // x's offset of c, the axis left out
+    int64_t off = 0;                                    // x's offset of c, the axis left out
     for (int64_t d = rank - 1, rest = e; d >= 0; --d) {
       c[d] = rest % is[d];
       rest /= is[d];
