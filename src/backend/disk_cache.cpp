@@ -180,18 +180,18 @@ void DiskCache::note_hit(const Hash128& key) {
   ::utimensat(AT_FDCWD, path_of(key).c_str(), nullptr, 0);  // LRU: this entry was just used
 }
 
-std::optional<std::string> DiskCache::load(const Hash128& key) {
+std::optional<std::string> DiskCache::load(const Hash128& key, bool count_miss) {
   if (!enabled()) return std::nullopt;
   const std::string path = path_of(key);
   std::string file;
   if (!read_file(path, &file)) {
-    misses_++;
+    if (count_miss) misses_++;
     return std::nullopt;
   }
   // Truncated, corrupt, another format version or another key: never used.
   if (!verify_entry(file, &key)) {
     if (remove_entry(path)) rejected_++;
-    misses_++;
+    if (count_miss) misses_++;
     return std::nullopt;
   }
   ::utimensat(AT_FDCWD, path.c_str(), nullptr, 0);  // LRU: this entry was just used

@@ -16,6 +16,8 @@
 #include <sstream>
 #include <thread>
 
+#include "backend/cpu/codegen.h"
+#include "backend/cpu/jit.h"
 #include "loom/core/config.h"
 #include "loom/loom.h"
 #include "loom/runtime/engine.h"
@@ -58,10 +60,20 @@ std::vector<float> child_program() {
 TEST(PersistentCacheChild, DISABLED_Run) {
   const char* out_path = std::getenv("LOOM_TEST_CHILD_OUT");
   if (!out_path) GTEST_SKIP() << "run by DiskCacheTest in a fresh process";
+  // LOOM_TEST_CHILD_TIER_UP=1: every module tiers up after its kernels' first microsecond; the
+  // program runs twice more and the tier-ups finish before the child reports.
+  const bool tier_up = std::getenv("LOOM_TEST_CHILD_TIER_UP") != nullptr;
+  if (tier_up) cpu::set_tier_up_after_us(1);
   std::vector<float> values = child_program();
+  if (tier_up) {
+    for (int i = 0; i < 2; ++i) child_program();
+    cpu::wait_for_tier_ups();
+  }
   loom::Metrics m = loom::metrics();
   std::ofstream out(out_path);
-  out << "compiles " << m.compiles << "\n"
+  out << "tier_ups " << cpu::tier_ups() << "\n"
+      << "tiered_loads " << cpu::Jit::tiered_loads() << "\n"
+      << "compiles " << m.compiles << "\n"
       << "disk_cache_hits " << m.disk_cache_hits << "\n"
       << "loads " << m.disk_cache_loads << "\n"
       << "misses " << m.disk_cache_misses << "\n"
@@ -257,6 +269,30 @@ TEST_F(DiskCacheTest, SecondProcessRunsWithZeroCompiles) {
   // The same program in this process (cache off here) gives the same bits.
   std::vector<float> here = child_program();
   EXPECT_EQ(warm.values(), bits_of(here));
+}
+
+// A module that tiered up is stored again, as the full selector generated it, and the next
+// process loads that code (it has nothing left to tier up), with the same bits.
+TEST_F(DiskCacheTest, TieredUpCodeIsStoredAndLoadedByTheNextProcess) {
+  Child cold = run(dir_, "LOOM_TEST_CHILD_TIER_UP=1");
+  ASSERT_EQ(cold.rc, 0);
+  EXPECT_GT(cold.get("tier_ups"), 0);
+  EXPECT_EQ(cold.get("tiered_loads"), 0);
+  EXPECT_EQ(static_cast<int64_t>(entries(dir_).size()), cold.get("writes"));
+  Child warm = run(dir_, "LOOM_TEST_CHILD_TIER_UP=1");
+  ASSERT_EQ(warm.rc, 0);
+  EXPECT_EQ(warm.get("compiles"), 0);
+  EXPECT_EQ(warm.get("tiered_loads"), cold.get("tier_ups"));
+  EXPECT_EQ(warm.get("tier_ups"), 0);
+  EXPECT_EQ(warm.get("misses"), 0);
+  EXPECT_EQ(warm.get("writes"), 0);
+  EXPECT_EQ(warm.values(), cold.values());
+  // Without tier-ups (LOOM_TIER_UP_MS=0) a process asks for fast code only: it loads that.
+  Child off = run(dir_, "LOOM_TIER_UP_MS=0");
+  ASSERT_EQ(off.rc, 0);
+  EXPECT_EQ(off.get("compiles"), 0);
+  EXPECT_EQ(off.get("tiered_loads"), 0);
+  EXPECT_EQ(off.values(), cold.values());
 }
 
 std::vector<float> floats_of(const std::string& bits) {

@@ -58,7 +58,9 @@ class DiskCache {
   void set_max_bytes(int64_t bytes);
 
   // The verified payload stored under `key`, or nullopt (a miss; a bad entry is removed).
-  std::optional<std::string> load(const Hash128& key);
+  // `count_miss` false: a probe for an entry that may well be absent (the JIT's tiered-up
+  // objects) counts a hit, or a rejection, but no miss.
+  std::optional<std::string> load(const Hash128& key, bool count_miss = true);
   // Stores `payload` under `key` atomically; false (counted) when it cannot be written.
   bool store(const Hash128& key, std::string_view payload);
   // The verified entries (key, payload) most recently used, newest first: at most

@@ -80,6 +80,7 @@ std::atomic<int64_t> g_tier_ups{0};
 struct TierUp {
   std::atomic<int64_t> ran_ns{0};
   std::string bitcode;
+  std::optional<Hash128> key;      // where its tiered-up code goes in the persistent cache
   std::vector<std::string> names;  // the functions to take from it, in order of `codes`
   std::vector<KernelCode*> codes;
   std::atomic<bool> requested{false};
@@ -159,7 +160,7 @@ class TierUpWorker {
   static bool generate(TierUp& t) {
     bool done = false;
     try {
-      std::vector<void*> fns = Jit::instance().codegen_optimized(t.bitcode, t.names);
+      std::vector<void*> fns = Jit::instance().codegen_optimized(t.bitcode, t.names, t.key);
       for (size_t i = 0; i < t.codes.size(); ++i)
         t.codes[i]->fn.store(reinterpret_cast<KernelFn>(fns[i]), std::memory_order_release);
       g_tier_ups.fetch_add(1, std::memory_order_relaxed);
@@ -976,10 +977,11 @@ constexpr size_t kSplitFunctions = 2;
 
 namespace {
 
-// A compiled fast module's optimized IR (empty when loaded or not kept) and the functions it
-// defines: `of[j]` (an index into `first`) is function names[j].
+// A compiled fast module's optimized IR (empty when loaded or not kept) with its persistent-cache
+// key for tiered-up code, and the functions it defines: `of[j]` (an index into `first`) is
+// function names[j].
 struct ModuleIr {
-  std::string bitcode;
+  Jit::TierUpSource source;
   std::vector<std::string> names;
   std::vector<size_t> of;
 };
@@ -1013,8 +1015,7 @@ std::vector<void*> compile_functions(const ir::Graph& g, const Plan& plan,
   std::vector<void*> fns(first.size());
   std::vector<int> loaded(static_cast<size_t>(parts), 0);
   irs->assign(static_cast<size_t>(parts), {});
-  const bool keep =
-      tier_up_after_us() > 0 && g_kept_bitcode.load(std::memory_order_relaxed) < kMaxKeptBitcode;
+  const bool keep = g_kept_bitcode.load(std::memory_order_relaxed) < kMaxKeptBitcode;
   auto compile_part = [&](int part) {
     // Names only need to be unique within a module (each object is linked on its own), so
     // the same kernels give the same module text in every process: the persistent-cache key.
@@ -1029,6 +1030,7 @@ std::vector<void*> compile_functions(const ir::Graph& g, const Plan& plan,
     }
     bool hit = false;
     ModuleIr& ir = (*irs)[static_cast<size_t>(part)];
+    ir.source.want_bitcode = keep;
     std::vector<void*> got = Jit::instance().compile(
         what, names,
         [&](llvm::Module& module) {
@@ -1036,7 +1038,7 @@ std::vector<void*> compile_functions(const ir::Graph& g, const Plan& plan,
           for (size_t k = 0; k < mine.size(); ++k)
             e.emit(plan.kernels[first[mine[k]]], descs[first[mine[k]]], names[k]);
         },
-        &hit, Codegen::Fast, keep ? &ir.bitcode : nullptr);
+        &hit, Codegen::Fast, tier_up_after_us() > 0 ? &ir.source : nullptr);
     for (size_t k = 0; k < mine.size(); ++k) fns[mine[k]] = got[k];
     loaded[static_cast<size_t>(part)] = hit;
     ir.names = std::move(names);
@@ -1155,7 +1157,7 @@ std::vector<CompiledKernel> compile_kernels(const ir::Graph& g, const Plan& plan
     for (auto [i, c] : mine) out[i].code = claims[c].code;
     // Each fast module's kernels that are this call's entries may tier up (KernelCode).
     for (ModuleIr& ir : irs) {
-      if (ir.bitcode.empty()) continue;
+      if (ir.source.bitcode.empty()) continue;
       auto t = std::make_unique<TierUp>();
       for (size_t j = 0; j < ir.of.size(); ++j) {
         if (!claims[ir.of[j]].fresh) continue;
@@ -1163,8 +1165,9 @@ std::vector<CompiledKernel> compile_kernels(const ir::Graph& g, const Plan& plan
         t->codes.push_back(claims[ir.of[j]].code);
       }
       if (t->codes.empty()) continue;
-      g_kept_bitcode.fetch_add(ir.bitcode.size(), std::memory_order_relaxed);
-      t->bitcode = std::move(ir.bitcode);
+      g_kept_bitcode.fetch_add(ir.source.bitcode.size(), std::memory_order_relaxed);
+      t->bitcode = std::move(ir.source.bitcode);
+      t->key = ir.source.key;
       TierUp* raw = t.get();
       {
         std::lock_guard lock(g_records_mu);

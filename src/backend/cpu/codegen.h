@@ -28,8 +28,11 @@ struct TierUp;  // codegen.cpp
 // are the same bit for bit (tests check); the code is faster where the arithmetic dominates
 // (every kernel generated so, op_paths on a 2-core AMD EPYC: exp 0.48 -> 0.30 ms, argmax
 // 0.85 -> 0.24, randn 4.4 -> 2.6, float32 sin 1.06 -> 0.91) at about twice the code-generation
-// time, which no compile waits for. Modules loaded from the persistent cache, native loops and
-// epilogues (generated as Codegen::Optimized already) do not tier up.
+// time, which no compile waits for. With the persistent cache on, a module that tiered up is
+// stored again under the key of a full-selector compile, and a later process loads that code
+// first (Jit::tiered_loads counts them): it starts on the faster code. A module loaded as fast
+// code (one that did not tier up in the process that stored it) keeps it: no IR comes with
+// it. Native loops and epilogues (generated as Codegen::Optimized already) do not tier up.
 struct KernelCode {
   std::atomic<KernelFn> fn{nullptr};
   std::atomic<TierUp*> tier{nullptr};  // its module's record while it can still tier up

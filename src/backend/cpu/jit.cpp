@@ -3,6 +3,7 @@
 #include "backend/cpu/jit.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <future>
@@ -345,8 +346,15 @@ struct Jit::Lease {
   ~Lease() { impl.release_machine(codegen, std::move(tm)); }
 };
 
+namespace {
+std::atomic<int64_t> g_tiered_loads{0};
+}  // namespace
+
+int64_t Jit::tiered_loads() { return g_tiered_loads.load(std::memory_order_relaxed); }
+
 std::vector<void*> Jit::codegen_optimized(const std::string& bitcode,
-                                          const std::vector<std::string>& names) {
+                                          const std::vector<std::string>& names,
+                                          const std::optional<Hash128>& key) {
   llvm::LLVMContext ctx;  // declared first: the module dies before it
   std::unique_ptr<llvm::Module> module;
   {
@@ -361,6 +369,11 @@ std::vector<void*> Jit::codegen_optimized(const std::string& bitcode,
     llvm::orc::SimpleCompiler compiler(*lease.tm);
     object = take(compiler(*module), "code generation");
   }
+  if (key && backend::DiskCache::instance().enabled()) {
+    profile::Scope ps("compile", "tier-up disk cache store");
+    backend::DiskCache::instance().store(
+        *key, std::string_view(object->getBufferStart(), object->getBufferSize()));
+  }
   auto fns = impl_->link(std::move(object), names);
   if (!fns) throw CompileError("[cpu] linking a module failed: " + message(fns.takeError()));
   return std::move(*fns);
@@ -368,17 +381,13 @@ std::vector<void*> Jit::codegen_optimized(const std::string& bitcode,
 
 std::vector<void*> Jit::compile(std::string_view what, const std::vector<std::string>& names,
                                 const std::function<void(llvm::Module&)>& emit, bool* loaded,
-                                Codegen codegen, std::string* bitcode) {
+                                Codegen codegen, TierUpSource* tier_up) {
   if (loaded) *loaded = false;
   backend::DiskCache& disk = backend::DiskCache::instance();
   const bool use_disk = disk.enabled();
-  Hash128 key;
-  if (use_disk) {
-    {
-      profile::Scope pk("compile", "disk cache key");
-      key = module_key(what, impl_->environment + (codegen == Codegen::Fast ? "; codegen=None"
-                                                                            : "; codegen=Default"));
-    }
+  // The object under `key`, preloaded or from disk; nullopt when there is none (a miss counted
+  // when count_miss) or it does not link.
+  auto load = [&](const Hash128& key, bool count_miss) -> std::optional<std::vector<void*>> {
     {
       std::unique_lock lock(impl_->memory_mu);
       auto it = impl_->preloaded.find(key);
@@ -387,24 +396,43 @@ std::vector<void*> Jit::compile(std::string_view what, const std::vector<std::st
         impl_->preloaded.erase(it);
         lock.unlock();
         disk.note_hit(key);
-        if (loaded) *loaded = true;
         return fns;
       }
     }
     std::optional<std::string> bytes;
     {
       profile::Scope ps("compile", "disk cache load");
-      bytes = disk.load(key);
+      bytes = disk.load(key, count_miss);
     }
-    if (bytes) {
-      profile::Scope ps("compile", "link cached object");
-      auto fns = impl_->link(llvm::MemoryBuffer::getMemBufferCopy(*bytes, "loom-cached"), names);
-      if (fns) {
+    if (!bytes) return std::nullopt;
+    profile::Scope ps("compile", "link cached object");
+    auto fns = impl_->link(llvm::MemoryBuffer::getMemBufferCopy(*bytes, "loom-cached"), names);
+    if (fns) return std::move(*fns);
+    llvm::consumeError(fns.takeError());  // verified but refused: drop it, compile afresh
+    disk.reject(key);
+    return std::nullopt;
+  };
+  Hash128 key;
+  if (use_disk) {
+    Hash128 optimized;
+    {
+      profile::Scope pk("compile", "disk cache key");
+      optimized = module_key(what, impl_->environment + "; codegen=Default");
+      key = codegen == Codegen::Fast ? module_key(what, impl_->environment + "; codegen=None")
+                                     : optimized;
+    }
+    if (codegen == Codegen::Fast && tier_up) {
+      tier_up->key = optimized;
+      if (auto fns = load(optimized, /*count_miss=*/false)) {
+        g_tiered_loads.fetch_add(1, std::memory_order_relaxed);
+        tier_up->tiered = true;
         if (loaded) *loaded = true;
         return std::move(*fns);
       }
-      llvm::consumeError(fns.takeError());  // verified but refused: drop it, compile afresh
-      disk.reject(key);
+    }
+    if (auto fns = load(key, /*count_miss=*/true)) {
+      if (loaded) *loaded = true;
+      return std::move(*fns);
     }
   }
   llvm::LLVMContext ctx;  // declared first: the module dies before it
@@ -430,9 +458,9 @@ std::vector<void*> Jit::compile(std::string_view what, const std::vector<std::st
     profile::Scope ps("compile", "llvm optimize");
     optimize(*module, lease.tm.get());
   }
-  if (bitcode && codegen == Codegen::Fast) {
+  if (tier_up && tier_up->want_bitcode && codegen == Codegen::Fast) {
     profile::Scope ps("compile", "keep bitcode");
-    llvm::raw_string_ostream os(*bitcode);
+    llvm::raw_string_ostream os(tier_up->bitcode);
     llvm::WriteBitcodeToFile(*module, os);
   }
   std::unique_ptr<llvm::MemoryBuffer> object;

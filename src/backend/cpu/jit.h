@@ -14,22 +14,25 @@
 // never loads stale code), loom's and LLVM's versions, the host CPU name and features, the
 // pipeline settings and the vector width of generated loops. The key needs no IR: a later process
 // that asks for the same kernels loads the object without emitting, optimizing or generating
-// anything. Each object is linked on its own, so symbol names only need to be unique within a
-// module and a refused object leaves nothing behind.
-// start() creates the instance (target machines, about 1 ms) on a background thread, so that a
-// process's first compile, often a load from the persistent cache, does not wait for it; that
-// thread then links the cache's most recently used objects, which a restarted program is about to
-// ask for, and compile() takes them by key. Thread-safe: compile() may run on any number of threads
-// at once; each compile holds a target machine of its own (from a pool) and an LLVMContext of its
-// own, and locks are taken only around the pool, the preloaded objects and the list of linked
-// memory.
+// anything. A kernel's tier-up stores its module's code again under the key of a full-selector
+// compile, which later processes load first. Each object is linked on its own, so symbol names only
+// need to be unique within a module and a refused object leaves nothing behind. start() creates the
+// instance (target machines, about 1 ms) on a background thread, so that a process's first compile,
+// often a load from the persistent cache, does not wait for it; that thread then links the cache's
+// most recently used objects, which a restarted program is about to ask for, and compile() takes
+// them by key. Thread-safe: compile() may run on any number of threads at once; each compile holds
+// a target machine of its own (from a pool) and an LLVMContext of its own, and locks are taken only
+// around the pool, the preloaded objects and the list of linked memory.
 #pragma once
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "loom/core/hash.h"
 
 namespace llvm {
 class LLVMContext;
@@ -61,16 +64,29 @@ class Jit {
   // `codegen` says, else `emit` fills a fresh module configured for the host with the
   // functions, which is then verified, optimized, compiled and linked. *loaded tells which
   // happened.
-  // `bitcode`, where given, receives the optimized module as LLVM bitcode when its code is
-  // generated here as Codegen::Fast (left empty when it was loaded), for codegen_optimized.
+  // `tier_up`, where given, is filled for a Codegen::Fast module: the optimized module as LLVM
+  // bitcode when its code is generated here and want_bitcode (empty when it was loaded), for
+  // codegen_optimized, and the persistent-cache key its tiered-up code goes under (the key a
+  // Codegen::Optimized compile of `what` has; the cache on). A Fast compile loads that entry
+  // first, when the cache holds it: code that a run before this one tiered up (`tiered`).
+  struct TierUpSource {
+    bool want_bitcode = true;
+    std::string bitcode;
+    std::optional<Hash128> key;
+    bool tiered = false;
+  };
   std::vector<void*> compile(std::string_view what, const std::vector<std::string>& names,
                              const std::function<void(llvm::Module&)>& emit, bool* loaded = nullptr,
-                             Codegen codegen = Codegen::Fast, std::string* bitcode = nullptr);
+                             Codegen codegen = Codegen::Fast, TierUpSource* tier_up = nullptr);
   // The functions `names` of a module that compile() generated as Codegen::Fast, generated
   // again from its optimized IR (`bitcode`) as Codegen::Optimized and linked: a kernel's tier-up
-  // (codegen.h). Its IR is not optimized again, and the persistent cache is not consulted.
+  // (codegen.h). Its IR is not optimized again; the object is stored in the persistent cache
+  // under `key` when one is given.
   std::vector<void*> codegen_optimized(const std::string& bitcode,
-                                       const std::vector<std::string>& names);
+                                       const std::vector<std::string>& names,
+                                       const std::optional<Hash128>& key);
+  // Modules that compile() loaded from the persistent cache as tiered-up code.
+  static int64_t tiered_loads();
   // What the persistent-cache key holds besides the module: versions, CPU, settings.
   const std::string& environment() const;
 
