@@ -84,8 +84,17 @@ int hardware_threads();
 // CPU has it, the faster of the two), the bound no product can pass; 0 when the CPU has no
 // AVX2 FMA (main.cpp).
 double fma_peak_flops(int threads);
-// The five products of the 784-256-10 MLP's training step (batch 64) alone, on OpenBLAS at
-// full width, best of 5 x 200: a lower bound of the step (cpu_bench.cpp).
+// The operands and results of the five products of the 784-256-10 MLP's training step (batch
+// 64), row-major, seeded: h = x W1^T, logits = h W2^T, dW2 = dY^T h, dh = dY W2, dW1 = dh^T x
+// (the logits stand in for dY). `best_step_seconds` times a step of them: 50 warm-up steps,
+// then the best of 5 x 200 (cpu_bench.cpp).
+struct MlpProducts {
+  static constexpr int64_t b = 64, in = 784, hid = 256, out = 10;
+  std::vector<float> x, w1, w2, h, lg, dw2, dh, dw1;
+  MlpProducts();
+  static double best_step_seconds(const std::function<void()>& step);
+};
+// The five products alone, on OpenBLAS at full width: a lower bound of the step (cpu_bench.cpp).
 double mlp_products_seconds();
 // The same five products on oneDNN's matmul primitive, threaded by oneDNN (OpenMP, every
 // core), best of 5 x 200: the step's bound on the library loom's products run on

@@ -681,13 +681,30 @@ Register r5("warm_start",
 
 }  // namespace
 
+MlpProducts::MlpProducts() : h(b * hid), lg(b * out), dw2(out * hid), dh(b * hid), dw1(hid * in) {
+  HostRng rng(7);
+  x = rng.normal_vec(b * in, 1.0);
+  w1 = rng.normal_vec(hid * in, 0.05);
+  w2 = rng.normal_vec(out * hid, 0.05);
+}
+
+double MlpProducts::best_step_seconds(const std::function<void()>& step) {
+  for (int i = 0; i < 50; ++i) step();
+  double best = 1e30;
+  for (int rep = 0; rep < 5; ++rep) {
+    const double t0 = seconds();
+    for (int i = 0; i < 200; ++i) step();
+    best = std::min(best, (seconds() - t0) / 200);
+  }
+  return best;
+}
+
 double mlp_products_seconds() {
   BlasThreads threads;
-  const int b = 64, in = 784, hid = 256, out = 10;
-  HostRng rng(7);
-  std::vector<float> x = rng.normal_vec(b * in, 1.0), w1 = rng.normal_vec(hid * in, 0.05),
-                     w2 = rng.normal_vec(out * hid, 0.05), h(b * hid), lg(b * out), dw2(out * hid),
-                     dh(b * hid), dw1(hid * in);
+  MlpProducts m;
+  const int b = MlpProducts::b, in = MlpProducts::in, hid = MlpProducts::hid,
+            out = MlpProducts::out;
+  auto& [x, w1, w2, h, lg, dw2, dh, dw1] = m;
   auto step = [&] {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, b, hid, in, 1.0f, x.data(), in, w1.data(),
                 in, 0.0f, h.data(), hid);  // h = x W1^T
@@ -700,14 +717,7 @@ double mlp_products_seconds() {
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, hid, in, b, 1.0f, dh.data(), hid, x.data(),
                 in, 0.0f, dw1.data(), in);  // dW1 = dh^T x
   };
-  for (int i = 0; i < 50; ++i) step();
-  double best = 1e30;
-  for (int rep = 0; rep < 5; ++rep) {
-    const double t0 = seconds();
-    for (int i = 0; i < 200; ++i) step();
-    best = std::min(best, (seconds() - t0) / 200);
-  }
-  return best;
+  return MlpProducts::best_step_seconds(step);
 }
 
 }  // namespace loom::bench

@@ -38,11 +38,10 @@ double mlp_onednn_products_seconds() {
   // products set on the threads that ran them.
   std::thread([&best] {
     omp_set_num_threads(hardware_threads());
-    const int64_t b = 64, in = 784, hid = 256, out = 10;
-    HostRng rng(7);
-    std::vector<float> x = rng.normal_vec(b * in, 1.0), w1 = rng.normal_vec(hid * in, 0.05),
-                       w2 = rng.normal_vec(out * hid, 0.05), h(b * hid), lg(b * out),
-                       dw2(out * hid), dh(b * hid), dw1(hid * in);
+    MlpProducts m;
+    const int64_t b = MlpProducts::b, in = MlpProducts::in, hid = MlpProducts::hid,
+                  out = MlpProducts::out;
+    auto& [x, w1, w2, h, lg, dw2, dh, dw1] = m;
     dnnl::engine eng(dnnl::engine::kind::cpu, 0);
     dnnl::stream s(eng);
     Product p[] = {
@@ -52,16 +51,10 @@ double mlp_onednn_products_seconds() {
         {eng, {b, out}, {out, 1}, {out, hid}, {hid, 1}, lg.data(), w2.data(), dh.data()},
         {eng, {hid, b}, {1, hid}, {b, in}, {in, 1}, dh.data(), x.data(), dw1.data()},  // dh^T x
     };
-    auto step = [&] {
+    best = MlpProducts::best_step_seconds([&] {
       for (Product& q : p) q.run(s);
       s.wait();
-    };
-    for (int i = 0; i < 50; ++i) step();
-    for (int rep = 0; rep < 5; ++rep) {
-      const double t0 = seconds();
-      for (int i = 0; i < 200; ++i) step();
-      best = std::min(best, (seconds() - t0) / 200);
-    }
+    });
   }).join();
   return best;
 }

@@ -68,12 +68,12 @@ class Jit {
   // bitcode when its code is generated here and want_bitcode (empty when it was loaded), for
   // codegen_optimized, and the persistent-cache key its tiered-up code goes under (the key a
   // Codegen::Optimized compile of `what` has; the cache on). A Fast compile loads that entry
-  // first, when the cache holds it: code that a run before this one tiered up (`tiered`).
+  // first, when the cache holds it: code that a run before this one tiered up (bitcode stays
+  // empty: nothing is left to tier up).
   struct TierUpSource {
     bool want_bitcode = true;
     std::string bitcode;
     std::optional<Hash128> key;
-    bool tiered = false;
   };
   std::vector<void*> compile(std::string_view what, const std::vector<std::string>& names,
                              const std::function<void(llvm::Module&)>& emit, bool* loaded = nullptr,
