@@ -19,4 +19,5 @@
 #include "loom/trace/control_flow.h"
 #include "loom/trace/ops.h"
 #include "loom/trace/tensor.h"
+#include "loom/trace/torch_ops.h"
 #include "loom/trace/tree.h"

@@ -3,14 +3,14 @@ from . import _loom
 import os as _os
 _loom._set_package_dir(_os.path.dirname(_os.path.abspath(__file__)) + _os.sep)
 from ._loom import (Tensor, dtype, Error, ShapeError, DTypeError, TraceError, AutodiffError,
-                    CompileError, ExecError, ParseError, DistError, Metrics, no_grad, sync,
+                    CompileError, ExecError, ParseError, DistError, Metrics, sync,
                     metrics,
                     reset_metrics, metrics_report, manual_seed, promote_types,
                     recompile_reasons, graph_metrics, graph_name, set_explain_recompiles,
                     set_flush_denormal, flush_denormal,
                     set_dump_ir_dir, set_cache_dir, cache_dir, RecompileReason, GraphMetrics,
                     PureFunction, CompiledFunction,
-                    pending_graph_size, is_grad_enabled, from_numpy, from_dlpack,
+                    pending_graph_size, is_grad_enabled, from_numpy,
                     neg, abs, exp, log, sqrt, rsqrt, tanh, sigmoid, relu, sin, cos, erf,
                     logical_not, floor, add, sub, mul, div, true_divide, pow, maximum, minimum,
                     floor_divide, remainder, logical_and, logical_or, eq, ne, lt, le, gt, ge,
@@ -22,7 +22,11 @@ from ._tracing import assume_pure, compile, scan, while_loop, fori_loop, profile
 from ._creation import (tensor, as_tensor, zeros, ones, full, zeros_like, ones_like, full_like,
                         arange, randn, rand, randn_like, rand_like)
 from ._ops import (Size, sum, mean, amax, amin, argmax, argmin, max, min, reshape, view,
-                   permute, expand, squeeze, gelu, clone)
+                   permute, expand, squeeze, clone)
+from ._device import device
+from ._grad_mode import no_grad, enable_grad, inference_mode, set_grad_enabled
+from ._torch_ops import (gelu, tril, triu, masked_fill, split, chunk, cumsum, topk, multinomial,
+                         from_dlpack)
 
 bool_ = dtype.bool_
 int32 = dtype.int32

@@ -4,7 +4,7 @@ import numbers
 
 import numpy as np
 
-from . import _loom, _repr
+from . import _device, _loom, _repr
 from ._loom import Tensor, dtype
 
 _max_result = collections.namedtuple("max", ["values", "indices"])
@@ -108,24 +108,42 @@ def squeeze(input, dim=None):
     return _loom._squeeze(input, dim)
 
 
-def gelu(input, approximate="none"):
-    """GELU: exact (erf) by default, the tanh form with approximate='tanh'."""
-    if approximate != "none":
-        raise ValueError(f"gelu: approximate must be 'none' (the exact erf form), "
-                         f"got {approximate!r}")
-    return _loom._gelu(input)
-
-
 def clone(input):
     """A copy that no longer aliases the input (gradients flow through)."""
     return input + 0 if input.dtype != dtype.bool_ else _loom.logical_or(input, input)
 
 
-def _to(self, *args, dtype=None, **kwargs):
-    d = dtype if dtype is not None else (args[0] if args else None)
-    if not isinstance(d, _loom.dtype):
-        raise TypeError(f"to(): argument 'dtype' must be a loom.dtype, got {type(d).__name__}")
-    return self if self.dtype == d else _loom.to(self, d)
+def _to(self, *args, dtype=None, device=None, non_blocking=False, copy=False,
+        memory_format=None):
+    """to(dtype), to(device), to(device, dtype), to(other) and the keyword forms, as torch;
+    the device is always 'cpu' (checked), so only dtype and copy change anything."""
+    args = list(args)
+    if args and isinstance(args[0], Tensor):
+        if dtype is not None or device is not None or len(args) > 1:
+            raise TypeError("to(): to(other) takes no other dtype or device")
+        dtype = args.pop(0).dtype
+    elif args and isinstance(args[0], (str, _device.device)):
+        if device is not None:
+            raise TypeError("to(): argument 'device' given twice")
+        device = args.pop(0)
+    if args and not isinstance(args[0], bool):
+        if dtype is not None:
+            raise TypeError("to(): argument 'dtype' given twice")
+        dtype = args.pop(0)
+    if args and isinstance(args[0], bool):  # to(dtype, non_blocking, copy)
+        non_blocking = args.pop(0)
+        if args and isinstance(args[0], bool):
+            copy = args.pop(0)
+    if args:
+        raise TypeError(f"to(): unexpected arguments {tuple(args)!r}")
+    if device is not None:
+        _device.check(device, "to")
+    if dtype is not None and not isinstance(dtype, _loom.dtype):
+        raise TypeError(f"to(): argument 'dtype' must be a loom.dtype, got "
+                        f"{type(dtype).__name__}")
+    if dtype is None or dtype == self.dtype:
+        return clone(self) if copy else self
+    return _loom.to(self, dtype)
 
 
 def _tolist(self):
@@ -166,7 +184,6 @@ _METHODS = {
     "is_floating_point": lambda s: s.dtype.is_floating_point,
     "contiguous": lambda s: s,
     "type_as": lambda s, o: _to(s, o.dtype),
-    "gelu": gelu,
 }
 _DIRECT = ["neg", "abs", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "sin", "cos",
            "erf", "logical_not", "floor", "add", "sub", "mul", "div", "true_divide", "pow",

@@ -3,6 +3,10 @@
 
 #include "common.h"
 
+namespace loom::py {
+void register_torch_ops(nb::module_& m);  // torch_ops.cpp
+}
+
 NB_MODULE(_loom, m) {
   m.doc() = "loom's C++ core; import the `loom` package instead";
   // Tensors that Python still holds at exit (module globals) are freed by the interpreter's
@@ -15,6 +19,7 @@ NB_MODULE(_loom, m) {
   loom::py::register_errors(m);
   loom::py::register_tensor(m);
   loom::py::register_ops(m);
+  loom::py::register_torch_ops(m);
   loom::py::register_interop(m);
   loom::py::register_transforms(m);
   loom::py::register_tracing(m);

@@ -125,6 +125,22 @@ Tensor getitem(const Tensor& x, nb::handle key) {
     items.push_back(key);
   }
   int64_t consumed = 0, ellipses = 0, tensors = 0;
+  std::vector<nb::object> lists;  // list items as int64 index tensors (t[:, [-1]])
+  for (nb::handle& h : items) {
+    if (!PyList_Check(h.ptr())) continue;
+    std::vector<int64_t> v;
+    for (nb::handle e : h) {
+      if (!PyLong_Check(e.ptr()) || PyBool_Check(e.ptr()))
+        throw nb::type_error(
+            detail::str_cat("[index] a list index must hold ints, got an element of type ",
+                            Py_TYPE(e.ptr())->tp_name)
+                .c_str());
+      v.push_back(nb::cast<int64_t>(e));
+    }
+    int64_t n = static_cast<int64_t>(v.size());
+    lists.push_back(nb::steal(new_tensor_object(tensor<int64_t>(std::move(v), Shape({n})))));
+    h = lists.back();
+  }
   for (nb::handle h : items) {
     if (h.is_none()) continue;
     if (nb::isinstance<Tensor>(h)) ++tensors;
@@ -147,15 +163,17 @@ Tensor getitem(const Tensor& x, nb::handle key) {
     throw nb::index_error(
         detail::str_cat("too many indices for tensor of dimension ", x.dim()).c_str());
   Tensor r = x;
-  int64_t d = 0;  // the dim of r the next item applies to
+  int64_t d = 0;    // the dim of r the next item applies to
+  int64_t pos = 0;  // the item's dim as torch's errors count it (each item one, ... its span)
   for (nb::handle h : items) {
     if (h.is_none()) {
       r = unsqueeze(r, d++);
     } else if (h.ptr() == Py_Ellipsis) {
       d += x.dim() - consumed;
+      pos += x.dim() - consumed - 1;
     } else if (PyLong_Check(h.ptr()) && !PyBool_Check(h.ptr())) {
       int64_t i = nb::cast<int64_t>(h);
-      r = select(r, d, norm_index(i, r.size(d), d));
+      r = select(r, d, norm_index(i, r.size(d), pos));
     } else if (PySlice_Check(h.ptr())) {
       Py_ssize_t start, stop, step;
       if (PySlice_Unpack(h.ptr(), &start, &stop, &step) < 0) throw nb::python_error();
@@ -184,6 +202,7 @@ Tensor getitem(const Tensor& x, nb::handle key) {
                           Py_TYPE(h.ptr())->tp_name)
               .c_str());
     }
+    ++pos;
   }
   return r;
 }
@@ -317,7 +336,7 @@ void register_tensor(nb::module_& m) {
                           name(t.dtype()), " with ", t.numel(), " elements");
              return nb::int_(item(t));
            })
-      .def("__getitem__", &getitem)
+      .def("__getitem__", &getitem, nb::arg("key").none())
       .def(
           "copy_",
           [](nb::handle self, const Tensor& src) {

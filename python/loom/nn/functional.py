@@ -4,6 +4,7 @@ import numbers
 
 from .. import _loom
 from .._loom import Tensor, dtype as _dtype
+from .._torch_ops import gelu as _gelu
 
 _FINFO_EPS = {_dtype.float64: 2.220446049250313e-16, _dtype.float32: 1.1920928955078125e-07,
               _dtype.float16: 0.0009765625, _dtype.bfloat16: 0.0078125}
@@ -29,12 +30,8 @@ def relu(input, inplace=False):
 
 def gelu(input, approximate="none"):
     """The exact erf form, or torch's tanh approximation (approximate='tanh')."""
-    if approximate == "none":
-        return _loom._gelu(input)
-    if approximate == "tanh":
-        inner = (input + input * input * input * 0.044715) * math.sqrt(2.0 / math.pi)
-        return input * 0.5 * (_loom.tanh(inner) + 1.0)
-    raise ValueError(f"gelu(): approximate must be 'none' or 'tanh', got {approximate!r}")
+    _check_tensor("gelu", "input", input)
+    return _gelu(input, approximate)
 
 
 def silu(input, inplace=False):
