@@ -37,7 +37,7 @@ float32 = dtype.float32
 float64 = dtype.float64
 float = float32  # torch.float
 long = int64
-from ._io import save_safetensors, load_safetensors, load_safetensors_metadata
+from ._io import save_safetensors, load_safetensors, load_safetensors_metadata, save, load
 from . import nn  # noqa: E402  (after the names nn's modules use)
 from . import optim  # noqa: E402
 from .nn.scan_layers import scan_layers  # noqa: E402

@@ -236,7 +236,7 @@ def _host_array(t):
 
 def _rebuild_tensor(array, dtype_name, requires_grad):
     dt = getattr(dtype, dtype_name)
-    t = _loom._tensor_copy(np.ascontiguousarray(array))
+    t = _loom._tensor_copy(np.asarray(array, order="C"))  # (ascontiguousarray makes 0-d 1-d)
     if t.dtype != dt:
         t = _loom.to(t, dt)
         _loom.sync()  # a materialized tensor, as one read from a file
@@ -272,7 +272,6 @@ def _install():
     T.zero_ = lambda self: _loom._zero_(self)
     T.fill_ = lambda self, value: _loom._fill_(self, value)
     T.__reduce__ = _reduce
-    T.__deepcopy__ = lambda self, memo: _rebuild_tensor(*_reduce(self)[1])
     T.tril = tril
     T.triu = triu
     T.tril_ = _checked_inplace("tril_", tril)

@@ -2,7 +2,6 @@
 0-d iteration, the in-place leaf rule, gelu's tanh form, nanoGPT's ops, grad modes, devices
 and .data, grad clipping, lr schedulers, checkpoints and pickling, DLPack bools, errors."""
 import copy
-import math
 import operator
 import pickle
 
@@ -16,6 +15,14 @@ import loom.nn.functional as F
 
 TD = {loom.float32: torch.float32, loom.float64: torch.float64, loom.int64: torch.int64,
       loom.int32: torch.int32, loom.bool_: torch.bool, loom.float16: torch.float16}
+
+
+@pytest.fixture(autouse=True)
+def _settle():
+    """Runs what a test leaves pending (tensors that pytest's exception records keep alive), so
+    that later tests' graph counts start clean."""
+    yield
+    loom.sync()
 
 
 def tt(t):
@@ -467,3 +474,229 @@ def test_data_is_detached_and_writes_through():
     same(p.grad, pt.grad)
     with pytest.raises(loom.ShapeError):
         p.data = loom.zeros(3)
+
+
+# ---- 9: clip_grad_norm_ ------------------------------------------------------------------------
+
+def _two_layer(rng):
+    w1 = rng.normal(size=(4, 6)).astype(np.float32)
+    w2 = rng.normal(size=(6, 3)).astype(np.float32)
+    x = rng.normal(size=(5, 4)).astype(np.float32)
+    return w1, w2, x
+
+
+@pytest.mark.parametrize("max_norm,norm_type", [(0.5, 2.0), (1e3, 2.0), (0.1, 1.0),
+                                                (0.2, float("inf")), (0.3, 3.0), (2.0, 0.0)])
+def test_clip_grad_norm_matches_torch(max_norm, norm_type, rng=np.random.default_rng(11)):
+    w1, w2, x = _two_layer(rng)
+    ps = [loom.tensor(w1, requires_grad=True), loom.tensor(w2, requires_grad=True)]
+    pts = [torch.tensor(w1, requires_grad=True), torch.tensor(w2, requires_grad=True)]
+    (loom.tanh(loom.tensor(x) @ ps[0]) @ ps[1]).sum().backward()
+    (torch.tanh(torch.tensor(x) @ pts[0]) @ pts[1]).sum().backward()
+    total = nn.utils.clip_grad_norm_(ps, max_norm, norm_type=norm_type)
+    total_t = torch.nn.utils.clip_grad_norm_(pts, max_norm, norm_type=norm_type)
+    assert total.is_pending  # lazy: no host read inside
+    same(total, total_t, rtol=1e-5)
+    for p, pt in zip(ps, pts):
+        same(p.grad, pt.grad, rtol=1e-5)
+    # a single tensor, and parameters without grads
+    q = loom.tensor([3.0, 4.0], requires_grad=True)
+    (q * q).sum().backward()
+    assert nn.utils.clip_grad_norm_([q, loom.ones(2, requires_grad=True)], 1.0).item() == \
+        pytest.approx(10.0)
+    np.testing.assert_allclose(q.grad.numpy(), np.array([6.0, 8.0]) / (10.0 + 1e-6), 1e-6)
+
+
+def test_clipped_training_step_is_one_graph():
+    loom.manual_seed(0)
+    m = nn.Linear(8, 4)
+    opt = loom.optim.SGD(m.parameters(), lr=0.1)
+    x, y = loom.randn(16, 8), loom.randn(16, 4)
+    counts = []
+    for step in range(6):
+        opt.zero_grad()
+        loss = F.mse_loss(m(x), y)
+        loss.backward()
+        nn.utils.clip_grad_norm_(m.parameters(), 0.05)
+        opt.step()
+        loss.item()
+        counts.append(loom.metrics().compiles)
+    assert counts[2:] == [counts[2]] * 4, counts
+
+
+# ---- 10: lr schedulers -------------------------------------------------------------------------
+
+def _schedulers(lib, opt):
+    s = lib.optim.lr_scheduler
+    return {
+        "step": lambda: s.StepLR(opt, step_size=7, gamma=0.5),
+        "multistep": lambda: s.MultiStepLR(opt, milestones=[10, 30, 30, 80], gamma=0.3),
+        "exponential": lambda: s.ExponentialLR(opt, gamma=0.97),
+        "cosine": lambda: s.CosineAnnealingLR(opt, T_max=40, eta_min=1e-4),
+        "lambda": lambda: s.LambdaLR(opt, lambda e: 1.0 / (1 + e) ** 0.5),
+        "linear": lambda: s.LinearLR(opt, start_factor=0.1, total_iters=20),
+        "warmup_cosine": lambda: s.SequentialLR(
+            opt, [s.LinearLR(opt, start_factor=0.01, total_iters=10),
+                  s.CosineAnnealingLR(opt, T_max=90)], milestones=[10]),
+        "constant": lambda: s.ConstantLR(opt, factor=0.5, total_iters=4),
+    }
+
+
+@pytest.mark.parametrize("kind", ["step", "multistep", "exponential", "cosine", "lambda",
+                                  "linear", "warmup_cosine", "constant"])
+def test_lr_schedulers_match_torch_over_100_steps(kind):
+    p, pt = loom.zeros(2, requires_grad=True), torch.zeros(2, requires_grad=True)
+    opt, opt_t = loom.optim.SGD([p], lr=0.1), torch.optim.SGD([pt], lr=0.1)
+    sched, sched_t = _schedulers(loom, opt)[kind](), _schedulers(torch, opt_t)[kind]()
+    got, want = [], []
+    for _ in range(100):
+        got.append((sched.get_last_lr()[0], opt.param_groups[0]["lr"]))
+        want.append((sched_t.get_last_lr()[0], opt_t.param_groups[0]["lr"]))
+        opt.step()
+        opt_t.step()
+        sched.step()
+        sched_t.step()
+    assert got == want  # the same floats: torch's update rules
+
+
+def test_lr_scheduler_state_dict_resumes():
+    def make(lib, p):
+        opt = lib.optim.SGD([p], lr=0.1)
+        return opt, _schedulers(lib, opt)["warmup_cosine"]()
+    opt, sched = make(loom, loom.zeros(1, requires_grad=True))
+    for _ in range(25):
+        sched.step()
+    sd = sched.state_dict()
+    opt2, sched2 = make(loom, loom.zeros(1, requires_grad=True))
+    sched2.load_state_dict(sd)
+    opt2.load_state_dict(opt.state_dict())
+    optt, schedt = make(torch, torch.zeros(1, requires_grad=True))
+    for _ in range(25):
+        schedt.step()
+    for _ in range(30):
+        sched.step()
+        sched2.step()
+        schedt.step()
+        assert sched.get_last_lr() == sched2.get_last_lr() == schedt.get_last_lr()
+    assert set(sd) == set(schedt.state_dict())
+
+
+def test_lr_changing_every_step_compiles_a_constant_number_of_graphs():
+    loom.manual_seed(1)
+    m = nn.Linear(6, 3)
+    opt = loom.optim.AdamW(m.parameters(), lr=1e-2)
+    sched = loom.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=20)
+    x, y = loom.randn(8, 6), loom.randn(8, 3)
+    counts, lrs = [], []
+    for step in range(12):
+        opt.zero_grad()
+        F.mse_loss(m(x), y).backward()
+        opt.step()
+        sched.step()
+        loom.sync()
+        counts.append(loom.metrics().compiles)
+        lrs.append(opt.param_groups[0]["lr"])
+    assert len(set(lrs)) == 12
+    assert counts[2:] == [counts[2]] * 10, counts
+
+
+# ---- 11: checkpoints and pickling --------------------------------------------------------------
+
+def test_pickle_and_deepcopy_tensors_and_parameters():
+    for t in (loom.tensor([[1.5, -2.0]]), loom.arange(5), loom.tensor([True, False]),
+              loom.tensor(3.0, dtype=loom.float64), loom.tensor([1.0, 2.5], dtype=loom.bfloat16),
+              loom.randn(3, requires_grad=True), loom.ones(2, 2) * 3):  # the last one pending
+        for r in (pickle.loads(pickle.dumps(t)), copy.deepcopy(t)):
+            assert type(r) is loom.Tensor and r.dtype == t.dtype and r.shape == t.shape
+            assert r.requires_grad == t.requires_grad and not r.is_pending
+            assert r.float().tolist() == t.float().tolist()
+    p = nn.Parameter(loom.tensor([1.0, 2.0]))
+    for r in (pickle.loads(pickle.dumps(p)), copy.deepcopy(p)):
+        assert isinstance(r, nn.Parameter) and r.requires_grad and r.tolist() == [1.0, 2.0]
+    m = nn.Sequential(nn.Linear(3, 2), nn.GELU())
+    m2 = copy.deepcopy(m)
+    x = loom.randn(4, 3)
+    assert m2(x).tolist() == m(x).tolist()
+    with loom.no_grad():
+        m2[0].weight.zero_()
+    assert m[0].weight.abs().sum().item() > 0  # a copy, not an alias
+
+
+def test_save_load_nested_tree(tmp_path):
+    tree = {"model": {"w": loom.arange(6.0).view(2, 3), "b": loom.zeros(3, dtype=loom.int32)},
+            "opt": {"state": {0: {"step": loom.tensor(3.0)}},
+                    "param_groups": [{"lr": 0.1, "betas": (0.9, 0.999), "params": [0],
+                                      "foreach": None, "amsgrad": False}]},
+            "step": 10, "name": "run", "dt": loom.bfloat16, "inf": float("inf"),
+            "list": [loom.ones(1), (1, "a")], "grad": loom.ones(2, requires_grad=True)}
+    loom.save(tree, tmp_path / "ck.safetensors")
+    back = loom.load(tmp_path / "ck.safetensors")
+    assert back["step"] == 10 and back["name"] == "run" and back["dt"] == loom.bfloat16
+    assert back["inf"] == float("inf") and back["list"][1] == (1, "a")
+    assert back["opt"]["param_groups"][0]["betas"] == (0.9, 0.999)
+    assert list(back["opt"]["state"]) == [0]  # int keys stay ints
+    assert back["model"]["w"].tolist() == [[0, 1, 2], [3, 4, 5]]
+    assert back["model"]["b"].dtype == loom.int32 and back["grad"].requires_grad
+    # the tensors are a plain safetensors file too
+    flat = loom.load_safetensors(tmp_path / "ck.safetensors")
+    assert set(flat) == {"model.w", "model.b", "opt.state.0.step", "list.0", "grad"}
+    with pytest.raises(TypeError, match="cannot save"):
+        loom.save({"f": object()}, tmp_path / "bad.safetensors")
+
+
+def _train(model, opt, sched, xs, ys):
+    losses = []
+    for x, y in zip(xs, ys):
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        losses.append(loss.item())
+    return losses
+
+
+def test_resume_from_one_checkpoint_is_bit_identical(tmp_path):
+    def make():
+        loom.manual_seed(5)
+        m = nn.Sequential(nn.Linear(6, 16), nn.GELU(approximate="tanh"), nn.Linear(16, 4))
+        opt = loom.optim.AdamW(m.parameters(), lr=3e-3)
+        sched = loom.optim.lr_scheduler.LambdaLR(opt, lambda e: min(1.0, (e + 1) / 5))
+        return m, opt, sched
+    rng = np.random.default_rng(12)
+    xs = [loom.tensor(rng.normal(size=(8, 6)).astype(np.float32)) for _ in range(10)]
+    ys = [loom.tensor(rng.integers(0, 4, 8)) for _ in range(10)]
+    m, opt, sched = make()
+    _train(m, opt, sched, xs[:5], ys[:5])
+    loom.save({"model": m.state_dict(), "opt": opt.state_dict(), "sched": sched.state_dict(),
+               "step": 5}, tmp_path / "ck.safetensors")
+    cont = _train(m, opt, sched, xs[5:], ys[5:])
+
+    m2, opt2, sched2 = make()
+    ck = loom.load(tmp_path / "ck.safetensors")
+    m2.load_state_dict(ck["model"])
+    opt2.load_state_dict(ck["opt"])
+    sched2.load_state_dict(ck["sched"])
+    assert ck["step"] == 5
+    assert _train(m2, opt2, sched2, xs[5:], ys[5:]) == cont
+
+
+# ---- 12, 13: DLPack bools, cross_entropy's shape errors ----------------------------------------
+
+def test_from_dlpack_torch_bool():
+    src = torch.tensor([True, False, True])
+    t = loom.from_dlpack(src)
+    assert t.dtype == loom.bool_ and t.tolist() == [True, False, True]
+    same(loom.from_dlpack(torch.tensor([[1.5, 2.0]])), torch.tensor([[1.5, 2.0]]))
+
+
+@pytest.mark.parametrize("shapes", [((2, 5, 3), (2, 5)), ((2, 5), (3,)), ((2, 5), (2, 1)),
+                                    ((2, 5, 3, 4), (2, 3, 5))])
+def test_cross_entropy_shape_errors_name_the_users_shapes(shapes):
+    x, tgt = shapes
+    with pytest.raises((RuntimeError, ValueError)) as want:
+        torch.nn.functional.cross_entropy(torch.randn(*x), torch.zeros(*tgt, dtype=torch.long))
+    with pytest.raises(loom.ShapeError) as got:
+        F.cross_entropy(loom.randn(*x), loom.zeros(*tgt, dtype=loom.int64))
+    assert str(want.value).rstrip(".") in str(got.value)

@@ -1,5 +1,4 @@
 """loom.nn.functional: torch.nn.functional's names over loom's ops (composites of primitives)."""
-import math
 import numbers
 
 from .. import _loom
@@ -158,6 +157,26 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
             raise _loom.ShapeError(f"[cross_entropy] weight must be a floating tensor of shape "
                                    f"[{ncls}] (one per class), got {list(weight.shape)} "
                                    f"{weight.dtype}")
+    if not target.dtype.is_floating_point:  # class indices: torch's shape checks, its words
+        if input.ndim > 2:
+            want = [input.shape[0]] + list(input.shape[2:])
+            if list(target.shape) != want and input.ndim == 4:  # torch's nll_loss2d words
+                raise _loom.ShapeError(f"[cross_entropy] size mismatch (got input: "
+                                       f"{list(input.shape)} , target: {list(target.shape)}); "
+                                       f"expected target size {want} (classes in dim 1)")
+            if list(target.shape) != want:
+                raise _loom.ShapeError(f"[cross_entropy] Expected target size {want}, got "
+                                       f"{list(target.shape)} (input {list(input.shape)} "
+                                       f"{input.dtype!r}, classes in dim 1)")
+        elif input.ndim == 2 and target.ndim > 1:
+            raise _loom.ShapeError(f"[cross_entropy] 0D or 1D target tensor expected, "
+                                   f"multi-target not supported (input {list(input.shape)}, "
+                                   f"target {list(target.shape)})")
+        elif input.ndim == 2 and (target.ndim != 1 or target.shape[0] != input.shape[0]):
+            got = target.shape[0] if target.ndim else target.numel()
+            raise _loom.ShapeError(f"[cross_entropy] Expected input batch_size "
+                                   f"({input.shape[0]}) to match target batch_size ({got}) "
+                                   f"(input {list(input.shape)}, target {list(target.shape)})")
     if input.ndim > 2:  # classes to the last dim, then rows
         perm = [0] + list(range(2, input.ndim)) + [1]
         out_shape = [input.shape[0]] + list(input.shape[2:])

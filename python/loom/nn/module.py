@@ -12,7 +12,7 @@ import collections.abc
 import contextlib
 import itertools
 
-from .. import _loom
+from .. import _loom, _torch_ops
 from .._loom import Tensor
 
 _IncompatibleKeys = collections.namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])
@@ -38,8 +38,13 @@ class Parameter(Tensor):
         return "Parameter containing:\n" + super().__repr__()
 
     def __reduce_ex__(self, proto):
-        raise TypeError("loom.nn.Parameter cannot be pickled; save a state_dict with "
-                        "loom.save_safetensors")
+        # as torch.save pickles a Parameter: its value (materialized) and requires_grad
+        array, dtype_name, _ = _torch_ops._reduce(self)[1]
+        return (_rebuild_parameter, (array, dtype_name, self.requires_grad))
+
+
+def _rebuild_parameter(array, dtype_name, requires_grad):
+    return Parameter(_torch_ops._rebuild_tensor(array, dtype_name, False), requires_grad)
 
 
 def _addindent(s, n):

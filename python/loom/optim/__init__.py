@@ -2,5 +2,6 @@
 from .adamw import AdamW
 from .optimizer import Optimizer, ParamGroup
 from .sgd import SGD
+from . import lr_scheduler  # noqa: E402
 
-__all__ = ["AdamW", "Optimizer", "ParamGroup", "SGD"]
+__all__ = ["AdamW", "Optimizer", "ParamGroup", "SGD", "lr_scheduler"]
