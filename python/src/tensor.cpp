@@ -5,6 +5,7 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <cstring>
 #include <sstream>
 
 #include "common.h"
@@ -40,10 +41,22 @@ Tensor op_pow(const Tensor& a, const Tensor& b) { return pow(a, b); }
 Tensor op_mm(const Tensor& a, const Tensor& b) { return matmul(a, b); }
 
 // a <op> other, or other <op> a when `reflected`; NotImplemented for foreign types.
+// to_operand, or a numpy array as the tensor torch.from_numpy would make of it (a copy), so
+// that `t + array` and `t += array` stay loom tensors with autograd, as torch's operators do.
+bool operand(nb::handle h, Operand* o) {
+  if (to_operand(h, o)) return true;
+  if (std::strcmp(Py_TYPE(h.ptr())->tp_name, "numpy.ndarray") != 0) return false;
+  // a handle, not an object: nothing to release after the interpreter is gone
+  static nb::handle copy =
+      nb::object(nb::module_::import_("loom._loom").attr("_tensor_copy")).release();
+  o->tensor = nb::cast<Tensor>(copy(h));
+  return true;
+}
+
 template <TT tt>
 nb::object binary(const Tensor& a, nb::handle other, bool reflected) {
   Operand o;
-  if (!to_operand(other, &o)) return nb::borrow(Py_NotImplemented);
+  if (!operand(other, &o)) return nb::borrow(Py_NotImplemented);
   Tensor b = as_tensor(o, a);
   return nb::steal(new_tensor_object(reflected ? tt(b, a) : tt(a, b)));
 }
@@ -52,7 +65,7 @@ nb::object binary(const Tensor& a, nb::handle other, bool reflected) {
 template <TT tt, TS ts, ST st>
 PyObject* arith(const Tensor& a, nb::handle other, bool reflected) {
   Operand o;
-  if (!to_operand(other, &o)) Py_RETURN_NOTIMPLEMENTED;
+  if (!operand(other, &o)) Py_RETURN_NOTIMPLEMENTED;
   if (o.tensor.defined()) return new_tensor_object(reflected ? tt(o.tensor, a) : tt(a, o.tensor));
   return new_tensor_object(reflected ? st(o.scalar, a) : ts(a, o.scalar));
 }
@@ -96,7 +109,7 @@ template <TT tt>
 nb::object inplace(nb::handle self, nb::handle other, const char* op) {
   Tensor& a = nb::cast<Tensor&>(self);
   Operand o;
-  if (!to_operand(other, &o)) return nb::borrow(Py_NotImplemented);
+  if (!operand(other, &o)) return nb::borrow(Py_NotImplemented);
   assign(a, tt(a, as_tensor(o, a)), op);
   return nb::borrow(self);
 }
@@ -382,12 +395,12 @@ void register_tensor(nb::module_& m) {
 #undef LOOM_BINARY
 
   // Comparisons: a reflected comparison swaps its sense (3 < t is t > 3).
-#define LOOM_CMP(py, tt, rtt, op, rop)                            \
-  cls.def("__" py "__", [](const Tensor& a, nb::handle b) {       \
-    Operand o;                                                    \
-    if (!to_operand(b, &o)) return nb::borrow(Py_NotImplemented); \
-    if (o.tensor.defined()) return nb::cast(tt(a, o.tensor));     \
-    return nb::steal(new_tensor_object(a op o.scalar));           \
+#define LOOM_CMP(py, tt, rtt, op, rop)                         \
+  cls.def("__" py "__", [](const Tensor& a, nb::handle b) {    \
+    Operand o;                                                 \
+    if (!operand(b, &o)) return nb::borrow(Py_NotImplemented); \
+    if (o.tensor.defined()) return nb::cast(tt(a, o.tensor));  \
+    return nb::steal(new_tensor_object(a op o.scalar));        \
   })
   LOOM_CMP("lt", op_lt, op_gt, <, >);
   LOOM_CMP("le", op_le, op_ge, <=, >=);

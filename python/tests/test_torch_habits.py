@@ -77,6 +77,20 @@ def test_ndarray_operands_keep_autograd():
     assert isinstance(np.asarray(w), np.ndarray)
 
 
+def test_tensor_in_place_with_an_ndarray_stays_in_place():
+    a = np.array([1.0, 2.0, 3.0], np.float32)
+    for op in ("__iadd__", "__isub__", "__imul__", "__itruediv__"):
+        t, ref = loom.ones(3), torch.ones(3)
+        alias = t
+        t = getattr(t, op)(a)
+        getattr(ref, op)(torch.from_numpy(a))
+        assert t is alias
+        same(alias, ref)
+    with pytest.raises(loom.DTypeError):  # torch: a float result cannot go into an int tensor
+        i = loom.ones(3, dtype=loom.int64)
+        i += a
+
+
 def test_ndarray_in_place_on_the_array_stays_numpy():
     a = np.ones(3, np.float32)
     a += loom.tensor([1.0, 2.0, 3.0])
