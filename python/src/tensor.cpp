@@ -40,7 +40,6 @@ Tensor op_ne(const Tensor& a, const Tensor& b) { return a != b; }
 Tensor op_pow(const Tensor& a, const Tensor& b) { return pow(a, b); }
 Tensor op_mm(const Tensor& a, const Tensor& b) { return matmul(a, b); }
 
-// a <op> other, or other <op> a when `reflected`; NotImplemented for foreign types.
 // to_operand, or a numpy array as the tensor torch.from_numpy would make of it (a copy), so
 // that `t + array` and `t += array` stay loom tensors with autograd, as torch's operators do.
 bool operand(nb::handle h, Operand* o) {
@@ -53,6 +52,7 @@ bool operand(nb::handle h, Operand* o) {
   return true;
 }
 
+// a <op> other, or other <op> a when `reflected`; NotImplemented for foreign types.
 template <TT tt>
 nb::object binary(const Tensor& a, nb::handle other, bool reflected) {
   Operand o;
@@ -137,7 +137,6 @@ Tensor getitem(const Tensor& x, nb::handle key) {
   } else {
     items.push_back(key);
   }
-  int64_t consumed = 0, ellipses = 0, tensors = 0;
   std::vector<nb::object> lists;  // list items as int64 index tensors (t[:, [-1]])
   for (nb::handle& h : items) {
     if (!PyList_Check(h.ptr())) continue;
@@ -154,6 +153,7 @@ Tensor getitem(const Tensor& x, nb::handle key) {
     lists.push_back(nb::steal(new_tensor_object(tensor<int64_t>(std::move(v), Shape({n})))));
     h = lists.back();
   }
+  int64_t consumed = 0, ellipses = 0, tensors = 0;
   for (nb::handle h : items) {
     if (h.is_none()) continue;
     if (nb::isinstance<Tensor>(h)) ++tensors;
