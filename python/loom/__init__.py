@@ -2,7 +2,8 @@
 from . import _loom
 import os as _os
 _loom._set_package_dir(_os.path.dirname(_os.path.abspath(__file__)) + _os.sep)
-from ._loom import (Tensor, dtype, Error, ShapeError, DTypeError, TraceError, AutodiffError,
+from ._loom import (Tensor, dtype, Error, LoomWarning, ShapeError, DTypeError, TraceError,
+                    AutodiffError,
                     CompileError, ExecError, ParseError, DistError, Metrics, sync,
                     metrics,
                     reset_metrics, metrics_report, manual_seed, promote_types,
@@ -13,8 +14,8 @@ from ._loom import (Tensor, dtype, Error, ShapeError, DTypeError, TraceError, Au
                     pending_graph_size, is_grad_enabled, from_numpy,
                     neg, abs, exp, log, sqrt, rsqrt, tanh, sigmoid, relu, sin, cos, erf,
                     logical_not, floor, add, sub, mul, div, true_divide, pow, maximum, minimum,
-                    floor_divide, remainder, logical_and, logical_or, eq, ne, lt, le, gt, ge,
-                    where, clamp, to, softmax, log_softmax, matmul, transpose, unsqueeze,
+                    floor_divide, remainder, fmod, logical_and, logical_or, eq, ne, lt, le, gt,
+                    ge, where, clamp, to, softmax, log_softmax, matmul, transpose, unsqueeze,
                     flatten, cat, stack, slice, select, index_select, index_add, gather, layer_norm,
                     embedding, dropout, cross_entropy, mse_loss)
 from ._autograd import grad, value_and_grad, tree_flatten

@@ -182,13 +182,13 @@ _METHODS = {
     "long": lambda s: _to(s, dtype.int64), "int": lambda s: _to(s, dtype.int32),
     "bool": lambda s: _to(s, dtype.bool_),
     "is_floating_point": lambda s: s.dtype.is_floating_point,
-    "contiguous": lambda s: s,
+    "contiguous": lambda s: _loom.contiguous(s),
     "type_as": lambda s, o: _to(s, o.dtype),
 }
 _DIRECT = ["neg", "abs", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "sin", "cos",
            "erf", "logical_not", "floor", "add", "sub", "mul", "div", "true_divide", "pow",
-           "maximum", "minimum", "floor_divide", "remainder", "logical_and", "logical_or", "eq",
-           "ne", "lt", "le", "gt", "ge", "clamp", "softmax", "log_softmax", "matmul",
+           "maximum", "minimum", "floor_divide", "remainder", "fmod", "logical_and", "logical_or",
+           "eq", "ne", "lt", "le", "gt", "ge", "clamp", "softmax", "log_softmax", "matmul",
            "transpose", "unsqueeze", "flatten", "index_select", "index_add", "gather", "select"]
 
 

@@ -1,6 +1,5 @@
 // Shared helpers of the binding files: Python numbers as loom operands, dtype rules for
-// Python scalars, the composites that PyTorch has and the C++ core lacks (floor division,
-// remainder, logical and/or), and each file's register_* entry point.
+// Python scalars, and each file's register_* entry point.
 #pragma once
 
 #include <loom/loom.h>
@@ -42,13 +41,6 @@ DType scalar_dtype(const Scalar& s, DType like);
 Tensor scalar_tensor(const Scalar& s, DType like);
 // The operand as a tensor next to `other`.
 Tensor as_tensor(const Operand& o, const Tensor& other);
-
-// PyTorch's floor_divide and remainder (Python's signs), composed from loom's ops.
-Tensor floor(const Tensor& x);
-Tensor floor_divide(const Tensor& a, const Tensor& b);
-Tensor remainder(const Tensor& a, const Tensor& b);
-Tensor logical_and(const Tensor& a, const Tensor& b);
-Tensor logical_or(const Tensor& a, const Tensor& b);
 
 // Python's dims argument: None (every dim), an int, or a sequence of ints.
 std::vector<int64_t> dims_of(nb::handle dims);

@@ -1,4 +1,4 @@
-// Operands and the composites PyTorch has that loom's C++ API lacks, written from its ops.
+// Python operands as loom tensors and scalars (torch's promotion of Python numbers).
 #include <cmath>
 #include <cstring>
 
@@ -46,57 +46,6 @@ Tensor scalar_tensor(const Scalar& s, DType like) {
 
 Tensor as_tensor(const Operand& o, const Tensor& other) {
   return o.tensor.defined() ? o.tensor : scalar_tensor(o.scalar, other.dtype());
-}
-
-namespace {
-// 2^(mantissa bits): every float of at least this magnitude is an integer.
-double integral_bound(DType dt) {
-  switch (dt) {
-    case DType::BFloat16: return 128.0;
-    case DType::Float16: return 1024.0;
-    case DType::Float32: return 8388608.0;
-    default: return 4503599627370496.0;
-  }
-}
-}  // namespace
-
-Tensor floor(const Tensor& x) {
-  if (!is_floating(x.dtype())) return x;
-  DType dt = x.dtype();
-  Tensor ok = abs(x) < Scalar(integral_bound(dt));  // false for NaN and Inf: kept as they are
-  Tensor zero = zeros(Shape{}, dt);
-  Tensor xs = where(ok, x, zero);
-  Tensor t = to(to(xs, int64), dt);  // truncation toward zero
-  Tensor f = where(t > xs, t - Scalar(1.0), t);
-  return where(ok, f, x);
-}
-
-Tensor floor_divide(const Tensor& a, const Tensor& b) {
-  DType dt = promote_types(a.dtype(), b.dtype());
-  if (is_floating(dt)) return floor(div(to(a, dt), to(b, dt)));
-  // Integers: the quotient in float64 is exact while |a| < 2^53.
-  Tensor q = floor(div(to(a, float64), to(b, float64)));
-  return to(q, dt);
-}
-
-Tensor remainder(const Tensor& a, const Tensor& b) {
-  DType dt = promote_types(a.dtype(), b.dtype());
-  Tensor a2 = to(a, dt), b2 = to(b, dt);
-  return sub(a2, mul(floor_divide(a2, b2), b2));
-}
-
-Tensor logical_and(const Tensor& a, const Tensor& b) {
-  LOOM_CHECK_T(DTypeError, a.dtype() == bool_ && b.dtype() == bool_,
-               "[logical_and] operator & needs bool tensors, got ", name(a.dtype()), " and ",
-               name(b.dtype()));
-  return where(a, b, zeros(Shape{}, bool_));
-}
-
-Tensor logical_or(const Tensor& a, const Tensor& b) {
-  LOOM_CHECK_T(DTypeError, a.dtype() == bool_ && b.dtype() == bool_,
-               "[logical_or] operator | needs bool tensors, got ", name(a.dtype()), " and ",
-               name(b.dtype()));
-  return where(a, ones(Shape{}, bool_), b);
 }
 
 std::vector<int64_t> dims_of(nb::handle dims) {

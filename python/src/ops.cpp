@@ -85,6 +85,7 @@ void register_ops(nb::module_& m) {
   LOOM_BINARY("minimum", t_min);
   LOOM_BINARY("floor_divide", floor_divide);
   LOOM_BINARY("remainder", remainder);
+  LOOM_BINARY("fmod", fmod);
   LOOM_BINARY("logical_and", logical_and);
   LOOM_BINARY("logical_or", logical_or);
   LOOM_BINARY("eq", t_eq);
@@ -155,6 +156,7 @@ void register_ops(nb::module_& m) {
   m.def("_permute", &permute);
   m.def("_expand", &expand);
   m.def("transpose", &transpose, arg("input"), arg("dim0"), arg("dim1"));
+  m.def("contiguous", &contiguous, arg("input"));
   m.def("unsqueeze", &unsqueeze, arg("input"), arg("dim"));
   m.def(
       "_squeeze",

@@ -110,6 +110,9 @@ std::vector<Adjoint> elementwise_rule(Ctx& c) {
     case OpKind::Div:
       return {c.to_shape(0, c.div(c.g, c.x(1))),
               c.to_shape(1, c.neg(c.div(c.mul(c.g, c.y()), c.x(1))))};
+    case OpKind::Rem:  // y = a - trunc(a / b) * b, the quotient read back as (a - y) / b
+      return {c.to_shape(0, c.g),
+              c.to_shape(1, c.neg(c.mul(c.g, c.div(c.sub(c.x(0), c.y()), c.x(1)))))};
     case OpKind::Pow: {
       Value a = c.x(0), p = c.x(1);
       Value da = c.mul(c.g, c.mul(p, c.b.binary(OpKind::Pow, a, c.sub(p, c.c(1)))));

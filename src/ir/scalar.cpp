@@ -64,6 +64,7 @@ double scalar_float(OpKind op, double a, double b) {
     case OpKind::Pow: return std::pow(a, b);
     case OpKind::Maximum: return std::isnan(a) ? a : std::isnan(b) ? b : (a > b ? a : b);
     case OpKind::Minimum: return std::isnan(a) ? a : std::isnan(b) ? b : (a < b ? a : b);
+    case OpKind::Rem: return std::fmod(a, b);
     default: LOOM_ASSERT(false);
   }
   return 0;
@@ -79,6 +80,7 @@ int64_t scalar_int(OpKind op, int64_t a, int64_t b) {
     case OpKind::Sub: return static_cast<int64_t>(ua - ub);
     case OpKind::Mul: return static_cast<int64_t>(ua * ub);
     case OpKind::Div: return int_div(a, b);
+    case OpKind::Rem: return b == 0 || b == -1 ? 0 : a % b;
     case OpKind::Pow: return int_pow(a, b);
     case OpKind::Maximum: return a > b ? a : b;
     case OpKind::Minimum: return a < b ? a : b;

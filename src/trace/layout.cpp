@@ -127,6 +127,18 @@ Tensor view(const Tensor& x, std::vector<int64_t> shape) {
   return rec.ctx.wrap(rec.b().reshape(v, s));
 }
 
+Tensor contiguous(const Tensor& x) {
+  OpRecord rec;
+  ir::Value v = rec.ctx.value_of(x);
+  if (torch_strides(rec.b().graph(), v) == contiguous_strides(x.shape())) return x;
+  // A copy in torch: an identity node, which torch_strides reads as row-major.
+  ir::Node n;
+  n.op = ir::OpKind::Convert;
+  n.operands = {v};
+  n.type = rec.b().graph().type(v);
+  return rec.ctx.wrap({rec.b().add(std::move(n)), 0});
+}
+
 Tensor permute(const Tensor& x, std::vector<int64_t> dims) {
   LOOM_CHECK_T(ShapeError, static_cast<int64_t>(dims.size()) == x.dim(), "[permute] expected ",
                x.dim(), " dims for ", type_of(x), ", got ", Shape(dims));

@@ -25,9 +25,10 @@ inline Graph elementwise_graph() {
                     OpKind::Sin, OpKind::Cos, OpKind::Erf})
     outs.push_back(b.unary(op, x));
   for (OpKind op : {OpKind::Add, OpKind::Sub, OpKind::Mul, OpKind::Div, OpKind::Pow,
-                    OpKind::Maximum, OpKind::Minimum})
+                    OpKind::Maximum, OpKind::Minimum, OpKind::Rem})
     outs.push_back(b.binary(op, x, r));
   outs.push_back(b.binary(OpKind::Div, n, b.convert(x, int32)));
+  outs.push_back(b.binary(OpKind::Rem, n, b.convert(x, int32)));
   Value lt = b.binary(OpKind::Lt, x, y);
   for (OpKind op : {OpKind::Eq, OpKind::Ne, OpKind::Le, OpKind::Gt, OpKind::Ge})
     outs.push_back(b.binary(op, x, r));

@@ -594,6 +594,81 @@ std::vector<Row> elementwise_rows() {
       "minimum", {"minimum"}, [](auto& a, auto& b) { return loom::minimum(a, b); },
       [](double a, double b) { return std::isnan(a) || std::isnan(b) ? kNaN : std::min(a, b); }, -5,
       5, kAll, true, true));
+  // torch's division by floor (div_floor_floating for floats), Python's signs for the
+  // remainder; integer division by zero gives 0 (loom's rule, docs/ir.md).
+  auto div_floor = [](double a, double b) {
+    if (b == 0) return a / b;
+    const double mod = std::fmod(a, b);
+    double div = (a - mod) / b;
+    if (mod != 0 && (b < 0) != (mod < 0)) div -= 1;
+    if (div == 0) return std::copysign(0.0, a / b);
+    double fl = std::floor(div);
+    return div - fl > 0.5 ? fl + 1 : fl;
+  };
+  auto py_mod = [](double a, double b) {
+    const double mod = std::fmod(a, b);
+    return mod != 0 && (b < 0) != (mod < 0) ? mod + b : mod;
+  };
+  auto division_row = [&](std::string name, std::function<Tensor(const Tensor&, const Tensor&)> f,
+                          std::function<double(double, double)> on_floats,
+                          std::function<double(double, double)> on_ints) {
+    Row row = binary(name, {}, f, on_floats, -7, 7, kNumeric, false, true);
+    for (Case& c : row.cases) {
+      // a divisor that is a materialized 0 raises (torch's ZeroDivisionError); drawn 0-d
+      // divisors stay nonzero
+      if (c.label == "0-d swapped") c.args[1].values = {-3};
+    }
+    row.cases.push_back({"signs and zeros",
+                         {{{8}, {}, 0, 0, {7, -7, 7, -7, 0, 5, -6, 6}},
+                          {{8}, {}, 0, 0, {2, 2, -2, -2, 3, 0, 3, -3}}}});
+    row.cases.push_back({"halves",
+                         {{{6}, {}, 0, 0, {7.5, -7.5, 0.5, -0.5, 6, 1e30}},
+                          {{6}, {}, 0, 0, {2, 2, -1.5, 0.25, -0.75, 3}}},
+                         true});
+    row.closed = [on_floats, on_ints](const Hs& a) {
+      Shape s = bshape(a[0].shape, a[1].shape);
+      Expected e{a[0].dtype, s, {}, {}};
+      for (int64_t k = 0; k < s.numel(); ++k) {
+        auto c = coords(k, s);
+        const double x = a[0].v[bindex(c, s, a[0].shape)], y = a[1].v[bindex(c, s, a[1].shape)];
+        e.v.push_back(floating(e.dtype) ? on_floats(x, y) : y == 0 ? 0 : on_ints(x, y));
+      }
+      return e;
+    };
+    return row;
+  };
+  const std::vector<std::string> division_ir = {
+      "convert", "rem", "div", "sub", "add", "mul", "eq", "ne", "lt", "gt", "where", "not", "abs"};
+  r.push_back(division_row(
+      "floor_divide", [](auto& a, auto& b) { return loom::floor_divide(a, b); }, div_floor,
+      [](double a, double b) { return std::floor(a / b); }));
+  r.back().ir_ops = division_ir;
+  r.push_back(division_row(
+      "remainder", [](auto& a, auto& b) { return loom::remainder(a, b); }, py_mod,
+      [](double a, double b) { return a - std::floor(a / b) * b; }));
+  r.back().ir_ops = {"convert", "rem", "add", "ne", "lt", "where", "not"};
+  r.push_back(division_row(
+      "fmod", [](auto& a, auto& b) { return loom::fmod(a, b); },
+      [](double a, double b) { return std::fmod(a, b); },
+      [](double a, double b) { return std::fmod(a, b); }));
+  r.back().ir_ops = {"rem"};
+  r.back().differentiable = true;
+  r.push_back(unary(
+      "floor", {"convert", "abs", "lt", "gt", "sub", "where"},
+      [](const Tensor& x) { return loom::floor(x); }, [](double x) { return std::floor(x); }, -5, 5,
+      kNumeric, false, true));
+  for (const char* op : {"logical_and", "logical_or"}) {
+    const bool is_and = std::string(op) == "logical_and";
+    r.push_back(binary(
+        op, {"where"},
+        [is_and](auto& a, auto& b) {
+          return is_and ? loom::logical_and(a, b) : loom::logical_or(a, b);
+        },
+        [is_and](double a, double b) {
+          return double(is_and ? (a != 0 && b != 0) : (a != 0 || b != 0));
+        },
+        0, 1, {DType::Bool}, false, false, true));
+  }
   r.push_back(binary(
       "operator+", {"add"}, [](auto& a, auto& b) { return a + b; },
       [](double a, double b) { return a + b; }, -5, 5, kNumeric, true, false));
@@ -855,6 +930,16 @@ std::vector<Row> linalg_and_layout_rows() {
   r.push_back(make(
       "transpose", "", {"permute"}, [](const Ts& x) { return loom::transpose(x[0], 0, -1); }, kAll,
       x234(), permuted({2, 1, 0}), true, true));
+  r.push_back(make(
+      "contiguous", "transposed, then view", {"permute", "convert", "reshape"},
+      [](const Ts& x) { return loom::view(loom::contiguous(loom::transpose(x[0], 0, -1)), {-1}); },
+      kAll, x234(),
+      [permuted](const Hs& a) {
+        Expected e = permuted({2, 1, 0})(a);
+        e.shape = Shape{24};
+        return e;
+      },
+      true, true));
   r.push_back(make(
       "expand", "", {"expand"}, [](const Ts& x) { return loom::expand(x[0], {2, 3, -1}); }, kAll,
       {{"grow rank", {in({3, 1})}, false, true}},

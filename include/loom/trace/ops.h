@@ -48,6 +48,16 @@ Tensor sin(const Tensor& x);
 Tensor cos(const Tensor& x);
 Tensor erf(const Tensor& x);
 Tensor logical_not(const Tensor& x);
+Tensor logical_and(const Tensor& a, const Tensor& b);  // bool tensors
+Tensor logical_or(const Tensor& a, const Tensor& b);
+// torch's floor, fmod (C's, the dividend's sign), floor_divide (//) and remainder (%, the
+// divisor's sign), torch's values at infinities and zeros for floats; integer division by zero
+// gives 0 (as numpy), or raises when the divisor is known to be 0 as the op is traced. See
+// docs/ir.md.
+Tensor floor(const Tensor& x);
+Tensor fmod(const Tensor& a, const Tensor& b);
+Tensor floor_divide(const Tensor& a, const Tensor& b);
+Tensor remainder(const Tensor& a, const Tensor& b);
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
 Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> max);
 Tensor to(const Tensor& x, DType dtype);
@@ -98,6 +108,9 @@ Tensor matmul(const Tensor& a, const Tensor& b);
 // layout; -1 in reshape/view infers one extent
 Tensor reshape(const Tensor& x, std::vector<int64_t> shape);
 Tensor view(const Tensor& x, std::vector<int64_t> shape);
+// torch's contiguous(): x when its layout (as torch would hold it) is row-major, else a copy
+// that view() accepts (`x.transpose(1, 2).contiguous().view(b, t, d)`).
+Tensor contiguous(const Tensor& x);
 Tensor permute(const Tensor& x, std::vector<int64_t> dims);
 Tensor transpose(const Tensor& x, int64_t dim0, int64_t dim1);
 Tensor unsqueeze(const Tensor& x, int64_t dim);

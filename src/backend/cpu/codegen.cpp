@@ -789,6 +789,7 @@ class Emitter {
       case OpKind::Mul: return fl ? fop(llvm::Instruction::FMul, x) : b_.CreateMul(x[0], x[1]);
       case OpKind::Div: return fl ? b_.CreateFDiv(x[0], x[1]) : int_div(x[0], x[1]);
       case OpKind::Pow: return math_.pow(x[0], x[1]);
+      case OpKind::Rem: return fl ? b_.CreateFRem(x[0], x[1]) : int_rem(x[0], x[1]);
       case OpKind::Maximum:
       case OpKind::Minimum: {
         bool mx = op == OpKind::Maximum;
@@ -833,6 +834,16 @@ class Emitter {
 
   // Integer division truncates toward zero; by zero gives 0 and INT_MIN / -1 wraps (the
   // reference interpreter's definition), without undefined behaviour.
+  // a % d; 0 where d is 0 or -1 (srem of INT_MIN by -1 is undefined).
+  Value* int_rem(Value* a, Value* d) {
+    auto* t = a->getType();
+    Value* zero = llvm::ConstantInt::get(t, 0);
+    Value* bad = b_.CreateOr(b_.CreateICmpEQ(d, zero),
+                             b_.CreateICmpEQ(d, llvm::ConstantInt::getSigned(t, -1)));
+    Value* r = b_.CreateSRem(a, b_.CreateSelect(bad, llvm::ConstantInt::get(t, 1), d));
+    return b_.CreateSelect(bad, zero, r);
+  }
+
   Value* int_div(Value* a, Value* d) {
     auto* t = a->getType();
     Value* zero = llvm::ConstantInt::get(t, 0);

@@ -135,6 +135,7 @@ Lowering lowering(OpKind op, DType dt) {
     case OpKind::Div:
     case OpKind::Maximum:
     case OpKind::Minimum:
+    case OpKind::Rem:
     case OpKind::And:
     case OpKind::Or:
     case OpKind::Eq:
