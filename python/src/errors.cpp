@@ -1,11 +1,12 @@
 // loom's C++ exceptions as Python classes, the message unchanged (PYTHON_API.md "Errors").
 #include "common.h"
+#include "tree.h"
 
 namespace loom::py {
 namespace {
 
 struct Classes {
-  PyObject *error, *shape, *dtype, *trace, *autodiff, *compile, *exec, *parse, *dist;
+  PyObject *error, *shape, *dtype, *trace, *autodiff, *compile, *exec, *parse, *dist, *warning;
 };
 Classes classes;
 
@@ -59,6 +60,20 @@ PyObject* builtin_class(nb::exception_type t) {
   }
 }
 
+// loom's warnings as Python warnings (filterable, shown once per place by default).
+void warn_in_python(const std::string& message) {
+  nb::gil_scoped_acquire gil;
+  if (PyErr_WarnEx(classes.warning, message.c_str(), 1) != 0) PyErr_Clear();  // an error filter
+}
+
+// The user's line for ops that note their site: the innermost frame outside the package.
+std::optional<CallSite> python_user_site() {
+  if (!PyGILState_Check()) return std::nullopt;  // a thread running no Python (GIL released)
+  CallSite s = python_site();
+  if (s.line == 0) return std::nullopt;
+  return s;
+}
+
 }  // namespace
 
 void set_python_error() noexcept {
@@ -100,7 +115,14 @@ void register_errors(nb::module_& m) {
                 "A distributed run that cannot go on: ranks that run different graphs, a dead "
                 "or missing rank, a collective past its timeout.",
                 c.error);
+  c.warning = PyErr_NewExceptionWithDoc(
+      "loom.LoomWarning", "A pattern that makes loom slow or large (a pending graph that grows).",
+      PyExc_UserWarning, nullptr);
+  if (!c.warning) throw nb::python_error();
+  m.attr("LoomWarning") = nb::handle(c.warning);
   nb::register_exception_translator(translate);
+  detail::set_warning_handler(warn_in_python);
+  detail::set_user_site_hook(python_user_site);
 }
 
 }  // namespace loom::py

@@ -1,5 +1,6 @@
 // numpy and DLPack, both ways. Out: a materialized tensor's buffer is shared (the returned
-// array keeps a Buffer copy alive, and loom never reuses memory another holder sees). In:
+// array keeps a Buffer copy alive, and loom never reuses memory another holder sees; the
+// buffer is marked shared, so ops traced later copy it, Buffer::shared). In:
 // from_numpy/from_dlpack wrap the producer's memory (Buffer::wrap, the producer kept alive)
 // when it is C-contiguous and aligned; tensor() copies.
 #include <loom/trace/interop.h>
@@ -8,6 +9,7 @@
 #include <cstring>
 
 #include "common.h"
+#include "tree.h"
 
 namespace loom::py {
 namespace {
@@ -109,9 +111,11 @@ template <class F>
 nb::ndarray<F> export_array(const Tensor& t) {
   Buffer b;
   {
+    PythonSite at;
     nb::gil_scoped_release g;
     b = tensor_buffer(t);
   }
+  b.mark_shared();  // the array may be written: pending reads of t copy it from now on
   std::vector<size_t> shape(t.shape().begin(), t.shape().end());
   auto* keep = new Buffer(b);
   nb::capsule owner(keep, [](void* p) noexcept { delete static_cast<Buffer*>(p); });
@@ -160,8 +164,11 @@ void register_interop(nb::module_& m) {
       nb::arg("stream") = nb::none());
   tc.def("__dlpack_device__", [](const Tensor&) { return nb::make_tuple(1, 0); });
   tc.def("data_ptr", [](const Tensor& t) {
+    PythonSite at;
     nb::gil_scoped_release g;
-    return reinterpret_cast<uintptr_t>(tensor_buffer(t).data());
+    Buffer b = tensor_buffer(t);
+    b.mark_shared();
+    return reinterpret_cast<uintptr_t>(b.data());
   });
 }
 

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "common.h"
+#include "tree.h"
 
 namespace loom::py {
 
@@ -222,6 +223,7 @@ Tensor getitem(const Tensor& x, nb::handle key) {
 
 std::string repr(const Tensor& t) {
   std::ostringstream os;
+  PythonSite at;
   {
     nb::gil_scoped_release g;
     os << t;
@@ -239,6 +241,7 @@ nb::tuple shape_tuple(const Tensor& t) {
 nb::object item(const Tensor& t) {
   LOOM_CHECK_T(ShapeError, t.numel() == 1, "[item] a Tensor with ", t.numel(),
                " elements cannot be converted to a Python number");
+  PythonSite at;
   DType dt = t.dtype();
   if (dt == bool_) {
     bool v;
@@ -336,6 +339,7 @@ void register_tensor(nb::module_& m) {
            [](const Tensor& t) {
              LOOM_CHECK_T(ShapeError, t.numel() == 1, "[bool] the truth value of a Tensor with ",
                           t.numel(), " elements is ambiguous");
+             PythonSite at;
              nb::gil_scoped_release g;
              return t.item<double>() != 0;
            })

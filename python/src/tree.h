@@ -74,4 +74,15 @@ void call_statics(const TreeDef& def, const char* what, std::vector<detail::Stat
 CallSite python_site();
 void set_package_dir(std::string dir);
 
+// The Python caller as the user's site of what runs in its scope: a read releases the GIL, so
+// the frames cannot be walked from inside it (graph names, run-time errors' trace sites).
+class PythonSite {
+ public:
+  PythonSite() : site_(python_site()), scope_(site_) {}
+
+ private:
+  CallSite site_;
+  detail::UserSite scope_;
+};
+
 }  // namespace loom::py

@@ -349,6 +349,37 @@ std::string file_line(const CallSite& site) {
   return std::string(file) + ":" + std::to_string(site.line);
 }
 
+namespace {
+std::atomic<WarningHandler> warning_handler{nullptr};
+}
+void set_warning_handler(WarningHandler handler) { warning_handler.store(handler); }
+void warn(const std::string& message) {
+  if (WarningHandler h = warning_handler.load()) return h(message);
+  std::fprintf(stderr, "[loom] warning: %s\n", message.c_str());
+}
+
+namespace {
+std::atomic<UserSiteHook> user_site_hook{nullptr};
+thread_local const CallSite* outermost_site = nullptr;
+}  // namespace
+
+void set_user_site_hook(UserSiteHook hook) { user_site_hook.store(hook); }
+
+UserSite::UserSite(const CallSite& loc) {
+  if (outermost_site) return;
+  outermost_site = &loc;
+  set_ = true;
+}
+UserSite::~UserSite() {
+  if (set_) outermost_site = nullptr;
+}
+
+CallSite user_site(const CallSite& loc) {
+  if (UserSiteHook hook = user_site_hook.load(std::memory_order_relaxed))
+    if (std::optional<CallSite> s = hook()) return *s;
+  return outermost_site ? *outermost_site : loc;
+}
+
 void assert_fail(const char* cond, const char* file, int line) {
   std::fprintf(stderr, "loom internal error: %s:%d: assertion failed: %s\n", file, line, cond);
   std::abort();

@@ -320,7 +320,7 @@ void check_utf8_name(const std::string& name, const std::string& path) {
 }  // namespace
 
 void save_safetensors(const std::map<std::string, Tensor>& tensors, const std::string& path,
-                      const std::map<std::string, std::string>& metadata) {
+                      const std::map<std::string, std::string>& metadata, CallSite loc) {
   // Ordered as the Python package writes it: __metadata__, then {dtype, shape, data_offsets}.
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata.empty()) {
@@ -330,9 +330,14 @@ void save_safetensors(const std::map<std::string, Tensor>& tensors, const std::s
     }
     header[std::string(kMetadata)] = metadata;
   }
-  std::string data;
+  std::vector<Tensor> all;
   for (const auto& [name, t] : tensors) {
     LOOM_CHECK(t.defined(), "[save_safetensors] ", path, ": '", name, "' is an undefined Tensor");
+    all.push_back(t);
+  }
+  materialize(all, loc);  // one run for the whole tree
+  std::string data;
+  for (const auto& [name, t] : tensors) {
     LOOM_CHECK(name != kMetadata, "[save_safetensors] ", path,
                ": '__metadata__' is reserved for the metadata; name the tensor otherwise");
     check_utf8_name(name, path);

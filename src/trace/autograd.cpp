@@ -51,8 +51,9 @@ bool saves_tensors(const ir::Graph& g, const ir::Node& n) {
 // the nodes that save tensors.
 std::vector<ir::NodeId> backward_path(const ir::Graph& graph, ir::Value root,
                                       const std::vector<ir::Value>& wrt,
-                                      const std::vector<uint8_t>& act, const char* what) {
-  std::vector<uint8_t> seen(graph.size(), 0);
+                                      const std::vector<uint8_t>& act, const char* what,
+                                      std::vector<uint8_t>& seen) {
+  seen.assign(graph.size(), 0);
   for (ir::Value w : wrt) seen[w.node] = 1;
   std::vector<ir::NodeId> stack{root.node}, saving;
   while (!stack.empty()) {
@@ -122,11 +123,13 @@ ir::Value GradTape::leaf_value(const std::shared_ptr<TensorImpl>& impl) {
              state_[impl->data_value.node] == kActive) {
     return impl->data_value;
   } else {
-    // A slot of its own: a parameter node no other tensor shares.
-    v = ctx_.data(impl->buffer, impl->type);
+    // A slot of its own: a parameter node no other tensor shares (of a copy for memory the
+    // user may write before the graph runs).
+    const bool shared = impl->buffer.shared();
+    v = ctx_.data(shared ? snapshot(impl->buffer) : impl->buffer, impl->type);
     ctx_.slots_.back().owner = impl;
     impl->data_value = v;
-    impl->data_epoch = ctx_.epoch_;
+    impl->data_epoch = shared ? 0 : ctx_.epoch_;
   }
   if (state_.size() < ctx_.graph_.size()) state_.resize(ctx_.graph_.size(), kUnknown);
   if (state_[v.node] != kActive) {
@@ -186,7 +189,9 @@ std::vector<Tensor> GradTape::gradients(const Tensor& out, const Tensor& seed,
   for (const Tensor& w : wrt) wrt_values.push_back(ctx_.value_of(w));
   std::vector<uint8_t> act(ctx_.graph_.size(), 0);
   for (ir::NodeId id = 0; id < ctx_.graph_.size(); ++id) act[id] = resolve(id) == kActive;
-  std::vector<ir::NodeId> saving = backward_path(ctx_.graph_, o.value, wrt_values, act, what);
+  std::vector<uint8_t> swept;
+  std::vector<ir::NodeId> saving =
+      backward_path(ctx_.graph_, o.value, wrt_values, act, what, swept);
   const bool is_backward = std::string_view(what) == "backward";
   bool again = false;
   for (const std::weak_ptr<TensorImpl>& r : backward_roots) again = again || r.lock().get() == &o;
@@ -212,6 +217,10 @@ std::vector<Tensor> GradTape::gradients(const Tensor& out, const Tensor& seed,
     {
       TraceContext::CompactionHold hold(ctx_);
       for (const autodiff::Adjoint& a : adj) grads.push_back(a ? ctx_.wrap(*a) : Tensor());
+    }
+    if (is_backward) {
+      consumed_.resize(std::max(consumed_.size(), swept.size()), 0);
+      for (size_t id = 0; id < swept.size(); ++id) consumed_[id] |= swept[id];
     }
     if (is_backward && !again) {
       std::erase_if(backward_roots, [](const auto& r) { return r.expired(); });
@@ -251,6 +260,7 @@ void GradTape::backward(const Tensor& out, const Tensor& seed) {
 
 void GradTape::reset() {
   state_.clear();
+  consumed_.clear();
   leaves_.clear();
   any_ = false;
 }
@@ -260,6 +270,10 @@ void GradTape::remap(const std::vector<ir::NodeId>& remap, size_t fresh_size) {
   for (size_t id = 0; id < state_.size() && id < remap.size(); ++id)
     if (remap[id] != kNoNode) state[remap[id]] = state_[id];
   state_ = std::move(state);
+  std::vector<uint8_t> consumed(fresh_size, 0);
+  for (size_t id = 0; id < consumed_.size() && id < remap.size(); ++id)
+    if (remap[id] != kNoNode) consumed[remap[id]] = consumed_[id];
+  consumed_ = std::move(consumed);
   std::unordered_map<ir::NodeId, std::weak_ptr<TensorImpl>> leaves;
   for (auto& [id, w] : leaves_) {
     auto impl = w.lock();

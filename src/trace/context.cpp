@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <unordered_set>
 
 #include "loom/core/half.h"
@@ -257,6 +258,12 @@ ir::Value TraceContext::data(Buffer b, const TensorType& t) {
   return builder_.parameter(t, slot);
 }
 
+Buffer snapshot(const Buffer& b) {
+  Buffer copy = Buffer::allocate_uninitialized(b.nbytes());
+  if (b.nbytes() != 0) std::memcpy(copy.data(), b.data(), b.nbytes());
+  return copy;
+}
+
 ir::Value TraceContext::value_of_slow(const Tensor& t) {
   LOOM_CHECK(t.defined(), "[trace] an operand is an undefined (default-constructed) Tensor");
   TensorImpl& impl = *t.impl();
@@ -271,6 +278,13 @@ ir::Value TraceContext::value_of_slow(const Tensor& t) {
   // its node in it; the others find it by buffer.
   uint32_t owner = impl.owner.load(std::memory_order_relaxed);
   const bool mine = owner == id_ || (owner == 0 && impl.owner.compare_exchange_strong(owner, id_));
+  if (impl.buffer.shared()) [[unlikely]] {
+    // Memory the user may refill before the op runs (a reused batch buffer): every use reads
+    // a copy of its value now, as torch's eager op would have.
+    ir::Value v = data(snapshot(impl.buffer), impl.type);
+    slots_.back().owner = t.impl_ptr();
+    return v;
+  }
   if (mine && impl.data_epoch == epoch_) return impl.data_value;
   ir::Value v;
   auto it = slot_by_buffer_.find(impl.buffer.id());
@@ -651,12 +665,21 @@ void TraceContext::materialize(const std::vector<TensorImpl*>& requested, bool a
     std::unordered_set<TensorImpl*> seen;
     for (TensorImpl* p : requested)
       if (p->pending() && seen.insert(p).second) impls.push_back(p);
-    if (!impls.empty()) add_computed(&impls);
+    if (!impls.empty()) {
+      if (step_)
+        add_computed(&impls);  // compile(step)'s cuts stay where the step puts them
+      else
+        add_connected(&impls);
+    }
   }
   if (impls.empty()) return;
   flush_counters();
-  // A read of the last pending tensors drops the graph too, unless autograd may still need it.
-  const bool full = all_pending || (!grad_.any() && full_sync(impls));
+  // A read of the last pending tensors drops the graph too, unless a backward() still to come
+  // may differentiate through one of them.
+  bool keep = false;
+  if (!all_pending && grad_.any())
+    for (TensorImpl* p : impls) keep = keep || kept_for_backward(*p);
+  const bool full = all_pending || (!keep && full_sync(impls));
   const bool keyed = !converted_;
   Hash128 key = keyed ? trace_key(impls) : Hash128{};
   // The fast path: the outputs' Merkle hashes name the computation, so a hit needs no cut
@@ -690,6 +713,78 @@ void TraceContext::materialize(const std::vector<TensorImpl*>& requested, bool a
     poison(impls, e, hit.plan->slots, donated);
   }
   write_back(impls, out, full);
+  if (!full) warn_growth();
+}
+
+bool TraceContext::kept_for_backward(const TensorImpl& p) {
+  return grad_.any() && grad_.resolve(p.value.node) == GradTape::kActive &&
+         !grad_.consumed(p.value.node);
+}
+
+// Sources (data, constants, iota) and the layout changes of nothing but sources (a transposed
+// weight, an expanded constant) are shared by unrelated work, so they connect nothing.
+void TraceContext::add_connected(std::vector<TensorImpl*>* impls) {
+  size_t pending_count = 0;
+  for (const TensorImpl* p = head_.next; p != &head_; p = p->next) ++pending_count;
+  if (pending_count == impls->size()) return;
+  const size_t n = graph_.size();
+  std::vector<uint32_t> parent(n);
+  std::vector<uint8_t> shared(n, 0);
+  auto find = [&](uint32_t x) {
+    while (parent[x] != x) x = parent[x] = parent[parent[x]];
+    return x;
+  };
+  for (ir::NodeId id = 0; id < n; ++id) {
+    parent[id] = id;
+    const ir::Node& node = graph_.node(id);
+    bool all_shared = true;
+    for (ir::Value v : node.operands) all_shared = all_shared && shared[v.node];
+    switch (node.op) {
+      case ir::OpKind::Expand:
+      case ir::OpKind::Reshape:
+      case ir::OpKind::Permute:
+      case ir::OpKind::Convert:
+      case ir::OpKind::Slice: shared[id] = all_shared; break;
+      default: shared[id] = node.operands.empty();
+    }
+    if (shared[id]) continue;
+    for (ir::Value v : node.operands) {
+      if (shared[v.node]) continue;
+      uint32_t a = find(id), b = find(v.node);
+      if (a != b) parent[std::max(a, b)] = std::min(a, b);
+    }
+  }
+  std::vector<uint8_t> wanted(n, 0);
+  for (TensorImpl* p : *impls) wanted[find(p->value.node)] = 1;
+  std::unordered_set<TensorImpl*> in(impls->begin(), impls->end());
+  for (TensorImpl* p = head_.next; p != &head_; p = p->next)
+    if (wanted[find(p->value.node)] && !in.count(p)) impls->push_back(p);
+}
+
+// A pending graph whose live part is larger at each of several checks in a row (every 16th
+// partial read) holds a history no read reaches (a tensor updated in every step and never
+// read): said once, as it happens.
+void TraceContext::warn_growth() {
+  constexpr int kReadsPerCheck = 16, kChecks = 3;
+  constexpr size_t kNodes = 2000;
+  if (warned_growth_ || ++partial_reads_ % kReadsPerCheck != 0) return;
+  std::vector<ir::Value> roots;
+  for (const TensorImpl* p = head_.next; p != &head_; p = p->next) roots.push_back(p->value);
+  const size_t live = collect(roots).size();
+  if (live > live_at_check_) {
+    if (growing_checks_++ == 0) grown_from_ = live_at_check_;
+  } else {
+    growing_checks_ = 0;
+  }
+  live_at_check_ = live;
+  if (growing_checks_ < kChecks || live - grown_from_ < kNodes) return;
+  warned_growth_ = true;
+  warn(str_cat("the pending graph grew by ", live - grown_from_, " live nodes over the last ",
+               growing_checks_ * kReadsPerCheck, " reads (now ", live,
+               "; the latest read ran the graph '", runtime::current_graph_name(),
+               "'): a tensor updated in every step but never read or synced keeps its whole "
+               "history pending, and each read compiles anew. Call loom::sync() (loom.sync() in "
+               "Python) once a step, or read that tensor too"));
 }
 
 // A failed run: the outputs that depend on the op that failed (found by the "[op]" its error
@@ -753,12 +848,13 @@ void TraceContext::poison(const std::vector<TensorImpl*>& impls, const ExecError
   std::rethrow_exception(error);
 }
 
-void TraceContext::note_site(ir::Value v, const std::source_location& loc) {
+void TraceContext::note_site(ir::Value v, const CallSite& loc) {
+  const CallSite at = user_site(loc);
   if (scopes_.empty()) {
-    sites_.push_back({v.node, ir::op_name(graph_.node(v.node).op), loc});
+    sites_.push_back({v.node, ir::op_name(graph_.node(v.node).op), at});
   } else {
     Scope& s = scopes_.back();
-    s.sites.push_back({v.node, ir::op_name(s.graph->node(v.node).op), loc});
+    s.sites.push_back({v.node, ir::op_name(s.graph->node(v.node).op), at});
   }
 }
 
@@ -784,7 +880,7 @@ void TraceContext::write_back(const std::vector<TensorImpl*>& impls, const std::
   std::vector<ir::Value> done_values;
   for (size_t k = 0; k < impls.size(); ++k) {
     TensorImpl* p = impls[k];
-    if (!all && grad_.any() && grad_.resolve(p->value.node) == GradTape::kActive) {
+    if (!all && kept_for_backward(*p)) {
       // A value backward() may still differentiate through: it keeps its node (and stays
       // pending), holding the computed buffer for reads.
       p->buffer = out[k];
@@ -852,6 +948,8 @@ void TraceContext::reset_graph() {
   gc_threshold_ = 1 << 14;
   maybe_garbage_ = false;
   walked_ = 0;
+  growing_checks_ = 0;
+  live_at_check_ = 0;
 }
 
 void TraceContext::collect_garbage() {

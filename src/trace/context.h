@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <exception>
 #include <memory>
+#include <optional>
 #include <source_location>
 #include <string>
 #include <string_view>
@@ -97,7 +98,7 @@ struct Capture {
 struct TraceSite {
   ir::NodeId node = 0;
   std::string_view op;
-  std::source_location loc;
+  CallSite loc;
 };
 
 // "the body of scan called at model.cpp:12 (in main)": a traced body, for error messages.
@@ -124,6 +125,9 @@ struct Scope {
   bool lazy_index = false;         // index created on demand (while: a hidden counter)
   std::vector<TraceSite> sites;    // of the ops in the body that can fail at run time
 };
+
+// A copy of b's bytes (a shared buffer's value at the time an op reads it).
+Buffer snapshot(const Buffer& b);
 
 class TraceContext;
 // The calling thread's context once created (null before, and after the thread's exit has
@@ -225,7 +229,7 @@ class TraceContext {
   GradTape& grad() { return grad_; }
   // Remembers the call site that traced v (ops that can fail at run time: index_select,
   // gather and what is built on them), so that a failed run names it.
-  void note_site(ir::Value v, const std::source_location& loc);
+  void note_site(ir::Value v, const CallSite& loc);
   // The sites of a loop body's ops (Scope::sites), for the node v that runs the body.
   void note_body_sites(ir::Value v, const std::vector<TraceSite>& body_sites);
 
@@ -265,6 +269,10 @@ class TraceContext {
   Hash128 trace_key(const std::vector<TensorImpl*>& impls) const;
   bool cached_plan_fits(const runtime::SyncPlan& plan) const;
   void add_computed(std::vector<TensorImpl*>* impls);
+  void add_connected(std::vector<TensorImpl*>* impls);
+  // Whether a read must leave p pending for a backward() still to come.
+  bool kept_for_backward(const TensorImpl& p);
+  void warn_growth();
   [[noreturn]] void poison(const std::vector<TensorImpl*>& impls, const ExecError& e,
                            const std::vector<uint32_t>& slot_ids,
                            const std::vector<uint8_t>& donated);
@@ -298,6 +306,13 @@ class TraceContext {
   bool maybe_garbage_ = false;
   size_t walked_ = 0;
   int compaction_holds_ = 0;
+  // warn_growth's state: partial reads, the live nodes at its last check, checks in a row
+  // that found more, and the count they started from.
+  uint64_t partial_reads_ = 0;
+  size_t live_at_check_ = 0;
+  int growing_checks_ = 0;
+  size_t grown_from_ = 0;
+  bool warned_growth_ = false;
   std::vector<uint32_t> mark_;
   std::vector<uint32_t> slot_mark_, slot_node_;  // per cut: the parameter of each data slot
   uint32_t stamp_ = 0;

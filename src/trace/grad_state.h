@@ -50,6 +50,9 @@ class GradTape {
   // backward(): accumulates into the grad of every live leaf that out depends on.
   void backward(const Tensor& out, const Tensor& seed);
 
+  // Whether a backward() ran through the node: torch frees that graph, so a read need not keep
+  // the node's tensors pending for a later backward.
+  bool consumed(ir::NodeId id) const { return id < consumed_.size() && consumed_[id]; }
   // The pending graph was dropped, or compacted (remap: old id -> new id or kNoNode).
   void reset();
   void remap(const std::vector<ir::NodeId>& remap, size_t fresh_size);
@@ -58,7 +61,8 @@ class GradTape {
   std::vector<std::pair<ir::NodeId, std::shared_ptr<TensorImpl>>> live_leaves(ir::NodeId below);
 
   TraceContext& ctx_;
-  std::vector<uint8_t> state_;  // per node of the pending graph
+  std::vector<uint8_t> state_;     // per node of the pending graph
+  std::vector<uint8_t> consumed_;  // per node: a backward() swept through it
   std::unordered_map<ir::NodeId, std::weak_ptr<TensorImpl>> leaves_;
   bool enabled_ = true;
   bool any_ = false;

@@ -2,6 +2,7 @@
 #include "loom/trace/interop.h"
 
 #include "context.h"
+#include "loom/runtime/sync.h"
 #include "ops_impl.h"
 
 namespace loom {
@@ -14,12 +15,15 @@ Tensor tensor_from_buffer(Buffer buffer, Shape shape, DType dtype) {
   return detail::from_buffer(std::move(buffer), TensorType{dtype, std::move(shape)});
 }
 
-Buffer tensor_buffer(const Tensor& t) {
+Buffer tensor_buffer(const Tensor& t, std::source_location loc) {
   LOOM_CHECK(t.defined(), "[tensor_buffer] called on an undefined (default-constructed) Tensor");
   detail::TensorImpl& impl = *t.impl();
   auto& ctx = detail::TraceContext::get();
   ctx.check_readable("tensor_buffer");
-  if (impl.pending() && !impl.buffer.defined()) ctx.materialize({&impl});
+  if (impl.pending() && !impl.buffer.defined()) {
+    runtime::SyncSite site(detail::user_site(loc));
+    ctx.materialize({&impl});
+  }
   return impl.buffer;
 }
 

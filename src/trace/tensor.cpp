@@ -97,7 +97,7 @@ bool Tensor::is_pending() const { return checked(*this, "is_pending").pending();
 
 template <class T>
 std::vector<T> Tensor::to_vector(std::source_location loc) const {
-  runtime::SyncSite site(loc);  // names the graph this read may run
+  runtime::SyncSite site(detail::user_site(loc));  // names the graph this read may run
   const Buffer& b = materialized(*this, "to_vector");
   DType dt = dtype();
   int64_t n = numel();
@@ -286,6 +286,15 @@ void manual_seed(uint64_t seed) { TraceContext::get().manual_seed(seed); }
 void sync(CallSite loc) {
   runtime::SyncSite site(loc);  // names the graph: GraphName, else this call site
   TraceContext::get().sync_all();
+}
+void materialize(const std::vector<Tensor>& tensors, CallSite loc) {
+  runtime::SyncSite site(detail::user_site(loc));
+  std::vector<TensorImpl*> impls;
+  for (const Tensor& t : tensors) {
+    TensorImpl& impl = checked(t, "materialize");
+    if (impl.pending() && !impl.buffer.defined()) impls.push_back(&impl);
+  }
+  TraceContext::get().materialize(impls);
 }
 int64_t pending_graph_size() { return static_cast<int64_t>(TraceContext::get().graph().size()); }
 std::string pending_ir(const std::vector<Tensor>& outputs) {

@@ -9,6 +9,7 @@
 // shared_ptr; the pool takes a lock; the bytes are not synchronized.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -57,13 +58,23 @@ class Buffer {
   // alive and is released when the last copy of the Buffer goes. `data` must be aligned to
   // the element size of the tensors that view it.
   static Buffer wrap(void* data, size_t nbytes, std::shared_ptr<void> owner);
+  // Memory that code outside loom may write while loom holds it: wrapped foreign memory, or
+  // a buffer handed out without a copy (numpy's view of a tensor). A pending op that reads
+  // such a tensor reads a copy taken when the op was traced, as an eager framework would.
+  bool shared() const {
+    return storage_ && (storage_->owner || storage_->exported.load(std::memory_order_relaxed));
+  }
+  void mark_shared() {
+    if (storage_) storage_->exported.store(true, std::memory_order_relaxed);
+  }
 
  private:
   struct Storage {
     void* ptr = nullptr;
     size_t nbytes = 0;
-    size_t capacity = 0;          // bytes of the block (a pool size class)
-    std::shared_ptr<void> owner;  // set for wrapped foreign memory (then capacity is 0)
+    size_t capacity = 0;                // bytes of the block (a pool size class)
+    std::shared_ptr<void> owner;        // set for wrapped foreign memory (then capacity is 0)
+    std::atomic<bool> exported{false};  // handed out without a copy (mark_shared)
     ~Storage();
   };
   std::shared_ptr<Storage> storage_;

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <source_location>
 #include <sstream>
 #include <stdexcept>
@@ -86,6 +87,30 @@ std::string str_cat(const Parts&... parts) {
 [[noreturn]] void assert_fail(const char* cond, const char* file, int line);
 // "model.cpp:42": a call site for messages and graph names (the file without its directory).
 std::string file_line(const CallSite& site);
+// A warning for the user: stderr ("[loom] warning: ..."), or the handler a front end installs
+// (Python's warnings.warn). Not for errors: those throw.
+void warn(const std::string& message);
+using WarningHandler = void (*)(const std::string& message);
+void set_warning_handler(WarningHandler handler);
+
+// The user's call site, when a front end knows it better than an op's source_location (which
+// names loom's own code when a composite or a binding calls the op). Python installs a hook
+// that returns the innermost Python frame outside the loom package; nn::Module's call
+// operator sets the outermost C++ one. Only ops that note a site for run-time errors ask.
+using UserSiteHook = std::optional<CallSite> (*)();
+void set_user_site_hook(UserSiteHook hook);
+class UserSite {
+ public:
+  explicit UserSite(const CallSite& loc);  // the outermost one wins
+  ~UserSite();
+  UserSite(const UserSite&) = delete;
+  UserSite& operator=(const UserSite&) = delete;
+
+ private:
+  bool set_ = false;
+};
+// The call site an op records: the user's when known, else `loc`.
+CallSite user_site(const CallSite& loc);
 }  // namespace detail
 
 }  // namespace loom

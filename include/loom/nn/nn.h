@@ -35,7 +35,11 @@ class Module {
   Module& operator=(const Module&) = delete;
 
   virtual Tensor forward(const Tensor& x);
-  Tensor operator()(const Tensor& x) { return forward(x); }
+  // `loc` names the caller in the run-time errors of the ops forward traces.
+  Tensor operator()(const Tensor& x, CallSite loc = std::source_location::current()) {
+    detail::UserSite site(loc);
+    return forward(x);
+  }
 
   template <class M>
   std::shared_ptr<M> register_module(std::string name, std::shared_ptr<M> m) {
@@ -172,7 +176,8 @@ inline Tensor mse_loss(const Tensor& input, const Tensor& target) {
 // names, extents or offsets that are not integers in [0, 2^63), overlapping or out-of-order
 // data, data not covered exactly, non-string metadata; and dtypes loom lacks (U8, I16, F8...).
 void save_safetensors(const std::map<std::string, Tensor>& tensors, const std::string& path,
-                      const std::map<std::string, std::string>& metadata = {});
+                      const std::map<std::string, std::string>& metadata = {},
+                      CallSite loc = std::source_location::current());
 std::map<std::string, Tensor> load_safetensors(const std::string& path);
 // The file's "__metadata__" (empty when it has none); checks the whole header as a load does.
 std::map<std::string, std::string> load_safetensors_metadata(const std::string& path);

@@ -20,6 +20,6 @@ Tensor tensor_from_buffer(Buffer buffer, Shape shape, DType dtype);
 // The buffer holding t's value, row-major and contiguous, materializing t first (runs what it
 // needs). The returned copy keeps the memory alive; while it lives loom does not reuse it.
 // A TraceError inside a traced body, as for every value read.
-Buffer tensor_buffer(const Tensor& t);
+Buffer tensor_buffer(const Tensor& t, std::source_location loc = std::source_location::current());
 
 }  // namespace loom

@@ -6,11 +6,15 @@
 //   std::vector<float> v = c.to_vector<float>();
 //
 // Every op records a node into the calling thread's pending graph. sync() materializes every
-// live pending tensor; reading a value (item, to_vector, printing) materializes only what it
-// needs. Host scalars in ops (`x * step`) are graph inputs, not constants, so a value that
-// changes every step does not recompile. Copies of a Tensor share one tensor (in-place ops are
-// seen through every copy). Thread-safety: a tensor belongs to the thread that traces it;
-// materialized tensors may be read from any thread.
+// live pending tensor; reading a value (item, to_vector, printing) materializes it together
+// with every live pending tensor connected to it through computed values (the parameters and
+// optimizer state that a training step updated from the loss being read), so a loop that only
+// reads its loss leaves nothing pending that the next step builds on. If that run fails, the
+// tensors whose values depend on the op that failed take its error (reading them rethrows it;
+// a new value assigned in place replaces it); the others stay pending. Host scalars in ops (`x *
+// step`) are graph inputs, not constants, so a value that changes every step does not recompile.
+// Copies of a Tensor share one tensor (in-place ops are seen through every copy). Thread-safety: a
+// tensor belongs to the thread that traces it; materialized tensors may be read from any thread.
 #pragma once
 
 #include <cstdint>
@@ -96,6 +100,10 @@ void manual_seed(uint64_t seed);
 // Compiles (cached) and runs all pending work of this thread. The graph it runs is named by
 // `loc` (the caller's line), unless a GraphName is active (loom/runtime/diagnostics.h).
 void sync(CallSite loc = std::source_location::current());
+// Computes `tensors` (and the live pending tensors connected to them) in one graph, named by
+// `loc`: a checkpoint of a whole model costs one run, not one per tensor.
+void materialize(const std::vector<Tensor>& tensors,
+                 CallSite loc = std::source_location::current());
 
 // Nodes in this thread's pending graph (for tests and diagnostics).
 int64_t pending_graph_size();
