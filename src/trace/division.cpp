@@ -75,7 +75,7 @@ Tensor fmod(const Tensor& a, const Tensor& b) {
 Tensor floor(const Tensor& x) {
   if (!is_floating(x.dtype())) return x;
   // |x| >= 2^(mantissa bits) is integral already (and NaN and Inf stay themselves)
-  const double bound = x.dtype() == DType::BFloat16 ? 128.0
+  const double bound = x.dtype() == DType::BFloat16  ? 128.0
                        : x.dtype() == DType::Float16 ? 1024.0
                        : x.dtype() == DType::Float32 ? 8388608.0
                                                      : 4503599627370496.0;
