@@ -513,6 +513,7 @@ void TraceContext::rebind(TensorImpl& impl, ir::Value v) {
   impl.buffer = Buffer();
   impl.error = nullptr;  // a new value replaces a failed one
   impl.value = v;
+  impl.updated_in_place = true;
   impl.data_epoch = 0;                           // its old data node no longer holds its value
   if (impl.requires_grad) grad_.own_node(impl);  // a leaf shares its node with no other tensor
   if (!impl.linked.load(std::memory_order_relaxed)) link(&impl);
@@ -721,8 +722,11 @@ bool TraceContext::kept_for_backward(const TensorImpl& p) {
          !grad_.consumed(p.value.node);
 }
 
-// Sources (data, constants, iota) and the layout changes of nothing but sources (a transposed
-// weight, an expanded constant) are shared by unrelated work, so they connect nothing.
+// A partial read outside compile(step) also outputs the live pending tensors connected to what
+// it reads, and every tensor updated in place (state: parameters, moments, step counters), so
+// that nothing the next step builds on stays pending. Sources (data, constants, iota) and the
+// layout changes of nothing but sources (a transposed weight, an expanded constant) are shared
+// by unrelated work, so they connect nothing.
 void TraceContext::add_connected(std::vector<TensorImpl*>* impls) {
   size_t pending_count = 0;
   for (const TensorImpl* p = head_.next; p != &head_; p = p->next) ++pending_count;
@@ -758,7 +762,7 @@ void TraceContext::add_connected(std::vector<TensorImpl*>* impls) {
   for (TensorImpl* p : *impls) wanted[find(p->value.node)] = 1;
   std::unordered_set<TensorImpl*> in(impls->begin(), impls->end());
   for (TensorImpl* p = head_.next; p != &head_; p = p->next)
-    if (wanted[find(p->value.node)] && !in.count(p)) impls->push_back(p);
+    if ((wanted[find(p->value.node)] || p->updated_in_place) && !in.count(p)) impls->push_back(p);
 }
 
 // A pending graph whose live part is larger at each of several checks in a row (every 16th

@@ -41,6 +41,9 @@ struct TensorImpl : std::enable_shared_from_this<TensorImpl> {
   ir::Value data_value{kNoNode, 0};
   uint64_t data_epoch = 0;
   bool requires_grad = false;
+  // Updated in place at least once (a parameter, optimizer state, a counter): state that every
+  // partial read computes too, so that no history of it stays pending.
+  bool updated_in_place = false;
   uint32_t scope = 0;  // the trace scope whose graph holds `value` (0: the pending graph)
   // The id of the thread's TraceContext whose graph holds `value` (kOwnerExited once that
   // thread has ended); while materialized, the one context that may cache data_value (the

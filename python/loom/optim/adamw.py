@@ -53,6 +53,7 @@ class AdamW(Optimizer):
             g = p.grad
             if g is None:
                 continue
+            self._stepped.add(p)
             if group["maximize"]:
                 g = -g
             dt = p.dtype
@@ -78,7 +79,7 @@ class AdamW(Optimizer):
 
     def _export_state(self, p, group):
         st = self.state[p]
-        if st["step"].item() == 0:
+        if p not in self._stepped:
             return None
         out = {"step": _loom.to(st["step"], _loom.dtype.float32),
                "exp_avg": st["exp_avg"].detach(), "exp_avg_sq": st["exp_avg_sq"].detach()}
@@ -91,10 +92,12 @@ class AdamW(Optimizer):
         if group["amsgrad"] and "max_exp_avg_sq" not in st:
             st["max_exp_avg_sq"] = _materialized_zeros(p._shape(), p.dtype)
         if not saved:
+            self._stepped.discard(p)
             with _loom.no_grad():
                 for t in st.values():
                     t.zero_()
             return
+        self._stepped.add(p)
         _copy_into(st["step"], saved["step"], "step")
         for k in ("exp_avg", "exp_avg_sq", "max_exp_avg_sq"):
             if k in st:

@@ -101,6 +101,9 @@ class Optimizer:
     def __init__(self, params, defaults):
         self.defaults = dict(defaults)
         self.state = {}  # param -> dict of state tensors (a Tensor hashes by identity)
+        # The parameters stepped with a gradient (torch exports their state only), kept on the
+        # host so that state_dict() reads no tensor and a save stays one graph.
+        self._stepped = set()
         self.param_groups = []
         if isinstance(params, Tensor):
             raise TypeError("params argument given to the optimizer should be an iterable of "

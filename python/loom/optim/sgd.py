@@ -60,12 +60,13 @@ class SGD(Optimizer):
                 else:
                     buf.copy_(buf * mom + g)  # buf starts at zeros: the first step is g
                 steps.copy_(steps + 1.0)
+                self._stepped.add(p)
                 g = g + buf * mom if group["nesterov"] else buf
             p.copy_(p - g * casts[dt])
 
     def _export_state(self, p, group):
         st = self.state[p]
-        if "step" not in st or st["step"].item() == 0:
+        if "step" not in st or p not in self._stepped:
             return None
         return {"momentum_buffer": st["momentum_buffer"].detach()}
 
@@ -77,9 +78,11 @@ class SGD(Optimizer):
             st.update(self._init_state(p, group))
         buf = saved.get("momentum_buffer") if saved else None
         if buf is None:
+            self._stepped.discard(p)
             with _loom.no_grad():
                 st["momentum_buffer"].zero_()
                 st["step"].zero_()
             return
+        self._stepped.add(p)
         _copy_into(st["momentum_buffer"], buf, "momentum_buffer")
         _copy_into(st["step"], 1.0, "step")

@@ -342,7 +342,7 @@ GemmJob gemm_job(const Program& p, const Step& st, void* const* ptr, int64_t* ta
   int64_t elem = f64 ? 8 : 4;
   char* c = ptr ? static_cast<char*>(ptr[p.plan.buf_of[id]]) : nullptr;
   GemmJob job{{}, {}, c, os.data(), br, m, nn, k, elem, 1, f64};
-  *tasks = m == 0 || nn == 0 ? 0 : 1;
+  *tasks = os.numel() == 0 ? 0 : 1;  // any zero extent, batch dims included
   if (*tasks == 0) return job;
   if (k == 0) {
     job.zero_bytes = static_cast<size_t>(n.type.nbytes());
