@@ -165,6 +165,12 @@ Tensor& Tensor::add_(const Tensor& other) {
 Tensor& Tensor::zero_() {
   TensorImpl& self = checked(*this, "zero_");
   TraceContext& ctx = TraceContext::get();
+  // As add_: a leaf's gradient would refer to its old value (torch refuses it too).
+  LOOM_CHECK_T(AutodiffError, !(ctx.grad().enabled() && self.requires_grad),
+               "[zero_] a leaf tensor ", self.type,
+               " that requires grad cannot be updated in place outside no_grad (its gradient "
+               "would refer to the old value); update it under loom::NoGradGuard (Python: "
+               "`with loom.no_grad():`)");
   ir::Value z = ctx.builder().constant(0, self.type.dtype);
   ctx.rebind(self, ctx.builder().expand(z, self.type.shape));
   return *this;

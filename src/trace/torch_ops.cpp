@@ -244,7 +244,8 @@ void check_leaf_inplace(const Tensor& x, const char* op) {
   LOOM_CHECK_T(AutodiffError, !(grad_enabled() && is_leaf(x) && x.requires_grad()), "[", op,
                "] a leaf tensor ", type_of(x),
                " that requires grad cannot be updated in place outside no_grad (its gradient "
-               "would refer to the old value); update it under loom::NoGradGuard");
+               "would refer to the old value); update it under loom::NoGradGuard (Python: "
+               "`with loom.no_grad():`)");
 }
 }  // namespace
 
@@ -259,10 +260,7 @@ Tensor& fill_(Tensor& x, const Tensor& value) {
                "[fill_] only supports a 0-dimensional value tensor, but got ", type_of(value));
   return x.copy_(value);
 }
-Tensor& zero_(Tensor& x) {
-  check_leaf_inplace(x, "zero_");
-  return x.zero_();
-}
+Tensor& zero_(Tensor& x) { return x.zero_(); }  // the leaf rule is Tensor::zero_'s
 bool is_leaf(const Tensor& x) {
   detail::type_of(x, "is_leaf");  // an undefined tensor is an Error
   return x.impl()->requires_grad || !x.requires_grad();

@@ -92,6 +92,52 @@ TEST_F(CompileTest, TraceOnceEqualsTheUntracedStepBitForBit) {
   }
 }
 
+// A loop that reads only loss.item(), no sync and no compile(): each read computes, with the
+// loss, the parameters and optimizer state updated from it (SGD's momentum buffers, AdamW's
+// moments and step count), so nothing stays pending, the loop compiles a fixed set of graphs,
+// and the losses and parameters equal the loop that syncs every step bit for bit.
+TEST_F(CompileTest, ALoopReadingOnlyTheLossIsSteady) {
+  for (bool adamw : {false, true}) {
+    SCOPED_TRACE(adamw ? "AdamW" : "SGD momentum");
+    std::vector<float> losses[2];
+    std::vector<std::vector<float>> params[2];
+    for (int synced : {0, 1}) {
+      loom::manual_seed(11);
+      Mlp model;
+      Tensor x = loom::randn({12, 6});
+      Tensor y = loom::argmax(loom::randn({12, 3}), 1);
+      std::unique_ptr<loom::optim::Optimizer> opt;
+      if (adamw)
+        opt = std::make_unique<loom::optim::AdamW>(model.parameters(), 0.01);
+      else
+        opt = std::make_unique<loom::optim::SGD>(model.parameters(), 0.1, 0.9, 1e-3);
+      loom::sync();
+      loom::reset_metrics();
+      std::vector<int64_t> compiles;
+      for (int i = 0; i < 40; ++i) {
+        opt->zero_grad();
+        Tensor loss = loom::cross_entropy(model(x), y);
+        loss.backward();
+        opt->step();
+        if (synced) loom::sync();
+        losses[synced].push_back(loss.item<float>());
+        if (!synced) {
+          EXPECT_EQ(loom::pending_graph_size(), 0) << "step " << i;
+          compiles.push_back(loom::metrics().compiles);
+        }
+      }
+      for (const Tensor& p : model.parameters()) params[synced].push_back(p.to_vector<float>());
+      if (!synced) {
+        EXPECT_EQ(std::vector<int64_t>(compiles.begin() + 3, compiles.end()),
+                  std::vector<int64_t>(compiles.size() - 3, compiles[3]));
+      }
+    }
+    EXPECT_EQ(losses[0], losses[1]);
+    EXPECT_EQ(params[0], params[1]);
+    EXPECT_LT(losses[0].back(), losses[0].front());
+  }
+}
+
 // The first call records the step's graph and then syncs what it left pending: the two cut
 // the same graph (one compile), whichever order the step made its results and updates in.
 TEST_F(CompileTest, TraceOnceCompilesOnceWhateverItReturns) {

@@ -189,7 +189,9 @@ INSTANTIATE_TEST_SUITE_P(Backends, TorchOpsTest, ::testing::Values("ref", "cpu")
 TEST(TorchOpsGradTest, FillAndZeroFollowTheInPlaceLeafRule) {
   Tensor w = loom::ones({3}).requires_grad_();
   LOOM_EXPECT_ERROR(loom::zero_(w), loom::AutodiffError, "leaf");
+  LOOM_EXPECT_ERROR(w.zero_(), loom::AutodiffError, "leaf");
   LOOM_EXPECT_ERROR(loom::fill_(w, 2.0), loom::AutodiffError, "leaf");
+  EXPECT_EQ(w.to_vector<float>(), (std::vector<float>{1, 1, 1}));  // refused: unchanged
   {
     loom::NoGradGuard g;
     loom::fill_(w, 2.5);

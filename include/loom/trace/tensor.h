@@ -59,7 +59,7 @@ class Tensor {
 
   Tensor& copy_(const Tensor& src);  // src broadcast and converted to this tensor's type
   Tensor& add_(const Tensor& other);
-  Tensor& zero_();
+  Tensor& zero_();  // refused on a leaf that requires grad while gradients are on, as torch
 
   // Autograd (loom/trace/autograd.h): requires_grad_ makes a leaf; requires_grad() is also
   // true for tensors computed from leaves; backward() differentiates a one-element tensor

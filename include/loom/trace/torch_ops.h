@@ -57,7 +57,7 @@ std::pair<Tensor, Tensor> topk(const Tensor& x, int64_t k, int64_t dim = -1, boo
 Tensor multinomial(const Tensor& probs, int64_t num_samples, bool replacement = false);
 
 // torch's fill_ / zero_: x takes `value` in place; like every in-place op, refused on a leaf
-// that requires grad unless gradients are off (NoGradGuard), which Tensor::zero_ allows.
+// that requires grad unless gradients are off (NoGradGuard), as Tensor::zero_.
 Tensor& fill_(Tensor& x, Scalar value);
 Tensor& fill_(Tensor& x, const Tensor& value);  // value 0-d
 Tensor& zero_(Tensor& x);
