@@ -1,6 +1,7 @@
-"""t[key] = value for basic keys (ints, negative ints, slices with any step, None, ...) and one
-int64 index tensor, as torch: the value broadcasts to the selection and converts to t's dtype;
-t is updated in place (copy_), so gradients flow to both the untouched part of t and the value.
+"""t[key] = value for basic keys (ints, negative ints, slices with any step, None, ...), one
+int64 index tensor, or a bool mask over t's leading dims (t[mask] = v, v one element's value),
+as torch: the value broadcasts to the selection and converts to t's dtype; t is updated in
+place (copy_), so gradients flow to both the untouched part of t and the value.
 An index tensor that names a position twice writes the last of its values there (what torch's
 CPU index_put_ does; torch leaves the order unspecified).
 
@@ -20,7 +21,8 @@ def _selectors(shape, key):
         if isinstance(k, Tensor):
             if k.dtype.is_floating_point or k.dtype == _loom.dtype.bool_:
                 raise _loom.DTypeError(f"[index] tensors used as indices must be int64 or int32, "
-                                       f"got {k.dtype} (boolean masks are not supported)")
+                                       f"got {k.dtype} (a bool mask is supported alone, as "
+                                       f"t[mask] = v)")
         elif not (k is None or k is Ellipsis or isinstance(k, (int, slice))):
             raise TypeError(f"tensor index assignment: only ints, slices, None, ... and int64 "
                             f"tensors are supported as keys, got {type(k).__name__}")
@@ -65,8 +67,41 @@ def _selectors(shape, key):
     return sels, tuple(sel_shape)
 
 
+def _mask_setitem(self, mask, value):
+    """t[mask] = v for a bool mask over t's leading dims: where(mask, v, t). The selection's
+    length depends on the data, so v must broadcast to one selected element (a number, a 0-d
+    tensor, or a tensor of t's trailing shape), as the lazy graph has no data-dependent shapes."""
+    shape, m = tuple(self.shape), mask.ndim
+    if m == 0 or m > len(shape) or tuple(mask.shape) != shape[:m]:
+        bad = next((i for i in range(min(m, len(shape))) if mask.shape[i] != shape[i]),
+                   min(m, len(shape)))
+        raise IndexError(f"The shape of the mask {list(mask.shape)} at index {bad} does not "
+                         f"match the shape of the indexed tensor {list(shape)} at index {bad}")
+    if not isinstance(value, Tensor):
+        from ._creation import tensor
+        value = tensor(value, dtype=self.dtype)
+    v = _loom.to(value, self.dtype)
+    rest = shape[m:]
+    if v.numel() != 1:
+        try:
+            v = v.expand(*rest) if rest else v.reshape(())
+        except _loom.ShapeError:
+            raise _loom.ShapeError(
+                f"[index] t[mask] = v: v of shape {list(value.shape)} must broadcast to one "
+                f"selected element of shape {list(rest)} (the number of selected elements is "
+                f"known only when the graph runs); write where(mask, v, t) for a v of t's "
+                f"shape") from None
+    else:
+        v = v.reshape(())
+    self.copy_(_loom.where(mask.reshape(*mask.shape, *([1] * len(rest))), v, self))
+    return self
+
+
 def setitem(self, key, value):
     shape = tuple(self.shape)
+    mask = key[0] if isinstance(key, tuple) and len(key) == 1 else key
+    if isinstance(mask, Tensor) and mask.dtype == _loom.dtype.bool_:
+        return _mask_setitem(self, mask, value)
     sels, sel_shape = _selectors(shape, key)
     if not isinstance(value, Tensor):
         from ._creation import tensor

@@ -257,6 +257,19 @@ def _iter(self):
     return (self[i] for i in range(self._shape()[0]))
 
 
+def _normal(self, mean=0.0, std=1.0):
+    return _loom._randn(list(self._shape()), self.dtype) * std + mean
+
+
+def _uniform(self, *bounds, **kw):
+    """torch's uniform_(from=0, to=1)."""
+    lo = bounds[0] if len(bounds) > 0 else kw.pop("from", 0.0)
+    hi = bounds[1] if len(bounds) > 1 else kw.pop("to", 1.0)
+    if kw:
+        raise TypeError(f"uniform_() got an unexpected keyword argument '{next(iter(kw))}'")
+    return _loom._rand(list(self._shape()), self.dtype) * (hi - lo) + lo
+
+
 def _install():
     T = Tensor
     T.__array_ufunc__ = _array_ufunc
@@ -278,6 +291,8 @@ def _install():
     T.triu_ = _checked_inplace("triu_", triu)
     T.masked_fill = masked_fill
     T.masked_fill_ = _checked_inplace("masked_fill_", masked_fill)
+    T.normal_ = _checked_inplace("normal_", _normal)
+    T.uniform_ = _checked_inplace("uniform_", _uniform)
     T.split = split
     T.chunk = chunk
     T.cumsum = cumsum

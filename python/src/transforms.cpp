@@ -33,7 +33,10 @@ void register_transforms(nb::module_& m) {
         loom::sync(site);
       },
       "Compiles (cached) and runs all pending work of this thread.");
-  m.def("pending_graph_size", &pending_graph_size);
+  m.def("pending_graph_size", &pending_graph_size,
+        "The number of nodes in this thread's pending graph (0 after a sync, and after a read in "
+        "a steady loop: a read computes the state updated in place). A number that grows step "
+        "after step means a tensor updated every step is never read or synced.");
   m.def("is_grad_enabled", &grad_enabled);
 
   nb::class_<NoGrad>(m, "no_grad", "Context manager: nothing inside records gradients.")
@@ -127,7 +130,10 @@ void register_transforms(nb::module_& m) {
              if (!g.guard) g.guard = std::make_unique<GraphName>(g.name);
            })
       .def("__exit__", [](Named& g, nb::args) { g.guard.reset(); });
-  m.def("metrics", &metrics);
+  m.def("metrics", &metrics,
+        "The process's counters since reset_metrics(): compiles, cache hits, syncs, executions, "
+        "ops traced and the seconds spent tracing, compiling and running (metrics_report() "
+        "prints them with the per-graph table).");
   m.def("reset_metrics", &reset_metrics);
   m.def("metrics_report", &metrics_report);
 }

@@ -714,3 +714,143 @@ def test_cross_entropy_shape_errors_name_the_users_shapes(shapes):
     with pytest.raises(loom.ShapeError) as got:
         F.cross_entropy(loom.randn(*x), loom.zeros(*tgt, dtype=loom.int64))
     assert str(want.value).rstrip(".") in str(got.value)
+
+
+# ---- 14: what a nanoGPT port reached for next (a new user's trial) --------------------------
+
+@pytest.mark.parametrize("name,param", [("linear", None), ("sigmoid", None), ("tanh", None),
+                                        ("relu", None), ("leaky_relu", None),
+                                        ("leaky_relu", 0.2), ("selu", None), ("conv2d", None)])
+def test_init_calculate_gain_matches_torch(name, param):
+    assert nn.init.calculate_gain(name, param) == pytest.approx(
+        torch.nn.init.calculate_gain(name, param))
+
+
+def test_init_fills_in_place_with_torchs_distributions():
+    loom.manual_seed(3)
+    w = nn.Linear(400, 300).weight
+    shape = (300, 400)
+    cases = [
+        (lambda t: nn.init.normal_(t, 0.5, 0.02), 0.5, 0.02, None),
+        (lambda t: nn.init.uniform_(t, -2.0, 1.0), -0.5, 3 / np.sqrt(12), (-2.0, 1.0)),
+        (lambda t: nn.init.xavier_uniform_(t), 0.0, np.sqrt(2 / 700), np.sqrt(6 / 700)),
+        (lambda t: nn.init.xavier_normal_(t, gain=2.0), 0.0, 2 * np.sqrt(2 / 700), None),
+        (lambda t: nn.init.kaiming_uniform_(t, a=np.sqrt(5)), 0.0, 1 / np.sqrt(3 * 400),
+         1 / np.sqrt(400)),
+        (lambda t: nn.init.kaiming_normal_(t, mode="fan_out", nonlinearity="relu"), 0.0,
+         np.sqrt(2 / 300), None),
+    ]
+    for fill, mean, std, bound in cases:
+        assert fill(w) is w
+        v = w.numpy().astype(np.float64)
+        assert v.shape == shape
+        assert abs(v.mean() - mean) < 5 * std / np.sqrt(v.size)
+        assert abs(v.std() - std) < 0.02 * std
+        if bound is not None:
+            lo, hi = bound if isinstance(bound, tuple) else (-bound, bound)
+            assert lo <= v.min() and v.max() <= hi
+    assert w.requires_grad and w.is_leaf and w.grad is None
+    nn.init.zeros_(w)
+    assert not w.numpy().any()
+    nn.init.constant_(w, 1.5)
+    assert (w.numpy() == 1.5).all()
+    with pytest.raises(loom.ShapeError, match="fewer than 2 dimensions"):
+        nn.init.xavier_uniform_(loom.zeros(3))
+    with pytest.raises(loom.DTypeError):
+        nn.init.normal_(loom.zeros(3, dtype=loom.int64))
+
+
+def test_tensor_normal_and_uniform_follow_the_leaf_rule():
+    loom.manual_seed(0)
+    p = nn.Parameter(loom.zeros(1000))
+    with pytest.raises(loom.AutodiffError, match="leaf"):
+        p.normal_()
+    with pytest.raises(loom.AutodiffError, match="leaf"):
+        p.uniform_(0, 1)
+    with loom.no_grad():
+        assert p.uniform_(2.0, 3.0) is p
+    v = p.numpy()
+    assert 2.0 <= v.min() and v.max() < 3.0 and abs(v.mean() - 2.5) < 0.05
+    t = loom.zeros(20000).normal_(1.0, 2.0).numpy()
+    assert abs(t.mean() - 1.0) < 0.05 and abs(t.std() - 2.0) < 0.05
+
+
+def test_module_to_takes_a_device_and_keeps_tied_weights():
+    class Tied(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = nn.Embedding(10, 4)
+            self.head = nn.Linear(4, 10, bias=False)
+            self.emb.weight = self.head.weight
+
+    m = Tied()
+    assert m.to("cpu") is m and m.to(device="cpu") is m and m.to(loom.device("cpu")) is m
+    assert m.cpu() is m and m.emb.weight.dtype == loom.float32
+    m.to("cpu", loom.float64)
+    assert m.emb.weight is m.head.weight and len(list(m.parameters())) == 1
+    assert m.head.weight.dtype == loom.float64
+    m.to(loom.zeros(1, dtype=loom.float32))
+    assert m.emb.weight is m.head.weight and m.emb.weight.dtype == loom.float32
+    tm = torch.nn.Linear(2, 2)
+    assert tm.to("cpu") is tm  # torch's spelling, for the record
+    with pytest.raises(loom.Error, match="only device is 'cpu'"):
+        m.to("cuda")
+    with pytest.raises(TypeError):
+        m.to(3)
+
+
+@pytest.mark.parametrize("value", [-float("inf"), 2.5, "zero-d", "row"])
+def test_bool_mask_assignment_matches_torch(value):
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((4, 5)).astype(np.float32)
+    lt, tt = loom.tensor(x), torch.tensor(x)
+    mask_l, mask_t = lt < 0.1, tt < 0.1
+    if value == "zero-d":
+        lv, tv = loom.tensor(7.0), torch.tensor(7.0)
+    elif value == "row":
+        row = np.arange(5, dtype=np.float32)
+        lv, tv = loom.tensor(row), torch.tensor(row)
+        mask_l, mask_t = mask_l[:, 0], mask_t[:, 0]  # a mask over the leading dim
+    else:
+        lv = tv = value
+    lt[mask_l] = lv
+    tt[mask_t] = tv
+    np.testing.assert_array_equal(lt.numpy(), tt.numpy())
+
+
+def test_bool_mask_assignment_gradients_and_errors():
+    x = loom.tensor([1.0, -2.0, 3.0], requires_grad=True)
+    v = loom.tensor(5.0, requires_grad=True)
+    y = x * 1.0
+    y[x < 0] = v
+    (y * loom.tensor([1.0, 2.0, 3.0])).sum().backward()
+    xt = torch.tensor([1.0, -2.0, 3.0], requires_grad=True)
+    vt = torch.tensor(5.0, requires_grad=True)
+    yt = xt * 1.0
+    yt[xt < 0] = vt
+    (yt * torch.tensor([1.0, 2.0, 3.0])).sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), xt.grad.numpy())
+    assert v.grad.item() == vt.grad.item()
+    t = loom.zeros(3, 4)
+    with pytest.raises(IndexError, match="shape of the mask"):
+        t[loom.zeros(4, dtype=loom.bool_)] = 1.0
+    with pytest.raises(loom.ShapeError, match="known only when the graph runs"):
+        t[loom.zeros(3, 4, dtype=loom.bool_)] = loom.ones(2)
+
+
+def test_setting_the_lr_leaves_pending_work_pending_with_the_old_value():
+    w = loom.tensor([1.0, 1.0], requires_grad=True)
+    opt = loom.optim.SGD([w], lr=0.5)
+    (w * w).sum().backward()
+    opt.step()  # pending: w - 0.5 * 2w = 0
+    size = loom.pending_graph_size()
+    assert size > 0
+    opt.param_groups[0]["lr"] = 0.25
+    assert loom.pending_graph_size() >= size  # no sync
+    np.testing.assert_array_equal(w.numpy(), [0.0, 0.0])  # the step traced with lr 0.5
+    opt.zero_grad()
+    with loom.no_grad():
+        w.copy_(loom.tensor([1.0, 1.0]))
+    (w * w).sum().backward()
+    opt.step()
+    np.testing.assert_array_equal(w.numpy(), [0.5, 0.5])  # and the next with 0.25

@@ -298,21 +298,48 @@ class Module:
 
     # ---- dtype ----------------------------------------------------------------------------
 
-    def to(self, dtype):
-        """Converts floating-point parameters and buffers to `dtype` (new Parameter objects:
-        make optimizers after this, as torch advises)."""
-        if not isinstance(dtype, _loom.dtype):
-            raise TypeError(f"Module.to(): argument 'dtype' must be a loom.dtype, got "
-                            f"{type(dtype).__name__}")
+    def to(self, *args, **kwargs):
+        """torch's Module.to: `to(device)`, `to(dtype)`, `to(device, dtype)`, `to(tensor)` and
+        the keywords device=, dtype=, non_blocking=. The device is the host ('cpu': loom's only
+        device), so only a dtype changes anything: floating-point parameters and buffers are
+        converted (new Parameter objects, tied parameters staying tied: make optimizers after
+        this, as torch advises)."""
+        from .. import _device
+        dtype, device = kwargs.pop("dtype", None), kwargs.pop("device", None)
+        kwargs.pop("non_blocking", None)
+        if kwargs:
+            raise TypeError(f"Module.to() got an unexpected keyword argument "
+                            f"'{next(iter(kwargs))}'")
+        for a in args:
+            if isinstance(a, _loom.dtype):
+                dtype = a
+            elif isinstance(a, _loom.Tensor):
+                dtype = a.dtype
+            elif isinstance(a, (str, _device.device)):
+                device = a
+            elif not isinstance(a, bool):  # non_blocking given positionally
+                raise TypeError(f"Module.to() expects a device, a loom.dtype or a tensor, got "
+                                f"{type(a).__name__}")
+        if device is not None:
+            _device.check(device, "Module.to")
+        if dtype is None:
+            return self
         if not dtype.is_floating_point:
             raise TypeError(f"Module.to() only accepts floating point dtypes, got {dtype!r}")
+        converted = {}  # id of a parameter -> its converted Parameter (tied weights stay tied)
         for m in self.modules():
             for k, p in m._parameters.items():
                 if p is not None and p.dtype.is_floating_point and p.dtype != dtype:
-                    m._parameters[k] = Parameter(_loom.to(p, dtype), p.requires_grad)
+                    if id(p) not in converted:
+                        converted[id(p)] = Parameter(_loom.to(p, dtype), p.requires_grad)
+                    m._parameters[k] = converted[id(p)]
             for k, b in m._buffers.items():
                 if b is not None and b.dtype.is_floating_point and b.dtype != dtype:
                     m._buffers[k] = _loom.to(b, dtype)
+        return self
+
+    def cpu(self):
+        """The module itself: loom's memory is the host's."""
         return self
 
     def float(self):

@@ -44,8 +44,8 @@ class _HostScalar:
         self.tensor = _loom.from_numpy(self.array)
 
     def set(self, value):
-        if _loom.pending_graph_size() > 0:
-            _loom.sync()  # pending work that reads the old value runs with it
+        # Pending work traced before keeps the old value: a pending read of memory shared with
+        # numpy reads a snapshot taken when it was traced.
         self.array[()] = float(value)
 
 
