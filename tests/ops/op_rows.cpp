@@ -865,7 +865,11 @@ std::vector<Row> linalg_and_layout_rows() {
        mm("1-d x 1-d", {5}, {5}), mm("1-d x 2-d", {4}, {4, 3}), mm("2-d x 1-d", {3, 4}, {4}),
        mm("M=0", {0, 3}, {3, 4}), mm("K=0", {3, 0}, {0, 4}), mm("N=0", {3, 4}, {4, 0}),
        mm("1x1", {1, 1}, {1, 1}), mm("batch x 2-d", {3, 2, 4}, {4, 6}),
-       mm("1-d x 3-d", {4}, {2, 4, 3}), mm("3-d x 1-d", {2, 3, 4}, {4})},
+       mm("1-d x 3-d", {4}, {2, 4, 3}), mm("3-d x 1-d", {2, 3, 4}, {4}),
+       // zero-size batches, with and without K = 0 (once a SIGFPE on the cpu backend)
+       mm("batch 0, K=0", {0, 2, 0}, {0, 0, 1}), mm("batch 0 x 2-d, K=0", {0, 2, 0}, {0, 1}),
+       mm("batch 0", {0, 2, 3}, {0, 3, 4}), mm("broadcast batch 0", {2, 1, 2, 3}, {0, 3, 2}),
+       mm("batch x K=0", {3, 2, 0}, {3, 0, 4})},
       [](const Hs& a) { return matmul_of(a[0], a[1]); }, true, false, 4));
   auto mw = [](std::string l, Arg a, Arg b) {
     return Case{std::move(l), {std::move(a), std::move(b)}, false, false, {}, 4};
