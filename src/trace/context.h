@@ -136,6 +136,8 @@ class TraceContext;
 // The calling thread's context once created (null before, and after the thread's exit has
 // destroyed it). Constant-initialized: reading it needs no TLS wrapper call.
 extern constinit thread_local TraceContext* tls_context;
+// A new id for a pending graph (process-wide, never reused; tensor_handles.cpp).
+uint64_t new_epoch();
 
 class TraceContext {
  public:
