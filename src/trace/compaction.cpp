@@ -1,10 +1,9 @@
 // Garbage collection and compaction of the pending graph: dropping what no live tensor needs
 // and renumbering the rest, so that a loop without syncs keeps a bounded graph.
-#include "trace/context.h"
-
 #include <algorithm>
 
 #include "loom/runtime/metrics.h"
+#include "trace/context.h"
 
 namespace loom::detail {
 

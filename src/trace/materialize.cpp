@@ -1,8 +1,6 @@
 // Materialization: the cut of the pending graph for the tensors a read or a sync needs (with
 // what a read computes besides them), the run through the runtime, the write-back, and what a
 // failed run poisons.
-#include "trace/context.h"
-
 #include <algorithm>
 #include <unordered_set>
 
@@ -10,6 +8,7 @@
 #include "loom/ir/op_kind.h"
 #include "loom/runtime/metrics.h"
 #include "loom/runtime/sync.h"
+#include "trace/context.h"
 
 namespace loom::detail {
 

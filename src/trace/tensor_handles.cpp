@@ -1,10 +1,10 @@
 // Tensor handles' lifetime: the per-thread free lists of impls, the hand-off of pending impls
 // dropped on another thread, the context's creation and exit, and the list of pending tensors.
-#include "trace/context.h"
-
 #include <mutex>
 #include <unordered_map>
 #include <vector>
+
+#include "trace/context.h"
 
 namespace loom::detail {
 
