@@ -291,9 +291,7 @@ void TraceContext::poison(const std::vector<TensorImpl*>& impls, const ExecError
                           const std::vector<uint32_t>& slot_ids,
                           const std::vector<uint8_t>& donated) {
   std::string_view what = e.what();
-  std::string_view op;
-  if (what.size() > 2 && what[0] == '[' && what.find(']') != std::string_view::npos)
-    op = what.substr(1, what.find(']') - 1);
+  const std::string& op = e.op();
   std::vector<ir::Value> roots;
   for (TensorImpl* p : impls) roots.push_back(p->value);
   // The failing nodes: ops of that name, and the loops whose bodies hold one with a site.
@@ -315,7 +313,7 @@ void TraceContext::poison(const std::vector<TensorImpl*>& impls, const ExecError
   std::string msg = str_cat(what, " (in the graph '", runtime::current_graph_name(), "'");
   if (!sites.empty()) msg += str_cat("; the ", op, " was traced at ", sites);
   msg += ")";
-  auto error = std::make_exception_ptr(ExecError(msg));
+  auto error = std::make_exception_ptr(ExecError(op, msg));
   std::vector<TensorImpl*> hit;
   if (failing.empty()) {
     hit = impls;

@@ -42,6 +42,13 @@ class CompileError : public Error {
 class ExecError : public Error {
  public:
   using Error::Error;
+  // An error of the IR op `op` ("index_select"): a failed read poisons only what depends on
+  // that op (TraceContext::poison); without one, everything the run would have produced.
+  ExecError(std::string op, const std::string& message) : Error(message), op_(std::move(op)) {}
+  const std::string& op() const { return op_; }
+
+ private:
+  std::string op_;
 };
 // A distributed failure: ranks that ran different graphs, a rank that died or did not answer
 // within the timeout, a store that never filled. The message names the op, the rank(s) and

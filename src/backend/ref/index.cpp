@@ -137,9 +137,9 @@ void register_index_kernels(KernelTable& t) {
 namespace loom::backend {
 
 void throw_index_out_of_range(const char* op, int64_t k, int64_t axis, int64_t extent) {
-  throw ExecError(detail::str_cat("[", op, "] index ", k, " is out of range for axis ", axis,
-                                  " of extent ", extent, ": expected an index in [0, ", extent,
-                                  ")"));
+  throw ExecError(
+      op, detail::str_cat("[", op, "] index ", k, " is out of range for axis ", axis, " of extent ",
+                          extent, ": expected an index in [0, ", extent, ")"));
 }
 
 }  // namespace loom::backend

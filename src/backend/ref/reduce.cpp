@@ -102,8 +102,10 @@ void argmax_kernel(const ir::Node& node, std::span<const Array> in, Array& out) 
   for (int64_t d = 0; d < axis; ++d) outer *= s[d];
   for (int64_t d = axis + 1; d < s.rank(); ++d) inner *= s[d];
   const int64_t n = s[axis];
-  LOOM_CHECK_T(ExecError, n > 0 || outer * inner == 0, "[argmax] cannot take the argmax of ",
-               x.type, " over axis ", axis, ": expected a non-empty axis, got extent 0");
+  if (n == 0 && outer * inner != 0)
+    throw ExecError("argmax",
+                    detail::str_cat("[argmax] cannot take the argmax of ", x.type, " over axis ",
+                                    axis, ": expected a non-empty axis, got extent 0"));
   for (int64_t o = 0; o < outer; ++o) {
     for (int64_t i = 0; i < inner; ++i) {
       int64_t best = 0;
