@@ -46,6 +46,7 @@ PUBLIC_ROOM = {  # public header directory (include/loom/<dir>/) -> room
     "runtime": "runtime", "trace": "trace", "nn": "nn", "optim": "optim", "dist": "dist",
 }
 BACKEND_HEADERS = {"ref_backend.h": "backend_ref", "cpu_backend.h": "backend_cpu"}
+SOURCE_ROOM = {"distributed": "dist"}  # src/<dir> -> room, where the names differ
 
 
 def room_of_public(rel):
@@ -72,7 +73,7 @@ def room_of_file(path):
             return "backend_cpu"
         if p.startswith("include/loom/backend/"):
             return BACKEND_HEADERS.get(path.name, "backend")
-        return d
+        return SOURCE_ROOM.get(d, d)
     if p.startswith("python/"):
         return "python"
     return None
@@ -84,7 +85,7 @@ def private_room(rel):
     if not m:
         return None
     d = m.group(1)
-    return {"backend/ref": "backend_ref", "backend/cpu": "backend_cpu"}.get(d, d)
+    return {"backend/ref": "backend_ref", "backend/cpu": "backend_cpu"}.get(d, SOURCE_ROOM.get(d, d))
 
 
 def main():

@@ -50,7 +50,13 @@ class Metrics:
     cache_hits: Any
     compile_seconds: Any
     compiles: Any
+    disk_cache_evictions: Any
     disk_cache_hits: Any
+    disk_cache_loads: Any
+    disk_cache_misses: Any
+    disk_cache_rejected: Any
+    disk_cache_write_failures: Any
+    disk_cache_writes: Any
     donated_buffers: Any
     execute_seconds: Any
     executions: Any

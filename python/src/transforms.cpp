@@ -48,27 +48,14 @@ void register_transforms(nb::module_& m) {
       .def("__exit__", [](NoGrad& g, nb::args) { g.guard.reset(); });
 
   nb::class_<Metrics> metrics_cls(m, "Metrics", "Counters and timers since reset_metrics().");
-#define LOOM_FIELD(f) metrics_cls.def_ro(#f, &Metrics::f)
-  LOOM_FIELD(compiles);
-  LOOM_FIELD(cache_hits);
-  LOOM_FIELD(executions);
-  LOOM_FIELD(trace_seconds);
-  LOOM_FIELD(compile_seconds);
-  LOOM_FIELD(execute_seconds);
-  LOOM_FIELD(ops_traced);
-  LOOM_FIELD(syncs);
-  LOOM_FIELD(sync_nodes);
-  LOOM_FIELD(cache_evictions);
-  LOOM_FIELD(cache_entries);
-  LOOM_FIELD(pending_compactions);
-  LOOM_FIELD(host_scalars);
-  LOOM_FIELD(donated_buffers);
-  LOOM_FIELD(bodies_traced);
-  LOOM_FIELD(pure_hits);
-  LOOM_FIELD(sync_seconds);
-  LOOM_FIELD(recompiles);
-  LOOM_FIELD(disk_cache_hits);
-#undef LOOM_FIELD
+#define LOOM_METRIC_COUNT(name, doc) metrics_cls.def_ro(#name, &Metrics::name, doc);
+#define LOOM_METRIC_TIME(name, doc) \
+  metrics_cls.def_ro(#name "_seconds", &Metrics::name##_seconds, doc);
+#define LOOM_METRIC_READ(name, doc) metrics_cls.def_ro(#name, &Metrics::name, doc);
+#include "loom/runtime/metrics.def"
+#undef LOOM_METRIC_COUNT
+#undef LOOM_METRIC_TIME
+#undef LOOM_METRIC_READ
   // grad / value_and_grad (python/loom/_autograd.py flattens the pytrees)
   m.def("_fresh_leaf", &detail::fresh_leaf);
   m.def("_functional_gradients", [](const Tensor& out, const std::vector<Tensor>& wrt) {

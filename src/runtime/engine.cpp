@@ -251,7 +251,7 @@ std::shared_ptr<const backend::Executable> compile_cached(const ir::Graph& g) {
   backend::CodeInfo info = exe->code_info();
   const bool from_disk = info.modules_loaded > 0 && info.modules_compiled == 0;
   if (from_disk) {
-    counters.disk_hits++;
+    counters.disk_cache_hits++;
     name.disk_hits++;
   } else {
     counters.compiles++;

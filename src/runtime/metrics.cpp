@@ -2,6 +2,7 @@
 #include <chrono>
 #include <cstdio>
 #include <sstream>
+#include <string_view>
 
 #include "loom/backend/disk_cache.h"
 #include "loom/runtime/engine.h"
@@ -21,95 +22,81 @@ double now_seconds() {
 }
 }  // namespace detail
 
+namespace {
+
+// The metrics that live elsewhere (metrics.def: LOOM_METRIC_READ), read for a snapshot.
+int64_t read_metric(const char* name, const backend::DiskCacheStats& d) {
+  const std::string_view n = name;
+  if (n == "cache_entries") return runtime::compile_cache_size();
+  if (n == "recompiles") return runtime::detail::recompile_count();
+  if (n == "disk_cache_loads") return d.hits;
+  if (n == "disk_cache_misses") return d.misses;
+  if (n == "disk_cache_writes") return d.writes;
+  if (n == "disk_cache_write_failures") return d.write_failures;
+  if (n == "disk_cache_rejected") return d.rejected;
+  if (n == "disk_cache_evictions") return d.evictions;
+  LOOM_ASSERT(false);
+  return 0;
+}
+
+}  // namespace
+
 Metrics metrics() {
   auto& c = detail::counters();
+  const backend::DiskCacheStats d = backend::DiskCache::instance().stats();
   Metrics m;
-  m.compiles = c.compiles;
-  m.cache_hits = c.cache_hits;
-  m.executions = c.executions;
-  m.ops_traced = c.ops_traced;
-  m.syncs = c.syncs;
-  m.sync_nodes = c.sync_nodes;
-  m.cache_evictions = c.cache_evictions;
-  m.cache_entries = runtime::compile_cache_size();
-  m.pending_compactions = c.pending_compactions;
-  m.host_scalars = c.host_scalars;
-  m.donated_buffers = c.donated_buffers;
-  m.bodies_traced = c.bodies_traced;
-  m.pure_hits = c.pure_hits;
-  m.trace_seconds = c.trace_ns * 1e-9;
-  m.compile_seconds = c.compile_ns * 1e-9;
-  m.execute_seconds = c.execute_ns * 1e-9;
-  m.sync_seconds = c.sync_ns * 1e-9;
-  m.recompiles = runtime::detail::recompile_count();
-  m.disk_cache_hits = c.disk_hits;
-  backend::DiskCacheStats d = backend::DiskCache::instance().stats();
-  m.disk_cache_loads = d.hits;
-  m.disk_cache_misses = d.misses;
-  m.disk_cache_writes = d.writes;
-  m.disk_cache_write_failures = d.write_failures;
-  m.disk_cache_rejected = d.rejected;
-  m.disk_cache_evictions = d.evictions;
+#define LOOM_METRIC_COUNT(name, doc) m.name = c.name.load(std::memory_order_relaxed);
+#define LOOM_METRIC_TIME(name, doc) m.name##_seconds = c.name##_ns * 1e-9;
+#define LOOM_METRIC_READ(name, doc) m.name = read_metric(#name, d);
+#include "loom/runtime/metrics.def"
+#undef LOOM_METRIC_COUNT
+#undef LOOM_METRIC_TIME
+#undef LOOM_METRIC_READ
   return m;
 }
 
 void reset_metrics() {
   auto& c = detail::counters();
-  for (auto* a : {&c.compiles, &c.cache_hits, &c.executions, &c.ops_traced, &c.syncs, &c.sync_nodes,
-                  &c.cache_evictions, &c.pending_compactions, &c.host_scalars, &c.donated_buffers,
-                  &c.bodies_traced, &c.pure_hits, &c.disk_hits, &c.trace_ns, &c.compile_ns,
-                  &c.execute_ns, &c.sync_ns})
-    a->store(0);
+#define LOOM_METRIC_COUNT(name, doc) c.name.store(0);
+#define LOOM_METRIC_TIME(name, doc) c.name##_ns.store(0);
+#define LOOM_METRIC_READ(name, doc)
+#include "loom/runtime/metrics.def"
+#undef LOOM_METRIC_COUNT
+#undef LOOM_METRIC_TIME
+#undef LOOM_METRIC_READ
   backend::DiskCache::instance().reset_stats();
   runtime::detail::reset_names();
 }
 
+// Every metric of metrics.def, a line each; the persistent cache's only when it is on or was
+// used.
 std::string metrics_report() {
-  Metrics m = metrics();
-  char buf[2048];
-  std::snprintf(buf, sizeof buf,
-                "loom metrics (backend %s)\n"
-                "  compiles            %lld\n"
-                "  cache_hits          %lld\n"
-                "  executions          %lld\n"
-                "  syncs               %lld (%lld nodes cut)\n"
-                "  ops_traced          %lld\n"
-                "  host_scalars        %lld\n"
-                "  donated_buffers     %lld\n"
-                "  bodies_traced       %lld\n"
-                "  pure_hits           %lld\n"
-                "  cache_entries       %lld (%lld evicted)\n"
-                "  pending_compactions %lld\n"
-                "  trace_seconds       %.6f\n"
-                "  sync_seconds        %.6f\n"
-                "  compile_seconds     %.6f\n"
-                "  execute_seconds     %.6f\n"
-                "  recompiles          %lld\n",
-                std::string(runtime::current_backend().name()).c_str(),
-                static_cast<long long>(m.compiles), static_cast<long long>(m.cache_hits),
-                static_cast<long long>(m.executions), static_cast<long long>(m.syncs),
-                static_cast<long long>(m.sync_nodes), static_cast<long long>(m.ops_traced),
-                static_cast<long long>(m.host_scalars), static_cast<long long>(m.donated_buffers),
-                static_cast<long long>(m.bodies_traced), static_cast<long long>(m.pure_hits),
-                static_cast<long long>(m.cache_entries), static_cast<long long>(m.cache_evictions),
-                static_cast<long long>(m.pending_compactions), m.trace_seconds, m.sync_seconds,
-                m.compile_seconds, m.execute_seconds, static_cast<long long>(m.recompiles));
-  std::string out = buf;
-  std::string dir = runtime::cache_dir();
-  if (!dir.empty() || m.disk_cache_loads || m.disk_cache_writes || m.disk_cache_write_failures) {
-    std::snprintf(
-        buf, sizeof buf,
-        "  disk cache          %s\n"
-        "    graphs from disk  %lld\n"
-        "    modules           %lld loaded, %lld missed, %lld written\n"
-        "    recoveries        %lld rejected entries, %lld write failures, %lld evicted\n",
-        dir.empty() ? "(off)" : dir.c_str(), static_cast<long long>(m.disk_cache_hits),
-        static_cast<long long>(m.disk_cache_loads), static_cast<long long>(m.disk_cache_misses),
-        static_cast<long long>(m.disk_cache_writes), static_cast<long long>(m.disk_cache_rejected),
-        static_cast<long long>(m.disk_cache_write_failures),
-        static_cast<long long>(m.disk_cache_evictions));
+  const Metrics m = metrics();
+  const std::string dir = runtime::cache_dir();
+  const bool disk =
+      !dir.empty() || m.disk_cache_loads || m.disk_cache_writes || m.disk_cache_write_failures;
+  std::string out =
+      detail::str_cat("loom metrics (backend ", runtime::current_backend().name(), ")\n");
+  char buf[160];
+  auto line = [&](const char* name, const std::string& value, const char* doc) {
+    if (!disk && std::string_view(name).starts_with("disk_cache")) return;
+    std::snprintf(buf, sizeof buf, "  %-26s %-12s %s\n", name, value.c_str(), doc);
     out += buf;
-  }
+  };
+  auto seconds = [](double s) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%.6f", s);
+    return std::string(b);
+  };
+#define LOOM_METRIC_COUNT(name, doc) line(#name, std::to_string(m.name), doc);
+#define LOOM_METRIC_TIME(name, doc) line(#name "_seconds", seconds(m.name##_seconds), doc);
+#define LOOM_METRIC_READ(name, doc) line(#name, std::to_string(m.name), doc);
+#include "loom/runtime/metrics.def"
+#undef LOOM_METRIC_COUNT
+#undef LOOM_METRIC_TIME
+#undef LOOM_METRIC_READ
+  if (disk)
+    out += detail::str_cat("  disk cache directory       ", dir.empty() ? "(off)" : dir, "\n");
   return out + runtime::detail::names_report();
 }
 

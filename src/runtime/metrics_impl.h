@@ -7,12 +7,15 @@
 
 namespace loom::detail {
 
+// One atomic per counter of metrics.def; timers in nanoseconds.
 struct MetricCounters {
-  std::atomic<int64_t> compiles{0}, cache_hits{0}, executions{0}, ops_traced{0}, syncs{0},
-      sync_nodes{0}, cache_evictions{0}, pending_compactions{0}, host_scalars{0},
-      donated_buffers{0}, bodies_traced{0}, pure_hits{0}, disk_hits{0};
-  // Timers in nanoseconds.
-  std::atomic<int64_t> trace_ns{0}, compile_ns{0}, execute_ns{0}, sync_ns{0};
+#define LOOM_METRIC_COUNT(name, doc) std::atomic<int64_t> name{0};
+#define LOOM_METRIC_TIME(name, doc) std::atomic<int64_t> name##_ns{0};
+#define LOOM_METRIC_READ(name, doc)
+#include "loom/runtime/metrics.def"
+#undef LOOM_METRIC_COUNT
+#undef LOOM_METRIC_TIME
+#undef LOOM_METRIC_READ
 };
 
 inline void add_ns(std::atomic<int64_t>& t, double seconds) {

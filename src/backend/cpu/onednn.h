@@ -29,8 +29,6 @@ void run_onednn(const OnednnProduct& prod, void* const* ptr);
 int64_t onednn_tasks(const OnednnProduct& prod);
 void run_onednn_task(const OnednnProduct& prod, void* const* ptr, int64_t t);
 const std::string& onednn_name(const OnednnProduct& prod);
-// Whether oneDNN runs its AVX-512 kernels here (brgemm: the table of choose_library differs).
-bool onednn_avx512();
 // Whether `prod` runs its post-ops inside oneDNN (false: loom's epilogue applies them to each
 // part's block after the product, because it is faster for them or oneDNN refused them; tests
 // check this).

@@ -11,7 +11,6 @@
 #include <set>
 #include <span>
 
-#include "backend/cpu/onednn.h"
 #include "loom/core/error.h"
 
 namespace loom::cpu {

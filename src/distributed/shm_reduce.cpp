@@ -1,5 +1,5 @@
 // All_reduce through a shared-memory segment (shm_reduce.h).
-#include "dist/shm_reduce.h"
+#include "distributed/shm_reduce.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -16,8 +16,8 @@
 #include <random>
 #include <thread>
 
-#include "dist/reduce_impl.h"
-#include "dist/tcp_store.h"
+#include "distributed/reduce_impl.h"
+#include "distributed/tcp_store.h"
 #include "loom/core/error.h"
 
 namespace loom::dist::detail {

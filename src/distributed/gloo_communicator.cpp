@@ -20,9 +20,9 @@
 #include <sstream>
 #include <thread>
 
-#include "dist/reduce_impl.h"
-#include "dist/shm_reduce.h"
-#include "dist/tcp_store.h"
+#include "distributed/reduce_impl.h"
+#include "distributed/shm_reduce.h"
+#include "distributed/tcp_store.h"
 #include "loom/core/config.h"
 #include "loom/core/error.h"
 #include "loom/dist/dist.h"

@@ -1,7 +1,7 @@
 // Elementwise reductions shared by the communicators (reduce_impl.h).
 #include <algorithm>
 
-#include "dist/reduce_impl.h"
+#include "distributed/reduce_impl.h"
 #include "loom/core/error.h"
 #include "loom/core/half.h"
 

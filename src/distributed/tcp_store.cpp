@@ -4,7 +4,7 @@
 //   get: 'G' klen key              ->  'Y' vlen value | 'N'
 // A malformed request (another op, a key over 64 KiB, a value over 1 GiB) closes that
 // connection; the server goes on serving the others.
-#include "dist/tcp_store.h"
+#include "distributed/tcp_store.h"
 
 #include <fcntl.h>
 #include <netdb.h>

@@ -5,8 +5,8 @@
 #include <cstring>
 #include <mutex>
 
-#include "dist/in_process_impl.h"
-#include "dist/reduce_impl.h"
+#include "distributed/in_process_impl.h"
+#include "distributed/reduce_impl.h"
 #include "loom/core/error.h"
 
 namespace loom::dist {
