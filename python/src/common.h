@@ -34,10 +34,7 @@ struct Operand {
 // NotImplemented, as Python's protocol wants).
 bool to_operand(nb::handle h, Operand* out);
 
-// The dtype PyTorch gives a Python number next to a tensor of dtype `like`: `like` unless the
-// number is of a higher category (bool < int < float), then int64 or float32.
-DType scalar_dtype(const Scalar& s, DType like);
-// The number as a 0-d tensor of scalar_dtype(s, like).
+// The number as a 0-d tensor of result_type(like, s) (loom/trace/ops.h).
 Tensor scalar_tensor(const Scalar& s, DType like);
 // The operand as a tensor next to `other`.
 Tensor as_tensor(const Operand& o, const Tensor& other);

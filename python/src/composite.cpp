@@ -31,15 +31,8 @@ bool to_operand(nb::handle h, Operand* out) {
   return true;
 }
 
-DType scalar_dtype(const Scalar& s, DType like) {
-  int cat_s = s.is_bool ? 0 : s.is_int ? 1 : 2;
-  int cat_t = like == bool_ ? 0 : is_integral(like) ? 1 : 2;
-  if (cat_s <= cat_t) return like;
-  return cat_s == 1 ? int64 : float32;
-}
-
 Tensor scalar_tensor(const Scalar& s, DType like) {
-  DType dt = scalar_dtype(s, like);
+  DType dt = result_type(like, s);
   if (s.is_int && dt == int64) return tensor(s.ivalue);
   return full(Shape{}, s.value, dt);
 }

@@ -105,7 +105,7 @@ void register_ops(nb::module_& m) {
         if (!to_operand(b, &y))
           throw nb::type_error("[where] argument 'other' must be a Tensor or a number");
         if (!x.tensor.defined() && !y.tensor.defined()) {
-          DType dt = scalar_dtype(y.scalar, scalar_dtype(x.scalar, bool_));
+          DType dt = result_type(result_type(bool_, x.scalar), y.scalar);
           return where(cond, scalar_tensor(x.scalar, dt), scalar_tensor(y.scalar, dt));
         }
         Tensor ta = x.tensor.defined() ? x.tensor : as_tensor(x, y.tensor);

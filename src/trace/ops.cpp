@@ -34,10 +34,7 @@ DType result_type(const Tensor& a, const Tensor& b) {
 }
 
 DType result_type(const Tensor& a, const Scalar& s) {
-  const DType da = type_of(a, "promote").dtype;
-  int cs = s.is_bool ? 0 : s.is_int ? 1 : 2;
-  if (cs > category(da)) return cs == 1 ? DType::Int64 : DType::Float32;
-  return da;
+  return loom::result_type(type_of(a, "promote").dtype, s);
 }
 
 std::vector<int64_t> reduce_dims(const char* op, const Tensor& x, std::vector<int64_t> dims) {
@@ -131,6 +128,12 @@ Tensor unary(OpKind op, const Tensor& x) {
 }
 
 }  // namespace
+
+DType result_type(DType t, const Scalar& s) {
+  const int cs = s.is_bool ? 0 : s.is_int ? 1 : 2;
+  if (cs > detail::category(t)) return cs == 1 ? DType::Int64 : DType::Float32;
+  return t;
+}
 
 Tensor add(const Tensor& a, const Tensor& b) { return binary(OpKind::Add, a, b); }
 Tensor sub(const Tensor& a, const Tensor& b) { return binary(OpKind::Sub, a, b); }

@@ -24,6 +24,9 @@ struct Scalar {
   bool is_int;
   bool is_bool = false;
 };
+// torch's result type of a tensor of dtype `t` with the host number `s`: `t`, unless the
+// number's category is wider (bool < integer < floating), then int64 or float32.
+DType result_type(DType t, const Scalar& s);
 
 // elementwise
 Tensor add(const Tensor& a, const Tensor& b);
