@@ -208,8 +208,12 @@ int main(int argc, char** argv) {
       if (exit_code(st) != 0 && failed < 0) {
         failed = r.rank;
         code = exit_code(st);
-        std::fprintf(stderr, "loom-launch: rank %d failed with status %d; ending the others\n",
-                     r.rank, code);
+        if (WIFSIGNALED(st))
+          std::fprintf(stderr, "loom-launch: rank %d failed (signal %d); ending the others\n",
+                       r.rank, WTERMSIG(st));
+        else
+          std::fprintf(stderr, "loom-launch: rank %d failed (exit %d); ending the others\n",
+                       r.rank, code);
         end_all(SIGTERM);
         kill_at = std::chrono::steady_clock::now() + std::chrono::seconds(3);
       }

@@ -1,116 +1,68 @@
 """python -m loom.launch: starts N local ranks of a program with their environment.
 
-    python -m loom.launch -n N [--store DIR|HOST:PORT] [--rank-offset K] [--world-size W] PROGRAM ARGS...
+    python -m loom.launch -n N [--store DIR|HOST:PORT] [--rank-offset K] [--world-size W]
+                          [--timeout SECONDS] PROGRAM ARGS...
 
-PROGRAM is a Python file (run with this interpreter), `-m MODULE`, or any executable. Each
-rank gets LOOM_RANK (K + i), LOOM_LOCAL_RANK (i), LOOM_WORLD_SIZE (W, default K + N) and
-LOOM_STORE (DIR or HOST:PORT; default a fresh temporary directory, removed at the end;
-with HOST:PORT, rank 0 serves a TCP store bound to HOST). Every line a rank
-prints is prefixed with "[rank R] " (stdout to stdout, stderr to stderr). When a rank fails
-(non-zero exit or a signal), the others are ended (SIGTERM, then SIGKILL after 3 s) and the
-launcher exits with the failing rank's status (128 + signal for a signal). The same options
-and behaviour as the C++ `loom-launch`.
+The C++ launcher `loom-launch` under its Python name: a PROGRAM that is a Python file runs with
+this interpreter, `-m MODULE` runs the module with it, anything else is an executable; the rest
+is loom-launch's (the package's loom/bin/loom-launch, else $LOOM_LAUNCH, else loom-launch on
+PATH). Each rank gets LOOM_RANK (K + i), LOOM_LOCAL_RANK (i), LOOM_WORLD_SIZE (W, default
+K + N) and LOOM_STORE (DIR or HOST:PORT; default a fresh temporary directory, removed at the
+end; with HOST:PORT, rank 0 serves a TCP store bound to HOST); --timeout sets
+LOOM_DIST_TIMEOUT (seconds a collective waits for the other ranks). Every line a rank prints
+is prefixed with "[rank R] " (stdout to stdout, stderr to stderr). When a rank fails (non-zero
+exit or a signal), the others are ended (SIGTERM, then SIGKILL after 3 s) and the launcher
+exits with the failing rank's status (128 + signal for a signal).
 
 Multi-host: the same command on every host, with the same store (a directory every host sees,
 or --store HOSTA:PORT where HOSTA is the address of the host that runs rank 0), the total
 --world-size, --rank-offset = the ranks started before this host, and LOOM_DIST_ADDR = this
 host's address (Gloo binds it; 127.0.0.1 reaches local ranks only).
 """
-import argparse
 import os
 import shutil
-import signal
-import subprocess
 import sys
-import tempfile
-import threading
-import time
+
+_VALUED = {"-n", "--nproc", "--store", "--rank-offset", "--world-size", "--timeout"}
 
 
-def _pump(stream, out, prefix, lock):
-    for line in iter(stream.readline, b""):
-        with lock:
-            out.write(prefix + line)
-            out.flush()
-    stream.close()
+def launcher():
+    """The loom-launch binary this package runs."""
+    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bin", "loom-launch")
+    for path in (here, os.environ.get("LOOM_LAUNCH"), shutil.which("loom-launch")):
+        if path and os.access(path, os.X_OK):
+            return path
+    raise SystemExit("loom.launch: the loom-launch binary was not found (looked for "
+                     f"{here}, $LOOM_LAUNCH and PATH); build loom with its tools "
+                     "(scripts/build.sh) or set LOOM_LAUNCH")
+
+
+def command(argv):
+    """loom-launch's argument list for `python -m loom.launch ARGV`."""
+    out, i = [], 0
+    while i < len(argv) and argv[i].startswith("-") and argv[i] != "-m":
+        flag = argv[i]
+        name = flag.split("=", 1)[0]
+        out.append("-n" if name == "--nproc" else name)
+        if "=" in flag:
+            out.append(flag.split("=", 1)[1])
+        elif name in _VALUED and i + 1 < len(argv):
+            i += 1
+            out.append(argv[i])
+        i += 1
+    prog = argv[i:]
+    if prog[:1] == ["-m"]:
+        prog = [sys.executable, "-m"] + prog[1:]
+    elif prog and prog[0].endswith(".py"):
+        prog = [sys.executable] + prog
+    return out + prog
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m loom.launch",
-                                description="Starts N local ranks of a loom program.")
-    p.add_argument("-n", "--nproc", type=int, required=True, help="ranks on this host")
-    p.add_argument("--store", help="a rendezvous directory every rank sees, or HOST:PORT for a TCP "
-                   "store that rank 0 serves (default: a fresh temporary directory)")
-    p.add_argument("--rank-offset", type=int, default=0, help="ranks started on other hosts")
-    p.add_argument("--world-size", type=int, help="all ranks (default: offset + n)")
-    p.add_argument("program", help="a .py file, -m MODULE, or an executable")
-    p.add_argument("args", nargs=argparse.REMAINDER)
-    a = p.parse_args(argv)
-    if a.nproc < 1 or a.rank_offset < 0:
-        p.error("-n must be at least 1 and --rank-offset not negative")
-    world = a.world_size if a.world_size is not None else a.rank_offset + a.nproc
-    if world < a.rank_offset + a.nproc:
-        p.error(f"--world-size {world} is smaller than --rank-offset + -n")
-    if a.program == "-m":
-        cmd = [sys.executable, "-m"] + a.args
-    elif a.program.endswith(".py"):
-        cmd = [sys.executable, a.program] + a.args
-    else:
-        cmd = [a.program] + a.args
-    store = a.store or tempfile.mkdtemp(prefix="loom-store-")
-    procs, pumps, lock = [], [], threading.Lock()
-    out, err = sys.stdout.buffer, sys.stderr.buffer
-    for i in range(a.nproc):
-        r = a.rank_offset + i
-        env = dict(os.environ, LOOM_RANK=str(r), LOOM_LOCAL_RANK=str(i),
-                   LOOM_WORLD_SIZE=str(world), LOOM_STORE=store)
-        pr = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        procs.append((r, pr))
-        prefix = f"[rank {r}] ".encode()
-        for stream, sink in ((pr.stdout, out), (pr.stderr, err)):
-            t = threading.Thread(target=_pump, args=(stream, sink, prefix, lock), daemon=True)
-            t.start()
-            pumps.append(t)
-    status = 0
-
-    def end_all():
-        for _, q in procs:
-            if q.poll() is None:
-                q.terminate()
-        deadline = time.monotonic() + 3
-        for _, q in procs:
-            try:
-                q.wait(max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                q.kill()
-                q.wait()
-
-    try:
-        running = dict(procs)
-        while running:
-            for r, q in list(running.items()):
-                rc = q.poll()
-                if rc is None:
-                    continue
-                del running[r]
-                if rc != 0 and status == 0:
-                    status = 128 - rc if rc < 0 else rc
-                    how = f"signal {-rc}" if rc < 0 else f"exit {rc}"
-                    with lock:
-                        err.write(f"loom.launch: rank {r} failed ({how}); ending the others\n"
-                                  .encode())
-                        err.flush()
-                    end_all()
-            time.sleep(0.02)
-    except KeyboardInterrupt:
-        end_all()
-        status = 128 + signal.SIGINT
-    for t in pumps:
-        t.join()
-    if not a.store:
-        shutil.rmtree(store, ignore_errors=True)
-    return status
+    argv = list(sys.argv[1:] if argv is None else argv)
+    exe = launcher()
+    os.execv(exe, [exe] + command(argv))
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()
