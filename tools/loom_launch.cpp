@@ -212,8 +212,8 @@ int main(int argc, char** argv) {
           std::fprintf(stderr, "loom-launch: rank %d failed (signal %d); ending the others\n",
                        r.rank, WTERMSIG(st));
         else
-          std::fprintf(stderr, "loom-launch: rank %d failed (exit %d); ending the others\n",
-                       r.rank, code);
+          std::fprintf(stderr, "loom-launch: rank %d failed (exit %d); ending the others\n", r.rank,
+                       code);
         end_all(SIGTERM);
         kill_at = std::chrono::steady_clock::now() + std::chrono::seconds(3);
       }
