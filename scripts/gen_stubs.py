@@ -32,7 +32,13 @@ def clean(sig):
     return sig
 
 
-def nb_defs(obj, name):
+def nb_defs(obj, name, method=False):
+    """The signatures nanobind gives obj (or the function a method wraps: its first parameter
+    becomes self)."""
+    wrapped = getattr(obj, "__wrapped__", None)
+    if method and wrapped is not None and getattr(wrapped, "__nb_signature__", None):
+        return [re.sub(r"^def (\w+)\(\w+(: [^,)]*)?", r"def \1(self", s)
+                for s in nb_defs(wrapped, name)]
     sigs = getattr(obj, "__nb_signature__", None)
     if not sigs:
         return None
@@ -102,7 +108,7 @@ def class_stub(cls):
         if not callable(attr):
             body.append(f"    {name}: Any")
             continue
-        defs = nb_defs(attr, name) or py_def(attr, name, method=True)
+        defs = nb_defs(attr, name, method=True) or py_def(attr, name, method=True)
         for s in defs:
             body.extend("    " + line for line in s.splitlines())
     if not body and not d:

@@ -192,15 +192,22 @@ _DIRECT = ["neg", "abs", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "relu
            "transpose", "unsqueeze", "flatten", "index_select", "index_add", "gather", "select"]
 
 
+def _method(fn):
+    """A bound C++ function is no descriptor: wrap it so that t.exp() passes t. __wrapped__ lets
+    the stub show fn's signature, its first parameter as self."""
+    def method(self, *a, **k):
+        return fn(self, *a, **k)
+    method.__wrapped__, method.__doc__, method.__name__ = fn, fn.__doc__, fn.__name__
+    return method
+
+
 def _install():
     from ._setitem import setitem
     Tensor.__setitem__ = setitem
     for name, fn in _METHODS.items():
         setattr(Tensor, name, fn)
     for name in _DIRECT:
-        fn = getattr(_loom, name)
-        # a bound C++ function is no descriptor: wrap it so that t.exp() passes t
-        setattr(Tensor, name, (lambda f: lambda self, *a, **k: f(self, *a, **k))(fn))
+        setattr(Tensor, name, _method(getattr(_loom, name)))
     Tensor.shape = property(lambda self: Size(self._shape()),
                             doc="The shape as a tuple subclass (loom.Size).")
     Tensor.T = property(lambda self: _loom._permute(self, list(range(self.ndim))[::-1]))
