@@ -21,3 +21,4 @@
 #include "loom/trace/tensor.h"
 #include "loom/trace/torch_ops.h"
 #include "loom/trace/tree.h"
+#include "loom/trace/update_rules.h"

@@ -3,16 +3,42 @@
 // torch's argument forms and installs the Tensor methods.
 #include "loom/trace/torch_ops.h"
 
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
 #include "common.h"
+#include "loom/trace/update_rules.h"
 
 namespace loom::py {
 
 void register_torch_ops(nb::module_& m) {
   using nb::arg;
+  // The optimizers' update rules (loom/trace/update_rules.h); loom.optim keeps the groups and
+  // the state around them. Tensors not used by the options may be None.
+  m.def(
+      "_sgd_update",
+      [](Tensor& p, const Tensor& g, std::optional<Tensor> buf, std::optional<Tensor> steps,
+         const Tensor& lr, double momentum, double dampening, double weight_decay, bool nesterov,
+         bool maximize) {
+        Tensor b = buf.value_or(Tensor()), s = steps.value_or(Tensor());
+        sgd_update(p, g, b, s, lr, {momentum, dampening, weight_decay, nesterov, maximize});
+      },
+      arg("p"), arg("grad"), arg("buf").none(), arg("steps").none(), arg("lr"), arg("momentum"),
+      arg("dampening"), arg("weight_decay"), arg("nesterov"), arg("maximize"));
+  m.def(
+      "_adamw_update",
+      [](Tensor& p, const Tensor& g, Tensor& m1, Tensor& v, std::optional<Tensor> vmax,
+         Tensor& step, const Tensor& lr, double beta1, double beta2, double eps,
+         double weight_decay, bool amsgrad, bool maximize) {
+        Tensor vm = vmax.value_or(Tensor());
+        adamw_update(p, g, m1, v, vm, step, lr,
+                     {beta1, beta2, eps, weight_decay, amsgrad, maximize});
+      },
+      arg("p"), arg("grad"), arg("exp_avg"), arg("exp_avg_sq"), arg("max_exp_avg_sq").none(),
+      arg("step"), arg("lr"), arg("beta1"), arg("beta2"), arg("eps"), arg("weight_decay"),
+      arg("amsgrad"), arg("maximize"));
   m.def(
       "_gelu_approx",
       [](const Tensor& x, const std::string& approximate) { return gelu(x, approximate); },

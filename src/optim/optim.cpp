@@ -1,10 +1,11 @@
-// SGD and AdamW.
+// SGD and AdamW: parameters and state around the update rules of loom/trace/update_rules.h.
 #include "loom/optim/optim.h"
 
 #include <cmath>
 
 #include "loom/trace/autograd.h"
 #include "loom/trace/ops.h"
+#include "loom/trace/update_rules.h"
 
 namespace loom::optim {
 
@@ -25,22 +26,23 @@ SGD::SGD(std::vector<Tensor> params, double lr, double momentum, double weight_d
              "[SGD] momentum and weight_decay must be >= 0, got ", momentum, " and ", weight_decay);
   // Zeros, updated in place: buf = momentum * buf + g is PyTorch's first-step buf = g, and an
   // in-place update is what compile's trace_once replays.
-  if (momentum_ != 0)
-    for (const Tensor& p : params_) buf_.push_back(loom::zeros(p.shape(), p.dtype()));
+  if (momentum_ != 0) {
+    for (const Tensor& p : params_) {
+      buf_.push_back(loom::zeros(p.shape(), p.dtype()));
+      steps_.push_back(loom::zeros({}, DType::Float64));
+    }
+  } else {
+    buf_.resize(params_.size());
+    steps_.resize(params_.size());
+  }
 }
 
 void SGD::step() {
-  NoGradGuard guard;
   for (size_t i = 0; i < params_.size(); ++i) {
-    Tensor& p = params_[i];
-    Tensor g = p.grad();
-    if (!g.defined()) continue;
-    if (weight_decay_ != 0) g = g + p * weight_decay_;
-    if (momentum_ != 0) {
-      buf_[i].copy_(buf_[i] * momentum_ + g);
-      g = buf_[i];
-    }
-    p.copy_(p - g * lr_);
+    Tensor g = params_[i].grad();
+    if (g.defined())
+      sgd_update(params_[i], g, buf_[i], steps_[i], lr_,
+                 {.momentum = momentum_, .weight_decay = weight_decay_});
   }
 }
 
@@ -57,25 +59,17 @@ AdamW::AdamW(std::vector<Tensor> params, double lr, double beta1, double beta2, 
   for (const Tensor& p : params_) {
     m_.push_back(loom::zeros(p.shape(), p.dtype()));
     v_.push_back(loom::zeros(p.shape(), p.dtype()));
+    step_.push_back(loom::zeros({}, DType::Float64));
   }
-  step_ = loom::zeros({}, DType::Float64);
 }
 
 void AdamW::step() {
-  NoGradGuard guard;
-  // The step count is a tensor updated in place, so the bias corrections are computed in the
-  // graph (compile's trace_once replays them; a host count would be frozen).
-  step_.add_(loom::ones({}, DType::Float64));
+  Tensor unused;  // no AMSGrad here
   for (size_t i = 0; i < params_.size(); ++i) {
-    Tensor& p = params_[i];
-    Tensor g = p.grad();
-    if (!g.defined()) continue;
-    Tensor c1 = loom::to(1.0 - loom::exp(step_ * std::log(beta1_)), p.dtype());
-    Tensor c2 = loom::to(1.0 - loom::exp(step_ * std::log(beta2_)), p.dtype());
-    m_[i].copy_(m_[i] * beta1_ + g * (1 - beta1_));
-    v_[i].copy_(v_[i] * beta2_ + g * g * (1 - beta2_));
-    Tensor update = (m_[i] / c1) / (loom::sqrt(v_[i] / c2) + eps_);
-    p.copy_(p * (1 - lr_ * weight_decay_) - update * lr_);
+    Tensor g = params_[i].grad();
+    if (g.defined())
+      adamw_update(params_[i], g, m_[i], v_[i], unused, step_[i], lr_,
+                   {beta1_, beta2_, eps_, weight_decay_});
   }
 }
 

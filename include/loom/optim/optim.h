@@ -27,7 +27,8 @@ class Optimizer {
   double lr_;
 };
 
-// p -= lr * (g + weight_decay p), with momentum buffers b = momentum b + g (PyTorch's SGD).
+// p -= lr * (g + weight_decay p), with momentum buffers b = momentum b + g (PyTorch's SGD;
+// the rule is loom::sgd_update, loom/trace/update_rules.h, shared with loom.optim).
 class SGD : public Optimizer {
  public:
   SGD(std::vector<Tensor> params, double lr, double momentum = 0, double weight_decay = 0);
@@ -35,10 +36,10 @@ class SGD : public Optimizer {
 
  private:
   double momentum_, weight_decay_;
-  std::vector<Tensor> buf_;
+  std::vector<Tensor> buf_, steps_;
 };
 
-// AdamW (decoupled weight decay), as torch.optim.AdamW.
+// AdamW (decoupled weight decay), as torch.optim.AdamW (loom::adamw_update).
 class AdamW : public Optimizer {
  public:
   AdamW(std::vector<Tensor> params, double lr = 1e-3, double beta1 = 0.9, double beta2 = 0.999,
@@ -47,8 +48,7 @@ class AdamW : public Optimizer {
 
  private:
   double beta1_, beta2_, eps_, weight_decay_;
-  Tensor step_;  // f64 scalar, updated in place
-  std::vector<Tensor> m_, v_;
+  std::vector<Tensor> m_, v_, step_;  // step: a f64 scalar per parameter, updated in place
 };
 
 }  // namespace loom::optim

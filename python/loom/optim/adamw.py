@@ -47,35 +47,17 @@ class AdamW(Optimizer):
     def _update(self, group):
         lr = group.tensor("lr")
         b1, b2 = group["betas"]
-        eps, wd = group["eps"], group["weight_decay"]
-        decay = {}
         for p in group["params"]:
-            g = p.grad
-            if g is None:
+            if p.grad is None:
                 continue
             self._stepped.add(p)
-            if group["maximize"]:
-                g = -g
-            dt = p.dtype
             st = self.state[p]
             if group["amsgrad"] and "max_exp_avg_sq" not in st:
-                st["max_exp_avg_sq"] = _materialized_zeros(p._shape(), dt)
-            step, m, v = st["step"], st["exp_avg"], st["exp_avg_sq"]
-            step.copy_(step + 1.0)
-            if wd != 0:
-                if dt not in decay:
-                    decay[dt] = _loom.to(1.0 - lr * wd, dt)
-                p.copy_(p * decay[dt])
-            m.copy_(m * b1 + g * (1.0 - b1))
-            v.copy_(v * b2 + g * g * (1.0 - b2))
-            step_size = _loom.to(lr / (1.0 - b1 ** step), dt)
-            bc2_sqrt = _loom.to(_loom.sqrt(1.0 - b2 ** step), dt)
-            if group["amsgrad"]:
-                vmax = st["max_exp_avg_sq"]
-                vmax.copy_(_loom.maximum(vmax, v))
-                v = vmax
-            denom = _loom.sqrt(v) / bc2_sqrt + eps
-            p.copy_(p - m / denom * step_size)
+                st["max_exp_avg_sq"] = _materialized_zeros(p._shape(), p.dtype)
+            _loom._adamw_update(p, p.grad, st["exp_avg"], st["exp_avg_sq"],
+                                st.get("max_exp_avg_sq") if group["amsgrad"] else None,
+                                st["step"], lr, b1, b2, group["eps"], group["weight_decay"],
+                                group["amsgrad"], group["maximize"])
 
     def _export_state(self, p, group):
         st = self.state[p]

@@ -36,33 +36,19 @@ class SGD(Optimizer):
 
     def _update(self, group):
         lr = group.tensor("lr")
-        mom, damp, wd = group["momentum"], group["dampening"], group["weight_decay"]
-        casts = {}
+        mom = group["momentum"]
         for p in group["params"]:
-            g = p.grad
-            if g is None:
+            if p.grad is None:
                 continue
-            dt = p.dtype
-            if dt not in casts:
-                casts[dt] = lr if dt == _loom.dtype.float64 else _loom.to(lr, dt)
-            if group["maximize"]:
-                g = -g
-            if wd != 0:
-                g = g + p * wd
+            buf = steps = None
             if mom != 0:
                 st = self.state[p]
                 if "momentum_buffer" not in st:  # momentum turned on after construction
                     st.update(self._init_state(p, group))
                 buf, steps = st["momentum_buffer"], st["step"]
-                if damp != 0:  # the first step takes g whole: coefficient 1, then 1 - dampening
-                    coef = 1.0 - _loom.minimum(steps, _loom._ones([], steps.dtype)) * damp
-                    buf.copy_(buf * mom + g * _loom.to(coef, dt))
-                else:
-                    buf.copy_(buf * mom + g)  # buf starts at zeros: the first step is g
-                steps.copy_(steps + 1.0)
                 self._stepped.add(p)
-                g = g + buf * mom if group["nesterov"] else buf
-            p.copy_(p - g * casts[dt])
+            _loom._sgd_update(p, p.grad, buf, steps, lr, mom, group["dampening"],
+                              group["weight_decay"], group["nesterov"], group["maximize"])
 
     def _export_state(self, p, group):
         st = self.state[p]
