@@ -180,12 +180,9 @@ class Pool {
   uint64_t tick_ = 0;
 };
 
-// Blocks under 16 KiB (scalars, a scan's ys, an MLP's logits) are kept by the thread that
-// frees them, up to 4 per 64-byte size class and 1 MiB in all: taking one back costs a few
-// instructions, where aligned_alloc and free took about 1000 per buffer (callgrind: a scalar
-// cumulative-sum scan call allocates 4 buffers, about a tenth of its 47K instructions). The
-// cache is emptied when its thread exits; a buffer freed after that (by another thread_local's
-// destructor) goes straight to free.
+// Small blocks (scalars, a scan's ys, an MLP's logits) stay with the freeing thread, a few per size
+// class: reuse costs a few instructions, aligned_alloc and free far more (docs/architecture.md,
+// "Measurements": SmallCache). Emptied at thread exit; later frees go to free.
 class SmallCache {
  public:
   static constexpr size_t kMax = 16 << 10;

@@ -102,14 +102,9 @@ void Builder::record(NodeId id, Entry e) {
 }
 
 namespace {
-// A self-delimiting record: a head word (op, dtype, rank, which optional fields follow), the
-// counts, then the fields; XXH3-128 of its bytes. node_hash writes the same words itself for
-// the common node (one result, no regions) into a buffer on the stack.
-//
-// The result's dims are recorded only where the caller gives them (sources, random draws) and
-// for control flow: any other op's result type is inferred from its operands (whose hashes
-// include their types) and attributes, so equal records still mean equal nodes, and the
-// common record is shorter (every recorded op pays for its length).
+// A self-delimiting record (head word, counts, fields; XXH3-128 of its bytes; node_hash writes the
+// common one itself). Dims only for sources, random draws and control flow: other results' types
+// follow from operands (hashed with their types) and attributes, so records stay unique and short.
 bool dims_in_record(const Node& n) {
   return (info(n.op).traits & (kSource | kRandom)) || !n.more_types.empty() || !n.regions.empty();
 }

@@ -88,15 +88,9 @@ struct TierUp {
 
 namespace {
 
-// The thread that generates tiered-up code, started by the first request. Stopped at exit
-// before LLVM's state goes: LLVM builds some tables of its code generator on first use (as
-// function-local statics, destroyed at exit in reverse order of construction), and a compile
-// still running while exit destroyed them crashed (2 in 12 runs of train_lm.py). So the
-// worker is made only after a compile with the full selector has built them (an epilogue: a
-// vector loop of loads, fused multiply-adds, selects and a division), which makes its
-// destructor run before theirs, and each finished tier-up registers an exit handler that stops
-// the worker and waits for its compile (for anything built since). In a forked child, which
-// has no such thread, requests queue up and are never served.
+// The tier-up thread. Made after a full-selector compile has built LLVM's code generator tables, so
+// it is destroyed before them, and stopped at exit: a compile still running as exit destroyed them
+// crashed (docs/architecture.md, "Measurements": TierUpWorker).
 class TierUpWorker {
  public:
   static TierUpWorker& get() {
@@ -997,12 +991,9 @@ struct ModuleIr {
   std::vector<size_t> of;
 };
 
-// Compiles the kernels first[f] of `plan` (distinct descriptions) and returns their functions
-// in that order. New kernels are compiled as two modules at once, on this thread and one
-// more: LLVM's optimization and code generation are ~90% of a cold compile and scale with
-// the functions a module holds (the seed decoder's fwd+bwd: 44 ms of 48 in one module). Each
-// part is its own persistent-cache entry, and each fast module's optimized IR goes to `irs`
-// (for the tier-up).
+// Compiles kernels first[f] of `plan` (distinct descriptions), returns their functions in order;
+// new ones as two modules at once (two cache entries), as LLVM's time grows with a module's
+// functions (docs/architecture.md, "Measurements": kSplitFunctions). `irs` gets their IR.
 std::vector<void*> compile_functions(const ir::Graph& g, const Plan& plan,
                                      const std::vector<detail::KernelDescription>& descs,
                                      const std::vector<size_t>& first, std::vector<ModuleIr>* irs) {

@@ -99,17 +99,9 @@ void log_plan(const cpu::Program& prog) {
   }
 }
 
-// The step graph: a small program's steps as a dependency graph that the pool's threads run
-// together, each taking the next ready task (a kernel's chunk, a product's part, a reference
-// fallback) as it frees up, with every buffer bound before the run. Run step by step, an MLP's
-// training step kept one thread busy with its serial chain of small kernels while the other
-// waited, and every split product paid a fork and a join. Edges: a step reads after the last
-// write of each buffer it reads and writes after every read and write before it (views count
-// as their base buffer, a donated output as the inputs it may take). Used when no step is a
-// loop or a collective, the buffers that are not inputs hold at most kStepGraphBytes, two steps
-// could run at once, one step would have split across the pool anyway (a program of tiny steps
-// stays on the caller's thread), the pool has at least two threads and LOOM_STEP_GRAPH is
-// not 0.
+// The step graph: the pool's threads run a small program's steps as a dependency graph, so a chain
+// of small kernels leaves no thread idle and splits cost no fork and join. Programs qualify up to
+// this many non-input bytes, among other rules (docs/architecture.md, "The step graph").
 constexpr int64_t kStepGraphBytes = 8 << 20;
 // In the graph a kernel splits from this much work (outer points times work per point; run
 // step by step, from 2^15): a task there costs no fork and join, only a claim. The MLP's
@@ -197,6 +189,7 @@ struct StepGraph {
         for (int i : plan.donors[writes[w]])
           if (static_cast<size_t>(i) < input_buf.size() && input_buf[i] >= 0)
             writes.push_back(input_buf[i]);
+      // Edges: a step follows its reads' last writers and every earlier access to what it writes.
       std::vector<int> before;
       for (int& b : reads) {
         b = root(b);
@@ -486,14 +479,9 @@ class CpuExecutable final : public Executable {
           s = ready.front();
           const int64_t tasks = graph_.tasks[s];
           if (tasks <= by_thread) {
-            // Task i goes to thread i when that task is still free: a product's part i then
-            // runs on the same core step after step and run after run, where its block of the
-            // operands stays cached (the MLP's weight half i: updated by the weight gradient's
-            // part i, read by the next forward's column part i; its logits' row part i, then
-            // the log-softmax's rows). The MLP's step, A/B in one process (40 rounds of 200
-            // steps each way): 145.1 against 148.6 us (27 of 40 rounds faster), 150.0 against
-            // 151.2 (26 of 40), 183.5 against 205.4 while the machine ran slow (39 of 40); an
-            // A/A run read 174.6 against 175.4 (23 of 40).
+            // Task i goes to thread i while free, so a product's part i runs on one core step after
+            // step and run after run, beside its operands' block in that core's cache (the MLP's
+            // weight half i) (docs/architecture.md, "Measurements": task i on thread i).
             const uint64_t all = tasks == 64 ? ~uint64_t{0} : (uint64_t{1} << tasks) - 1;
             const uint64_t free = all & ~claimed[s];
             t = me < tasks && (free >> me & 1) ? me : std::countr_zero(free);
@@ -532,17 +520,9 @@ class CpuExecutable final : public Executable {
     if (error) std::rethrow_exception(error);
   }
 
-  // Row runs: maximal sequences of consecutive oneDNN products in the same row parts, one
-  // part per pool thread, each product reading the buffers earlier ones in the sequence write
-  // only at its own rows, and writing a fresh buffer (no view of it, no donated memory): a
-  // stack of layers, whose part t needs only part t of the layer before. Run step by step,
-  // each product joined its parts, and the slower part set every layer's time: the decoder's
-  // 50-layer forward spent 6-12 ms of 160-176 so (the layers' spans against their parts'
-  // mean, LOOM_PROFILE); with row runs its run ends within about 1 ms of its busier thread.
-  // A/B in one process (the forward compiled both ways, 20 rounds of 3): 160.8 against
-  // 165.1 ms (faster in 14 of 20 rounds; minimum 147.7 against 152.3); with the lead bounded
-  // to 4 steps, 150.7 against 149.4 (9 of 20), 165.8 against 168.1 (10 of 20) and 164.6
-  // against 173.6 (17 of 20): the joins cost most while the machine is noisy.
+  // Row runs: consecutive oneDNN products in the same row parts (one a thread), each reading
+  // earlier outputs only at its rows and writing a fresh buffer, run as one job, so the slower part
+  // no longer sets each layer's time (docs/architecture.md, "Measurements": row runs).
   void plan_row_runs() {
     const Plan& plan = prog_.plan;
     const size_t n = plan.steps.size();

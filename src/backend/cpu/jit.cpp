@@ -55,18 +55,9 @@ T take(llvm::Expected<T> v, const char* what) {
   return std::move(*v);
 }
 
-// The IR pipeline: what the generated loops need and no more. Kernels are single functions
-// of straight loops over raw pointers (no calls to inline, no aggregates), so the O2 module
-// pipeline's inliner, GVN, loop idioms and its second function pass mostly cost time: this
-// one compiles in about 0.6x O2's time (loom-bench compile_latency: a decoder layer 8.1 ->
-// 3.6 ms, 500 elementwise/reduction nodes 48 -> 30 ms) with kernels as fast (memory-bound
-// loops at the STREAM triad, polynomial ones equal) and reductions faster (the vectorizer
-// may interleave: several partial sums). No indvars: the emitter's loops already count from 0
-// by 1 to a known bound; it cost 14% of this pipeline's time (114 modules of the test suite,
-// warm, one thread: 220 -> 189 ms) for code that differed only in its loop control (99 of 571
-// modules, 0-10 instructions), and the L=50 scan_layers compile went 12.6-13.7 -> 11.2-12.2 ms.
-// always-inline first: a native loop's kernels are internal always-inline functions of the
-// loop's function (native_loop.cpp); in other modules it finds nothing to do.
+// The IR pipeline: what generated loops need. Kernels are straight loops over raw pointers, so O2's
+// inliner, GVN, loop idioms, second function pass and indvars (loops count from 0 by 1) mostly cost
+// time (docs/architecture.md, "Measurements": kIrPipeline). always-inline: for native_loop.cpp.
 constexpr const char* kIrPipeline =
     "always-inline,function(sroa,early-cse,instcombine<no-verify-fixpoint>,simplifycfg,loop-"
     "simplify,lcssa,"
@@ -77,18 +68,9 @@ constexpr const char* kIrPipeline =
 // module's Codegen level, added per module).
 constexpr const char* kPipeline = "object-format=1";
 
-// Multiply-adds fused: `fadd contract (fmul contract a, b), c`, the product used only there,
-// becomes llvm.fmuladd (and fsub likewise, with c or a negated), one FMA instruction on a CPU
-// that has it. The fast instruction selector (code generation at CodeGenOptLevel::None) forms
-// none from a multiply and an add itself, and the contract flag that allows the fusion is
-// there for it: a product feeding a sum in a fused kernel. With math.cpp's polynomials fused
-// too, erf and the GELU gradient over 1M floats on 2 threads (min of 40, sync included):
-// 0.66-0.69 -> 0.57-0.61 and 1.64-1.69 -> 1.45 ms; exp 0.77-0.79 -> 0.68-0.79.
-// The optimizing code generator (CodeGenOptLevel::Default: SelectionDAG, the greedy
-// register allocator, machine LICM for the splatted constants) runs those three 1.3-1.5x
-// faster still, but its code generation cost 6-8x on the decoder's large fused kernels (a
-// 4-function module 9 -> 75 ms, the L=50 fwd+bwd compile 25 -> 40 ms scan_layers, 27 -> 80
-// ms unrolled) for 2% of the training step's kernel time: not used.
+// Contracted `fadd (fmul a, b), c` (fsub likewise), the product used only there, becomes
+// llvm.fmuladd: FastISel forms no FMA. The full selector (Codegen::Optimized), too slow for every
+// compile, serves hot kernels' tier-up (codegen.h; docs/architecture.md, "Measurements": fmuladd).
 void fuse_multiply_adds(llvm::Module& module) {
   for (llvm::Function& f : module)
     for (llvm::BasicBlock& bb : f)
@@ -123,13 +105,9 @@ void fuse_multiply_adds(llvm::Module& module) {
       }
 }
 
-// Generated loops use 512-bit vectors on hosts with AVX-512 (F, BW and VL); elsewhere LLVM's
-// model of the host decides (""). LLVM's models of Intel's AVX-512 server cores prefer 256
-// bits, a guard against the clock drop that 512-bit code cost Skylake-X; the products here run
-// oneDNN's 512-bit brgemm kernels anyway, and on a Xeon with AMX (Sapphire Rapids class) 512 bits
-// took a [2048,512] exact GELU plus an add from 313 to 260-285 us and exp(-x*x/2)*g+x from 368 to
-// 298-321 us (2 threads, a probe). LOOM_VECTOR_WIDTH=256 (or 512) overrides the choice; the
-// persistent cache's key holds it.
+// 512-bit vectors with AVX-512 (F, BW, VL), else LLVM's host model (""): its Intel server models
+// prefer 256 bits against Skylake-X's clock drop, but products run 512-bit brgemm anyway
+// (docs/architecture.md, "Measurements": vector width). The persistent cache's key holds the width.
 std::string preferred_vector_width(const std::vector<std::string>& features) {
   if (const char* w = std::getenv("LOOM_VECTOR_WIDTH")) {
     if (std::strcmp(w, "512") == 0 || std::strcmp(w, "256") == 0) return w;
@@ -180,12 +158,9 @@ Hash128 module_key(std::string_view what, const std::string& environment) {
 }  // namespace
 
 struct Jit::Impl {
-  // Target machines, one per compiling thread at a time: a TargetMachine (its subtarget
-  // cache, the TTI the loop vectorizer queries, the code generator) is not safe to share
-  // between threads, and an optimizing or generating thread holds one for the whole compile.
-  // Idle ones wait here, so the pool grows to the largest number of concurrent compiles and
-  // threads that come and go do not each pay for a new one (about 0.5 ms).
-  // Per Codegen level (its code generation optimization level set).
+  // Target machines per Codegen level: not safe to share, so a compiling thread holds one for its
+  // whole compile; idle ones wait here, so the pool grows to the most concurrent compiles and new
+  // threads need not build one (docs/architecture.md, "Measurements": idle_machines).
   std::optional<llvm::orc::JITTargetMachineBuilder> jtmb[2];
   std::mutex machines_mu;
   std::vector<std::unique_ptr<llvm::TargetMachine>> idle_machines[2];
@@ -227,12 +202,9 @@ struct Jit::Impl {
     return m;
   }
 
-  // Loads `object` into fresh memory with RuntimeDyld, resolves its relocations (external
-  // symbols: libm and libc, from the process) and returns the addresses of `names`; an
-  // llvm::Error on failure. No ORC session: linking a small cached object costs tens of
-  // microseconds rather than a JITDylib, a materialization and a session lookup.
-  // With no names, returns the functions k0, k1, ... the object defines (the code
-  // generator's names, in order).
+  // Loads `object` with RuntimeDyld (libm, libc from the process), returns the addresses of `names`
+  // (none: the functions k0, k1, ... in order) or an llvm::Error. No ORC session: it costs more
+  // than linking a small cached object (docs/architecture.md, "Measurements": Jit::link).
   llvm::Expected<std::vector<void*>> link(std::unique_ptr<llvm::MemoryBuffer> object,
                                           const std::vector<std::string>& names) {
     auto file = llvm::object::ObjectFile::createObjectFile(object->getMemBufferRef());

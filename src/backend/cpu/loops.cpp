@@ -160,11 +160,9 @@ void lay_out_scratch(LoopProgram& l) {
 }
 
 // ---- native loops ------------------------------------------------------------------------
-// A loop goes native when one iteration's data stays in L1: both carry sets, one slice of each
-// xs and y, the regions' frames (temporaries) and the captured operands fit in kNativeBytes
-// (half of a 32 KiB L1d). That bound also keeps every body kernel below run_kernel's threading
-// threshold (kParallelWork elements), so the general path would run them on one thread too.
-// A few kernels only (kNativeKernels): each is inlined into the loop's function.
+// A loop goes native when one iteration's data (both carry sets, a slice of each xs and y, frames,
+// captures) fits in half an L1d, which keeps body kernels single-threaded anyway (kParallelWork),
+// with few kernels, each inlined (docs/architecture.md, "Measurements": kNativeBytes).
 constexpr int64_t kNativeBytes = 16 << 10;
 constexpr size_t kNativeKernels = 16;
 

@@ -240,15 +240,9 @@ Value* Math::reduction_table_at(Value* index) {
   return v;
 }
 
-// |x| 2/pi = m 2^E 2/pi = 4k + n + r for every float32 (Payne and Hanek's reduction with the
-// table above): m hi as a float64 and its rounding error by an fma, taken modulo 4 exactly,
-// plus m lo; r's error is its last rounding plus under 2^-79 (the bits past lo, m lo's
-// rounding). The float32 whose x 2/pi comes nearest an integer, 0x1.f37c8ap+95, leaves
-// |r| = 2^-29.86 (an exhaustive search in integer arithmetic), so r is good to 2^-49 relative
-// everywhere. sin and cos of |x| are then the kernels at r pi/2 by quadrant, their first four
-// terms (within 0.042 and 0.003 of a float32 ulp of the full ones on [-pi/4, pi/4], so the
-// result is within 1 ulp); sin takes x's sign. Branch free, so the loop vectorizer turns the
-// table loads into gathers.
+// |x| 2/pi = 4k + n + r for every float32 by Payne and Hanek's reduction (the table above), then
+// sin and cos of |x| by four-term kernels at r pi/2 per quadrant; sin takes x's sign. Branch free,
+// so the table loads vectorize as gathers (docs/architecture.md, "Measurements": sin_cos_f32).
 Value* Math::sin_cos_f32(Value* x, bool cosine) {
   constexpr int kFloatTerms = 4;
   auto* i32 = b_.getInt32Ty();

@@ -124,12 +124,9 @@ class Driver {
     if (bytes > 0) b_.CreateMemMove(dst, llvm::MaybeAlign(1), src, llvm::MaybeAlign(1), bytes);
   }
 
-  // Carries of at most kLocalCarryBytes live on the function's stack instead of ping-ponging
-  // between the result and scratch buffers: the body reads `cur` and writes `next`, `next` is
-  // copied to `cur` after each trip and `cur` to the result after the last. Every access to
-  // them is then at a constant address, so SROA keeps a scalar carry in a register across trips
-  // (a cumsum's trip is a load, an add and a store; through memory each trip also waited for the
-  // carry's store to forward to the next trip's load).
+  // Small carries live on the stack (the body reads `cur`, writes `next`, copied back each trip)
+  // rather than ping-ponging between buffers: at constant addresses SROA keeps a scalar carry in a
+  // register, where through memory each trip waited on store-to-load forwarding.
   static constexpr int64_t kLocalCarryBytes = 64;
   struct Local {
     Value* cur = nullptr;  // null: the carry ping-pongs

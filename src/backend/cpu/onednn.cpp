@@ -164,25 +164,16 @@ std::shared_ptr<Part> build_part(int64_t rows, int64_t cols, int64_t k, const Op
   part->a = matrix_md(rows, k, a.sr, a.sc);
   part->b = matrix_md(k, cols, b.sr, b.sc);
   part->c = matrix_md(rows, cols, ldc, 1);
-  // A first post-op that adds a dense row vector (a Linear's bias) is the primitive's bias,
-  // added in the product's accumulators: the decoder's [1024,512]x[512,512]^T part with bias,
-  // exact GELU and the residual, one thread, brgemm: 3.09-3.19 ms with the bias in the
-  // descriptor against 3.26-3.60 ms as a binary post-op on a Xeon (a probe, two runs); on Zen 5
-  // 2.82 against 2.85 ms (medians of 40, five rounds). A scalar stays a binary post-op: with a
-  // [1,1] bias 2.6 offered no fused kernel for the post-ops behind it (they ran in a loop).
+  // A first post-op adding a dense row vector (a Linear's bias) is the primitive's bias, added in
+  // the accumulators; a scalar stays a binary post-op, since 2.6 then fused none of the post-ops
+  // behind it (docs/architecture.md, "Measurements": desc_bias).
   const bool desc_bias = !post.empty() && post[0].kind == PostOp::Add && bin[0].bcast_rows &&
                          !bin[0].bcast_cols && bin[0].sc == 1;
   if (desc_bias) part->bias_md = matrix_md(1, cols, cols, 1);
   const size_t first = desc_bias ? 1 : 0;  // the post-ops oneDNN gets start here
-  // Post-ops with an exact GELU run in loom's epilogue after a product that adds only the
-  // bias: oneDNN's gelu_erf post-op (an exp and a division per element) cost more than loom's
-  // erf (a rational form) applied to the block it just wrote. The decoder's [1024,512] x
-  // [512,512]^T part with bias, GELU and the residual, both cores, interleaved in one process
-  // (a probe with oneDNN alone; medians of 50, two rounds, five block heights from 64 to 1024
-  // rows): 5.37-5.92 ms against 5.89-6.45 fused, the product with its bias alone 5.19-5.70.
-  // The 50-layer forward compiled both ways in one process (12 rounds of 3 runs, twice):
-  // medians 291.8 and 290.6 ms against 304.2 and 298.2, faster in 32 and 28 of 36 runs, on a
-  // 2-core AMD EPYC; the epilogue itself 223-258 us of a part's 5.3-5.5 ms (LOOM_PROFILE).
+  // Post-ops with an exact GELU run in loom's epilogue after a product adding only the bias:
+  // oneDNN's gelu_erf (an exp and a division per element) costs more than loom's rational erf on
+  // the block just written (docs/architecture.md, "Measurements": exact GELU epilogue).
   const bool chosen =
       !sum_last &&
       (epilogues_everywhere() ||
@@ -276,12 +267,9 @@ std::shared_ptr<Part> build_part(int64_t rows, int64_t cols, int64_t k, const Op
         part->impl.rfind("gemm", 0) == 0)
       part->dense_a = onto_brgemm([&](Part& q) { q.a = matrix_md(rows, k, k, 1); },
                                   part->fused && !post.empty());
-    // Likewise a block of columns (ldc > cols): brgemm writes it dense into a per-thread
-    // scratch (parts of up to 1M elements, 4 MiB), the task copies it into place (the MLP's
-    // [64,784]x[784,256]^T as two column halves, post-ops fused, one thread, hot: 90 against
-    // 97 us on gemm:jit, on a Xeon with AVX-512). Its post-ops are tried fused even where the
-    // strided part ran them after the product (a strided C may be why); brgemm refuses a full
-    // binary operand laid out unlike its dense C, and such a part stays fused on gemm:jit.
+    // Likewise a block of columns (ldc > cols): brgemm writes it dense to scratch, copied into
+    // place (docs/architecture.md, "Measurements": dense_c), post-ops fused even if the strided
+    // part ran them after; brgemm refuses a binary operand unlike dense C.
     if (ldc != cols && rows > 1 && rows * cols <= (int64_t{1} << 20) &&
         part->impl.rfind("gemm", 0) == 0)
       part->dense_c =
@@ -420,12 +408,8 @@ Operand binary_operand(const ir::Graph& g, const Plan& plan, const PostOp& po, c
 }
 
 // dense[i * k + j] = src[i + j * sc] for i < rows, j < k: a block of A read transposed, copied
-// dense. Blocks of 16 x 16 are transposed in AVX-512 registers: full-line loads and stores,
-// where the plain loop stored single floats a line apart. Half of the MLP's weight gradient
-// (128 x 64, half of its source written by the other core just before), median TSC cycles:
-// 4316-5252 against 7644-8372 (a probe; in the step the plain loop took 24K). The MLP's step,
-// A/B in one process (40 rounds of 200 steps): 159.4 against 162.7 us (faster in 24 of 40
-// rounds) and 155.7 against 160.0 (31 of 40).
+// dense, 16 x 16 blocks transposed in AVX-512 registers: full-line stores where a plain loop stored
+// floats a line apart (docs/architecture.md, "Measurements": transpose_blocks16).
 // GCC 12 warns that the intrinsics' own _mm512_undefined_ps() "may be used uninitialized".
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"

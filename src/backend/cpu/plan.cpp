@@ -313,12 +313,8 @@ void force_library(std::optional<Library> l) {
   forced_library().store(!l ? 0 : *l == Library::OpenBlas ? 1 : 2);
 }
 
-// Measured per CPU class (docs/architecture.md, "Products: OpenBLAS or oneDNN"). AVX2 (AMD
-// EPYC, oneDNN 2.6's gemm:jit), one thread per part, min of 15 interleaved runs: oneDNN /
-// OpenBLAS 1.04-1.45 on mid-size and small-k products, 0.84-0.96 below 16 columns,
-// 0.67-0.69 with A transposed and k >= 512, 0.90-1.02 from 2^27 multiply-adds. AVX-512
-// (brg:avx512_core; shared/reference/peers_setup.md): 1.05 at [2048,512]x[512,512], 1.4-2.5
-// on weight-gradient and MLP shapes, 0.86 at [64,256]x[256,10].
+// Measured per CPU class (docs/architecture.md, "Products: OpenBLAS or oneDNN"); the ratios behind
+// each branch: docs/architecture.md, "Measurements": library_table.
 Library library_table(bool avx512, DType dt, int64_t m, int64_t n, int64_t k, int64_t batches,
                       bool a_trans, bool epilogue) {
   if (dt != DType::Float32 || k == 0) return Library::OpenBlas;
@@ -363,15 +359,9 @@ namespace {
 
 constexpr size_t kMaxStages = 6;
 constexpr size_t kMaxPostOps = 8;
-// A shared subexpression over at least this many bytes (half a core's L2 on the Xeon, all of
-// it on Zen 5) is stored only when recomputing it would cost more than kRecomputeLarge (a
-// transcendental weighs 12, any other op 1): its consumers in later kernels read it from memory,
-// and storing it costs a write and a read per element where recomputing costs arithmetic in kernels
-// that wait on memory anyway. The exact GELU's 1 + erf(x / sqrt 2) (17) is shared by its forward
-// and its backward: stored, the decoder's training step wrote and re-read 4 MB a layer for
-// it. Recomputed, on a 2-core Xeon (LOOM_PROFILE of a probe of that step, three runs each
-// way): its forward kernels 654-704 against 936-1023 us a part, its backward kernels 755-781
-// against 664-696, the kernels 131-137 against 140-154 ms a thread a step.
+// A shared subexpression this large is stored only when recomputing costs over kRecomputeLarge:
+// later kernels would read it from memory, dearer than arithmetic in kernels that wait on memory
+// anyway (the exact GELU's 1 + erf term; docs/architecture.md, "Measurements": kRecomputeLarge).
 constexpr int64_t kRecomputeLargeBytes = int64_t{1} << 20;
 constexpr int64_t kRecomputeLarge = 24;
 
@@ -726,12 +716,9 @@ class Planner {
         if (y == x) return 0;
         const bool ordered = un.op == OpKind::Sub || un.op == OpKind::Div;
         double c = 0;
-        // c - x: a linear post-op (merged into a linear before it). y - x for a tensor y (an
-        // SGD update, w - lr * dW): linear(-1) (merged likewise) then add(y), which runs in
-        // place as oneDNN's sum when the output takes y's memory (onednn.cpp). Half of the
-        // MLP's weight gradient [256,64]^T x [64,784] with its update, one thread, hot, brgemm:
-        // 57.2 us out of place and 56.1 in place, against 53.0 for the product alone and 78.8
-        // with the update as a loop after it (in the step, the update kernel took 9 us a thread).
+        // c - x: a linear post-op (merged into one before it). y - x, y a tensor (SGD's w - lr *
+        // dW): linear(-1), then add(y), in place as oneDNN's sum when the output takes y's memory
+        // (onednn.cpp); cheaper than a loop (docs/architecture.md, "Measurements": SGD update).
         if (ordered && k != 0) {
           if (un.op != OpKind::Sub) return 0;
           if (const_value(y, &c)) {

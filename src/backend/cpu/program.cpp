@@ -72,15 +72,9 @@ void compile_steps(Program& p, bool region) {
   bool products = false;
   for (const Step& st : p.plan.steps)
     products = products || (st.kind == Step::MatMul && st.lib == Library::Onednn);
-  // The loops' regions and the oneDNN products (primitives, and loom's epilogues: a module
-  // each, epilogue.h) compile on a thread of their own while this one compiles the program's
-  // kernels: they read only p's graph and plan, and write only p.loops and p.onednn. Each
-  // half runs its LLVM modules two at a time, so the cores stay busy through the whole
-  // compile, where the regions had waited for the kernels' last module (the seed decoder's
-  // L=50 scan_layers forward + backward: docs/architecture.md, "Persistent cache"); the
-  // forward's GELU epilogue (6-8 ms of LLVM) overlaps its kernels' module.
-  // The other thread counts its modules apart and adds them in after the join.
-  // A jthread: an error here joins it before the frame it uses goes away.
+  // Loop regions and oneDNN products (primitives, epilogues) compile on another thread beside the
+  // kernels, two modules at once a side (docs/architecture.md, "Measurements": compile_others); it
+  // writes only p.loops, p.onednn and its own module counts; a jthread, so errors join it.
   auto compile_others = [&] {
     for (size_t si : loops) p.loops[si] = compile_loop(p, si);
     for (size_t si = 0; si < p.plan.steps.size(); ++si) {
