@@ -14,6 +14,7 @@
 #include "loom/optim/optim.h"
 #include "loom/runtime/diagnostics.h"
 #include "loom/runtime/metrics.h"
+#include "loom/trace/attention.h"
 #include "loom/trace/autograd.h"
 #include "loom/trace/compile.h"
 #include "loom/trace/control_flow.h"

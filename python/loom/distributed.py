@@ -170,29 +170,8 @@ class DataParallel(Module):
         """Replaces every parameter's grad by its mean over the ranks (lazily: one all_reduce
         per bucket of grads of one dtype, in the current graph). A parameter without a grad
         on this rank must have none on every rank (the graphs would differ)."""
-        limit = self.bucket_mib * (1 << 20)
-        buckets, open_bucket = [], {}  # open_bucket: dtype -> [grads, bytes] being filled
-        for p in self.module.parameters():
-            g = p.grad
-            if g is None:
-                continue
-            nbytes = g.numel() * g.dtype.itemsize
-            b = open_bucket.get(g.dtype)
-            if b is None or (b[1] and b[1] + nbytes > limit):
-                b = open_bucket[g.dtype] = [[], 0]
-                buckets.append(b)
-            b[0].append(g)
-            b[1] += nbytes
-        with _loom.no_grad():
-            for grads, _ in buckets:
-                flat = grads[0].reshape(-1) if len(grads) == 1 else \
-                    _loom.cat([g.reshape(-1) for g in grads], 0)
-                mean = _loom._all_reduce(flat, "mean", False)
-                at = 0
-                for g in grads:
-                    n = g.numel()
-                    g.copy_(mean[at:at + n].reshape(*g.shape))
-                    at += n
+        grads = [p.grad for p in self.module.parameters() if p.grad is not None]
+        _loom._average_in_buckets(grads, self.bucket_mib * (1 << 20))
 
 
 # ---- tensor parallel (Megatron-style) -------------------------------------------------------
@@ -236,10 +215,7 @@ class ColumnParallelLinear(Module):
             self.register_parameter("bias", None)
 
     def forward(self, x):
-        y = _loom.matmul(_loom._grad_all_reduce(x), _loom.transpose(self.weight, 0, 1))
-        if self.bias is not None:
-            y = y + self.bias
-        return _loom._all_gather(y, y.ndim - 1, True) if self.gather_output else y
+        return _loom._column_parallel_linear(x, self.weight, self.bias, self.gather_output)
 
     def load(self, full):
         """This rank's rows of an unsharded Linear(in_features, out_features)."""
@@ -268,8 +244,7 @@ class RowParallelLinear(Module):
             self.register_parameter("bias", None)
 
     def forward(self, x):
-        y = _loom._all_reduce(_loom.matmul(x, _loom.transpose(self.weight, 0, 1)), "sum", True)
-        return y if self.bias is None else y + self.bias
+        return _loom._row_parallel_linear(x, self.weight, self.bias)
 
     def load(self, full):
         """This rank's columns of an unsharded Linear(in_features, out_features)."""
@@ -296,9 +271,7 @@ class ShardedCausalSelfAttention(Module):
 
     def forward(self, x):
         CausalSelfAttention.check_input("ShardedCausalSelfAttention", x, self.dim)
-        local_dim = self.dim // self.heads * self.local_heads
-        y = CausalSelfAttention.attend(self.qkv(x), local_dim, self.local_heads)
-        return self.proj(y)
+        return self.proj(_loom._packed_qkv_attention(self.qkv(x), self.local_heads))
 
     def load(self, full):
         """This rank's heads of an unsharded CausalSelfAttention(dim, heads)."""

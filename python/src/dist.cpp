@@ -3,6 +3,7 @@
 // the GIL, as sync does.
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
 
 #include "common.h"
 
@@ -70,6 +71,20 @@ void register_dist(nb::module_& m) {
       nb::arg("tensor"), nb::arg("dim"), nb::arg("op"));
   m.def("_broadcast", &dist::broadcast, nb::arg("tensor"), nb::arg("root"));
   m.def("_grad_all_reduce", &dist::grad_all_reduce, nb::arg("tensor"));
+  m.def("_average_in_buckets", &dist::average_in_buckets, nb::arg("grads"),
+        nb::arg("bucket_bytes"));
+  m.def(
+      "_column_parallel_linear",
+      [](const Tensor& x, const Tensor& w, std::optional<Tensor> b, bool gather_output) {
+        return dist::column_parallel_linear(x, w, b.value_or(Tensor()), gather_output);
+      },
+      nb::arg("input"), nb::arg("weight"), nb::arg("bias").none(), nb::arg("gather_output"));
+  m.def(
+      "_row_parallel_linear",
+      [](const Tensor& x, const Tensor& w, std::optional<Tensor> b) {
+        return dist::row_parallel_linear(x, w, b.value_or(Tensor()));
+      },
+      nb::arg("input"), nb::arg("weight"), nb::arg("bias").none());
 }
 
 }  // namespace loom::py

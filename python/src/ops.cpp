@@ -191,6 +191,18 @@ void register_ops(nb::module_& m) {
       arg("input"), arg("normalized_shape"), arg("weight").none() = nb::none(),
       arg("bias").none() = nb::none(), arg("eps") = 1e-5);
   m.def(
+      "scaled_dot_product_attention",
+      [](const Tensor& q, const Tensor& k, const Tensor& v, std::optional<Tensor> mask,
+         double dropout_p, bool is_causal, std::optional<double> scale, bool enable_gqa) {
+        return scaled_dot_product_attention(
+            q, k, v, {mask.value_or(Tensor()), dropout_p, is_causal, scale, enable_gqa});
+      },
+      arg("query"), arg("key"), arg("value"), arg("attn_mask").none() = nb::none(),
+      arg("dropout_p") = 0.0, arg("is_causal") = false, arg("scale").none() = nb::none(),
+      arg("enable_gqa") = false);
+  m.def("_packed_qkv_attention", &packed_qkv_attention, arg("qkv"), arg("heads"),
+        arg("is_causal") = true);
+  m.def(
       "embedding",
       [](const Tensor& input, const Tensor& weight) { return embedding(input, weight); },
       arg("input"), arg("weight"));

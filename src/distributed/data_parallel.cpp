@@ -18,33 +18,10 @@ DataParallel::DataParallel(nn::Module& module, DataParallelOptions options)
 }
 
 void DataParallel::average_gradients() {
-  const double limit = options_.bucket_mib * 1024 * 1024;
   std::vector<Tensor> grads;
   for (const Tensor& p : module_->parameters())
     if (p.grad().defined()) grads.push_back(p.grad());
-  NoGradGuard no_grad;
-  size_t k = 0;
-  while (k < grads.size()) {
-    // One bucket: consecutive grads of one dtype up to the size limit (at least one).
-    const DType dt = grads[k].dtype();
-    size_t end = k;
-    double bytes = 0;
-    while (end < grads.size() && grads[end].dtype() == dt &&
-           (end == k || bytes + grads[end].numel() * itemsize(dt) <= limit)) {
-      bytes += static_cast<double>(grads[end].numel() * itemsize(dt));
-      ++end;
-    }
-    std::vector<Tensor> flat;
-    for (size_t j = k; j < end; ++j) flat.push_back(reshape(grads[j], {-1}));
-    Tensor avg = all_reduce(flat.size() == 1 ? flat[0] : cat(flat, 0), ReduceOp::Mean);
-    int64_t at = 0;
-    for (size_t j = k; j < end; ++j) {
-      const int64_t n = grads[j].numel();
-      grads[j].copy_(reshape(slice(avg, 0, at, at + n), grads[j].shape()));
-      at += n;
-    }
-    k = end;
-  }
+  average_in_buckets(grads, options_.bucket_mib * 1024 * 1024);
 }
 
 std::pair<int64_t, int64_t> shard(int64_t n, int rank, int world) {

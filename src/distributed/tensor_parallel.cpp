@@ -5,6 +5,7 @@
 
 #include "loom/core/error.h"
 #include "loom/dist/dist.h"
+#include "loom/trace/attention.h"
 #include "loom/trace/autograd.h"
 #include "loom/trace/ops.h"
 
@@ -34,11 +35,6 @@ void assign(Tensor to, const Tensor& from, const char* who) {
   loom::sync();
 }
 
-Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
-  Tensor y = matmul(x, transpose(w, 0, 1));
-  return b.defined() ? y + b : y;
-}
-
 }  // namespace
 
 ColumnParallelLinear::ColumnParallelLinear(int64_t in, int64_t out, bool with_bias, bool gather)
@@ -49,8 +45,7 @@ ColumnParallelLinear::ColumnParallelLinear(int64_t in, int64_t out, bool with_bi
 }
 
 Tensor ColumnParallelLinear::forward(const Tensor& x) {
-  Tensor y = linear(grad_all_reduce(x), weight, bias);  // Megatron's f, then the local rows
-  return gather_output ? all_gather(y, -1, /*replicated=*/true) : y;
+  return column_parallel_linear(x, weight, bias, gather_output);
 }
 
 void ColumnParallelLinear::load(const nn::Linear& full) {
@@ -67,10 +62,7 @@ RowParallelLinear::RowParallelLinear(int64_t in, int64_t out, bool with_bias)
   if (with_bias) bias = register_parameter("bias", init_uniform({out}, in));
 }
 
-Tensor RowParallelLinear::forward(const Tensor& x) {
-  Tensor y = all_reduce(linear(x, weight, Tensor()), ReduceOp::Sum, /*replicated=*/true);
-  return bias.defined() ? y + bias : y;  // Megatron's g, then the replicated bias
-}
+Tensor RowParallelLinear::forward(const Tensor& x) { return row_parallel_linear(x, weight, bias); }
 
 void RowParallelLinear::load(const nn::Linear& full) {
   const int64_t local = weight.size(1), r = rank();
@@ -91,19 +83,7 @@ Tensor ShardedCausalSelfAttention::forward(const Tensor& x) {
   LOOM_CHECK_T(ShapeError, x.dim() == 3 && x.size(2) == dim,
                "[ShardedCausalSelfAttention] expected [batch, seq, ", dim, "], got ",
                TensorType{x.dtype(), x.shape()});
-  const int64_t B = x.size(0), T = x.size(1), hd = dim / heads, ld = local_heads * hd;
-  Tensor qkv_out = (*qkv)(x);  // [B, T, 3 ld]: q, k, v of this rank's heads
-  auto head = [&](int64_t k) {
-    Tensor part = slice(qkv_out, 2, k * ld, (k + 1) * ld);
-    return permute(reshape(part, {B, T, local_heads, hd}), {0, 2, 1, 3});
-  };
-  Tensor q = head(0), kk = head(1), v = head(2);
-  Tensor scores = matmul(q, transpose(kk, 2, 3)) * (1.0 / std::sqrt(static_cast<double>(hd)));
-  Tensor pos = arange(0, static_cast<double>(T), int64);
-  Tensor allowed = unsqueeze(pos, 1) >= unsqueeze(pos, 0);
-  scores = where(allowed, scores, full({}, -1e30, scores.dtype()));
-  Tensor y = matmul(softmax(scores, -1), v);
-  return (*proj)(reshape(permute(y, {0, 2, 1, 3}), {B, T, ld}));
+  return (*proj)(packed_qkv_attention((*qkv)(x), local_heads));  // this rank's heads
 }
 
 void ShardedCausalSelfAttention::load(const nn::CausalSelfAttention& full) {

@@ -2,6 +2,7 @@
 #include <cmath>
 
 #include "loom/nn/nn.h"
+#include "loom/trace/attention.h"
 #include "loom/trace/autograd.h"
 #include "loom/trace/bind.h"
 
@@ -132,22 +133,7 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
   LOOM_CHECK_T(ShapeError, x.dim() == 3 && x.size(2) == dim,
                "[CausalSelfAttention] expected [batch, seq, ", dim, "], got ",
                TensorType{x.dtype(), x.shape()});
-  const int64_t B = x.size(0), T = x.size(1), hd = dim / heads;
-  Tensor qkv_out = (*qkv)(x);   // [B, T, 3 dim]
-  auto head = [&](int64_t k) {  // [B, heads, T, hd]
-    Tensor part = loom::slice(qkv_out, 2, k * dim, (k + 1) * dim);
-    return loom::permute(loom::reshape(part, {B, T, heads, hd}), {0, 2, 1, 3});
-  };
-  Tensor q = head(0), kk = head(1), v = head(2);
-  Tensor scores =
-      loom::matmul(q, loom::transpose(kk, 2, 3)) * (1.0 / std::sqrt(static_cast<double>(hd)));
-  Tensor pos = loom::arange(0, static_cast<double>(T), loom::int64);
-  Tensor allowed = loom::unsqueeze(pos, 1) >= loom::unsqueeze(pos, 0);  // [T, T]: key <= query
-  scores = loom::where(allowed, scores, loom::full({}, -1e30, scores.dtype()));
-  Tensor att = loom::softmax(scores, -1);
-  Tensor y = loom::matmul(att, v);  // [B, heads, T, hd]
-  y = loom::reshape(loom::permute(y, {0, 2, 1, 3}), {B, T, dim});
-  return (*proj)(y);
+  return (*proj)(loom::packed_qkv_attention((*qkv)(x), heads));
 }
 
 void ModuleList::push_back(std::shared_ptr<Module> m) {

@@ -17,6 +17,8 @@
 // forward, all_reduce of the adjoint backward. Thread-safety: as every op (the thread's graph).
 #pragma once
 
+#include <vector>
+
 #include "loom/core/communicator.h"
 #include "loom/trace/tensor.h"
 
@@ -32,5 +34,18 @@ Tensor reduce_scatter(const Tensor& t, int64_t dim = 0, ReduceOp op = ReduceOp::
 Tensor broadcast(const Tensor& t, int root = 0);
 // t, whose gradient is summed over the ranks (Megatron's f).
 Tensor grad_all_reduce(const Tensor& t);
+
+// The parallel layers' steps, shared by loom::dist's modules and loom.distributed's.
+// DataParallel's reduce: every grad replaced in place (gradients off) by its mean over the
+// ranks, one all_reduce per bucket of up to `bucket_bytes` of grads of one dtype (a bucket
+// holds at least one grad; a dtype's bucket stays open while grads of other dtypes come).
+void average_in_buckets(const std::vector<Tensor>& grads, double bucket_bytes);
+// Megatron's column-parallel product: x (replicated; its gradient summed over the ranks) times
+// this rank's rows w [out / world, in] (+ b), all_gathered on the last dim if gather_output.
+Tensor column_parallel_linear(const Tensor& x, const Tensor& w, const Tensor& b,
+                              bool gather_output);
+// The row-parallel product: x holds this rank's in / world features, w [out, in / world]; the
+// partial products are all_reduced, then the replicated b is added.
+Tensor row_parallel_linear(const Tensor& x, const Tensor& w, const Tensor& b);
 
 }  // namespace loom::dist

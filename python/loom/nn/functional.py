@@ -93,6 +93,19 @@ def dropout(input, p=0.5, training=True, inplace=False):
     return _loom.dropout(input, float(p), bool(training))
 
 
+def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
+                                 is_causal=False, scale=None, enable_gqa=False):
+    """torch's scaled_dot_product_attention: softmax(query key^T * scale + mask) value, with
+    query [..., L, E], key [..., S, E], value [..., S, Ev] -> [..., L, Ev] (batch dims
+    broadcast). attn_mask is boolean (True: the key takes part) or additive of query's dtype,
+    broadcast to [..., L, S]; is_causal lets query i see keys j <= i (not with attn_mask);
+    scale defaults to 1 / sqrt(E); dropout_p applies to the weights whenever > 0, as torch;
+    enable_gqa lets key and value have fewer heads (dim -3) than query. A query whose keys are
+    all masked out gives zeros, as torch >= 2.5."""
+    return _loom.scaled_dot_product_attention(query, key, value, attn_mask, float(dropout_p),
+                                              bool(is_causal), scale, bool(enable_gqa))
+
+
 def _padding_index(fn, padding_idx, num):
     """padding_idx in [-num, num) as a row index (torch's rule)."""
     if padding_idx is None:

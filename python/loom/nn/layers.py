@@ -267,7 +267,7 @@ class CausalSelfAttention(Module):
 
     def forward(self, x):
         self.check_input("CausalSelfAttention", x, self.dim)
-        return self.proj(self.attend(self.qkv(x), self.dim, self.heads))
+        return self.proj(_loom._packed_qkv_attention(self.qkv(x), self.heads))
 
     @staticmethod
     def check_input(name, x, dim):
@@ -275,25 +275,6 @@ class CausalSelfAttention(Module):
         if not isinstance(x, Tensor) or x.ndim != 3 or x.shape[2] != dim:
             got = f"{x.dtype!r}{list(x.shape)}" if isinstance(x, Tensor) else type(x).__name__
             raise _loom.ShapeError(f"[{name}] expected [batch, seq, {dim}], got {got}")
-
-    @staticmethod
-    def attend(qkv, dim, heads):
-        """Causal attention of qkv [b, t, 3 dim] (q, k, v in that order) over `heads` heads:
-        [b, t, dim], the heads joined."""
-        b, t, _ = qkv.shape
-        hd = dim // heads
-
-        def head(k):  # [b, heads, t, hd]
-            part = _loom.slice(qkv, 2, k * dim, (k + 1) * dim)
-            return _loom._permute(_loom._reshape(part, [b, t, heads, hd]), [0, 2, 1, 3])
-
-        q, k, v = head(0), head(1), head(2)
-        scores = _loom.matmul(q, _loom.transpose(k, 2, 3)) * (1.0 / math.sqrt(hd))
-        pos = _loom._arange(0.0, float(t), _loom.dtype.int64)
-        allowed = _loom.unsqueeze(pos, 1) >= _loom.unsqueeze(pos, 0)  # key <= query
-        scores = _loom.where(allowed, scores, -1e30)
-        y = _loom.matmul(_loom.softmax(scores, -1), v)
-        return _loom._reshape(_loom._permute(y, [0, 2, 1, 3]), [b, t, dim])
 
     def extra_repr(self):
         return f"dim={self.dim}, heads={self.heads}"

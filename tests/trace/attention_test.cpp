@@ -1,0 +1,192 @@
+// scaled_dot_product_attention against a host reference written here in double (masks,
+// causal with L != S, grouped heads, fully masked rows), its gradients against float64
+// central differences, packed_qkv_attention against the sdpa of its heads, and bad input.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "expect_error.h"
+#include "loom/loom.h"
+
+namespace {
+
+using loom::Tensor;
+using loom::testing::expect_error;
+
+std::vector<double> dv(const Tensor& t) { return t.to_vector<double>(); }
+
+struct Case {
+  int64_t B, Hq, Hk, L, S, E, Ev;
+  bool causal = false;
+  int mask = 0;  // 0 none, 1 boolean [L, S], 2 additive [B, 1, L, S]
+};
+
+// softmax(q k^T * scale + mask) v per (batch, head), heads of k and v shared by Hq / Hk
+// consecutive q heads; a row with no key gives zeros.
+std::vector<double> reference(const Case& c, const std::vector<double>& q,
+                              const std::vector<double>& k, const std::vector<double>& v,
+                              const std::vector<double>& mask) {
+  const double scale = 1 / std::sqrt(static_cast<double>(c.E));
+  std::vector<double> out(c.B * c.Hq * c.L * c.Ev, 0);
+  for (int64_t b = 0; b < c.B; ++b)
+    for (int64_t h = 0; h < c.Hq; ++h) {
+      const int64_t hk = h / (c.Hq / c.Hk);
+      for (int64_t i = 0; i < c.L; ++i) {
+        std::vector<double> s(c.S, -INFINITY);
+        double top = -INFINITY;
+        for (int64_t j = 0; j < c.S; ++j) {
+          if (c.causal && j > i) continue;
+          if (c.mask == 1 && mask[i * c.S + j] == 0) continue;
+          double dot = 0;
+          for (int64_t e = 0; e < c.E; ++e)
+            dot +=
+                q[((b * c.Hq + h) * c.L + i) * c.E + e] * k[((b * c.Hk + hk) * c.S + j) * c.E + e];
+          s[j] = dot * scale + (c.mask == 2 ? mask[(b * c.L + i) * c.S + j] : 0);
+          top = std::max(top, s[j]);
+        }
+        if (top == -INFINITY) continue;
+        double z = 0;
+        for (double& x : s) z += (x = std::exp(x - top));
+        for (int64_t e = 0; e < c.Ev; ++e) {
+          double acc = 0;
+          for (int64_t j = 0; j < c.S; ++j)
+            acc += s[j] / z * v[((b * c.Hk + hk) * c.S + j) * c.Ev + e];
+          out[((b * c.Hq + h) * c.L + i) * c.Ev + e] = acc;
+        }
+      }
+    }
+  return out;
+}
+
+struct Inputs {
+  Tensor q, k, v, mask;
+  loom::SdpaOptions opts;
+};
+
+Inputs make(const Case& c, loom::DType dt) {
+  Inputs in;
+  in.q = loom::to(loom::randn({c.B, c.Hq, c.L, c.E}), dt);
+  in.k = loom::to(loom::randn({c.B, c.Hk, c.S, c.E}), dt);
+  in.v = loom::to(loom::randn({c.B, c.Hk, c.S, c.Ev}), dt);
+  if (c.mask == 1) {  // every other row keeps no key at all: torch >= 2.5 gives zeros there
+    std::vector<bool> m(c.L * c.S);
+    for (int64_t i = 0; i < c.L; ++i)
+      for (int64_t j = 0; j < c.S; ++j) m[i * c.S + j] = (i % 3 != 1) && ((i + j) % 3 != 0);
+    in.mask = loom::tensor(m, {c.L, c.S});
+  } else if (c.mask == 2) {
+    in.mask = loom::to(loom::randn({c.B, 1, c.L, c.S}), dt);
+  }
+  in.opts.attn_mask = in.mask;
+  in.opts.is_causal = c.causal;
+  in.opts.enable_gqa = c.Hq != c.Hk;
+  return in;
+}
+
+std::vector<double> mask_values(const Case& c, const Inputs& in) {
+  return c.mask == 0 ? std::vector<double>{} : dv(in.mask);
+}
+
+TEST(AttentionTest, MatchesAHostReference) {
+  loom::manual_seed(7);
+  const Case cases[] = {
+      {2, 2, 2, 5, 5, 4, 4}, {1, 3, 3, 4, 7, 5, 3, true},     {1, 2, 2, 7, 4, 3, 2, true},
+      {2, 4, 2, 3, 6, 4, 5}, {1, 2, 2, 6, 5, 4, 4, false, 1}, {2, 2, 1, 4, 6, 3, 3, false, 2},
+      {1, 1, 1, 1, 9, 8, 8}, {1, 6, 2, 5, 5, 4, 4, true},
+  };
+  for (const Case& c : cases)
+    for (loom::DType dt : {loom::DType::Float32, loom::DType::Float64}) {
+      Inputs in = make(c, dt);
+      std::vector<double> got = dv(loom::scaled_dot_product_attention(in.q, in.k, in.v, in.opts));
+      std::vector<double> want = reference(c, dv(in.q), dv(in.k), dv(in.v), mask_values(c, in));
+      ASSERT_EQ(got.size(), want.size());
+      const double tol = dt == loom::DType::Float64 ? 1e-12 : 2e-5;
+      for (size_t i = 0; i < got.size(); ++i)
+        ASSERT_NEAR(got[i], want[i], tol * (1 + std::abs(want[i])))
+            << "case L=" << c.L << " S=" << c.S << " Hq=" << c.Hq << " Hk=" << c.Hk
+            << " causal=" << c.causal << " mask=" << c.mask << " at " << i;
+    }
+}
+
+// d/dx sum(w * sdpa) against central differences in float64, for q, k, v and an additive mask.
+TEST(AttentionTest, GradientsMatchCentralDifferences) {
+  loom::manual_seed(11);
+  for (const Case& c : {Case{1, 2, 2, 3, 4, 3, 2, true}, Case{1, 2, 1, 3, 4, 3, 2, false, 1},
+                        Case{2, 1, 1, 3, 3, 2, 2, false, 2}}) {
+    Inputs in = make(c, loom::DType::Float64);
+    Tensor w = loom::to(loom::randn({c.B, c.Hq, c.L, c.Ev}), loom::DType::Float64);
+    std::vector<Tensor*> leaves = {&in.q, &in.k, &in.v};
+    if (c.mask == 2) leaves.push_back(&in.mask);
+    for (Tensor* t : leaves) t->requires_grad_();
+    auto loss = [&](const Inputs& x) {
+      loom::SdpaOptions o = x.opts;
+      o.attn_mask = x.mask;
+      return loom::sum(loom::scaled_dot_product_attention(x.q, x.k, x.v, o) * w);
+    };
+    loss(in).backward();
+    for (Tensor* t : leaves) {
+      std::vector<double> g = dv(t->grad()), base = dv(*t);
+      ASSERT_EQ(g.size(), base.size());
+      for (size_t i = 0; i < base.size(); ++i) {
+        double f[2];
+        for (int side = 0; side < 2; ++side) {
+          std::vector<double> moved = base;
+          moved[i] += side ? 1e-6 : -1e-6;
+          Inputs x = in;
+          Tensor* target = t == &in.q ? &x.q : t == &in.k ? &x.k : t == &in.v ? &x.v : &x.mask;
+          *target = loom::tensor(moved, t->shape());
+          loom::NoGradGuard ng;
+          f[side] = dv(loss(x))[0];
+        }
+        const double fd = (f[1] - f[0]) / 2e-6;
+        ASSERT_TRUE(std::isfinite(g[i]));
+        ASSERT_NEAR(g[i], fd, 1e-6 * (1 + std::abs(fd))) << "leaf " << (t - &in.q) << " at " << i;
+      }
+    }
+  }
+}
+
+TEST(AttentionTest, PackedQkvAttentionIsTheSdpaOfItsHeads) {
+  loom::manual_seed(3);
+  const int64_t B = 2, T = 5, D = 6, H = 3;
+  Tensor qkv = loom::randn({B, T, 3 * D});
+  auto head = [&](int64_t k) {
+    return loom::permute(loom::reshape(loom::slice(qkv, 2, k * D, (k + 1) * D), {B, T, H, D / H}),
+                         {0, 2, 1, 3});
+  };
+  Tensor want = loom::scaled_dot_product_attention(head(0), head(1), head(2), {.is_causal = true});
+  want = loom::reshape(loom::permute(want, {0, 2, 1, 3}), {B, T, D});
+  std::vector<double> got = dv(loom::packed_qkv_attention(qkv, H)), w = dv(want);
+  for (size_t i = 0; i < w.size(); ++i) EXPECT_DOUBLE_EQ(got[i], w[i]);
+}
+
+TEST(AttentionTest, BadInputIsAClearError) {
+  Tensor q = loom::randn({2, 4, 8}), k = loom::randn({2, 6, 8}), v = loom::randn({2, 6, 3});
+  expect_error<loom::ShapeError>(
+      [&] { loom::scaled_dot_product_attention(q, loom::randn({2, 6, 7}), v); },
+      {"[scaled_dot_product_attention]", "f32[2,4,8]", "f32[2,6,7]"});
+  expect_error<loom::DTypeError>(
+      [&] { loom::scaled_dot_product_attention(q, loom::to(k, loom::DType::Float64), v); },
+      {"[scaled_dot_product_attention]", "one floating dtype"});
+  loom::SdpaOptions both;
+  both.attn_mask = loom::ones({4, 6}, loom::DType::Bool);
+  both.is_causal = true;
+  expect_error<loom::Error>([&] { loom::scaled_dot_product_attention(q, k, v, both); },
+                            {"attn_mask or is_causal"});
+  loom::SdpaOptions wrong;
+  wrong.attn_mask = loom::ones({4, 5}, loom::DType::Bool);
+  expect_error<loom::ShapeError>([&] { loom::scaled_dot_product_attention(q, k, v, wrong); },
+                                 {"attn_mask", "bool[4,5]", "[..., 4, 6]"});
+  loom::SdpaOptions gqa;
+  gqa.enable_gqa = true;
+  expect_error<loom::ShapeError>(
+      [&] {
+        loom::scaled_dot_product_attention(loom::randn({1, 3, 4, 8}), loom::randn({1, 2, 6, 8}),
+                                           loom::randn({1, 2, 6, 8}), gqa);
+      },
+      {"multiple of k's"});
+  expect_error<loom::ShapeError>([&] { loom::packed_qkv_attention(loom::randn({2, 3, 10}), 2); },
+                                 {"[packed_qkv_attention]", "f32[2,3,10]"});
+}
+
+}  // namespace
