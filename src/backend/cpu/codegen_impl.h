@@ -59,6 +59,13 @@ void emit_inlined_kernel(llvm::Module& m, const ir::Graph& g, const Plan& p, con
 void emit_counted_loop(llvm::IRBuilderBase& b, llvm::Function* fn, llvm::Value* lo, llvm::Value* hi,
                        llvm::MDNode* group, std::span<llvm::Metadata* const> extra,
                        const std::function<void(llvm::Value*)>& body);
+// The same with values carried from trip to trip: PHIs in the loop's head that start at init;
+// body(iv, carried) returns their values for the next trip.
+using CarriedLoopBody = std::function<std::vector<llvm::Value*>(
+    llvm::Value* iv, std::span<llvm::Value* const> carried)>;
+void emit_counted_loop(llvm::IRBuilderBase& b, llvm::Function* fn, llvm::Value* lo, llvm::Value* hi,
+                       llvm::MDNode* group, std::span<llvm::Metadata* const> extra,
+                       std::span<llvm::Value* const> init, const CarriedLoopBody& body);
 
 // Emits kernels[j] of p (descriptions descs[kernels[j]]) into m as functions names[j], the
 // kernel cache's fast modules (kernel_cache.cpp).

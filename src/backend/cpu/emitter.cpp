@@ -487,6 +487,15 @@ void emit_kernels(llvm::Module& m, const ir::Graph& g, const Plan& p,
 void emit_counted_loop(llvm::IRBuilderBase& b, llvm::Function* fn, llvm::Value* lo, llvm::Value* hi,
                        llvm::MDNode* group, std::span<llvm::Metadata* const> extra,
                        const std::function<void(llvm::Value*)>& body) {
+  emit_counted_loop(b, fn, lo, hi, group, extra, {}, [&](Value* iv, std::span<Value* const>) {
+    body(iv);
+    return std::vector<Value*>{};
+  });
+}
+
+void emit_counted_loop(llvm::IRBuilderBase& b, llvm::Function* fn, llvm::Value* lo, llvm::Value* hi,
+                       llvm::MDNode* group, std::span<llvm::Metadata* const> extra,
+                       std::span<llvm::Value* const> init, const CarriedLoopBody& body) {
   llvm::LLVMContext& ctx = b.getContext();
   auto* pre = b.GetInsertBlock();
   auto* head = llvm::BasicBlock::Create(ctx, "head", fn);
@@ -496,11 +505,19 @@ void emit_counted_loop(llvm::IRBuilderBase& b, llvm::Function* fn, llvm::Value* 
   b.SetInsertPoint(head);
   auto* iv = b.CreatePHI(b.getInt64Ty(), 2);
   iv->addIncoming(lo, pre);
+  std::vector<llvm::PHINode*> carried(init.size());
+  for (size_t k = 0; k < init.size(); ++k) {
+    carried[k] = b.CreatePHI(init[k]->getType(), 2);
+    carried[k]->addIncoming(init[k], pre);
+  }
   b.CreateCondBr(b.CreateICmpSLT(iv, hi), bodyb, exit);
   b.SetInsertPoint(bodyb);
-  body(iv);
+  const std::vector<Value*> next_carried =
+      body(iv, std::vector<Value*>(carried.begin(), carried.end()));
   Value* next = b.CreateAdd(iv, b.getInt64(1), "", true, true);
   iv->addIncoming(next, b.GetInsertBlock());
+  for (size_t k = 0; k < carried.size(); ++k)
+    carried[k]->addIncoming(next_carried[k], b.GetInsertBlock());
   llvm::BranchInst* latch = b.CreateBr(head);
   if (group) {
     llvm::Metadata* pa[] = {llvm::MDString::get(ctx, "llvm.loop.parallel_accesses"), group};
