@@ -1,9 +1,9 @@
 // philox_normal_from_words (loom/core/philox.h): Box-Muller with loom's own float64 log and cos.
 // Compiled without floating-point contraction (src/CMakeLists.txt): every multiply-add that
-// fuses is an explicit std::fma, and the CPU backend's generated code (backend/cpu/codegen.cpp,
-// `normal_from_words`, and math.cpp's `log_f64_reduced`, which is also its float64 log)
-// performs the same operations in the same order, so the two agree bit for bit. Both arguments are
-// reduced with integer arithmetic, exactly:
+// fuses is an explicit std::fma, and the CPU backend's generated code
+// (backend/cpu/emitter_elementwise.cpp, `normal_from_words`, and math.cpp's `log_f64_reduced`,
+// which is also its float64 log) performs the same operations in the same order, so the two agree
+// bit for bit. Both arguments are reduced with integer arithmetic, exactly:
 //   u1 = n 2^-24 with n in [1, 2^24]: n = f 2^k with f in (sqrt(1/2), sqrt(2)], so
 //        log u1 = (k - 24) ln 2 + log f;
 //   u2 = m 2^-24: the quarter turn q = m >> 22 and the rest r = m mod 2^22 give

@@ -1,4 +1,4 @@
-// Rank-0 values inside a kernel's loops are computed once before the loops (codegen.cpp,
+// Rank-0 values inside a kernel's loops are computed once before the loops (emitter.cpp,
 // hoisted()): an AdamW-like step whose step counts are incremented in the same graph (one
 // count's update is a stage of the kernel that reads it), bias corrections by pow and exp in
 // f64, used by elementwise stages, a row reduction and a column reduction; a rank-0 value

@@ -145,7 +145,7 @@ TEST(CpuMath, Float32PowIsCsPowfWithinOneUlp) {
 }
 
 // A host exponent is a graph input, so x ** 2 and x ** 3 share one executable; its kernels
-// square when every such exponent is 2 at run time (codegen.cpp, squares_version) and take
+// square when every such exponent is 2 at run time (emitter.cpp, squares_version) and take
 // the general pow otherwise. Both paths of the same executable, in elementwise, row- and
 // column-reduction stages, against C's powf (x * x is powf(x, 2) correctly rounded).
 TEST(CpuMath, HostExponentsOfTwoSquareInTheSameExecutable) {

@@ -1,4 +1,4 @@
-// The cpu backend's step graph (cpu_backend.cpp): a small program's steps run as a dependency
+// The cpu backend's step graph (step_graph.cpp): a small program's steps run as a dependency
 // graph on the pool's threads. An MLP training step compiled with trace_once (its parameters
 // updated in place in donated buffers, a reference fallback for the labels' gather, products
 // with post-ops, independent bias and weight updates) against the same step run step by step,

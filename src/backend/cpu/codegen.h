@@ -18,7 +18,7 @@ namespace loom::cpu {
 
 using KernelFn = void (*)(void* const* bufs, int64_t begin, int64_t end);
 
-struct TierUp;  // codegen.cpp
+struct TierUp;  // codegen_impl.h
 
 // A kernel's code: the kernel cache's entry, shared by every program that runs the kernel.
 // Kernels are generated fast (FastISel, jit.h) and tier up: once the kernels of a module have

@@ -17,6 +17,7 @@
 #include "backend/cpu/jit.h"
 #include "backend/cpu/onednn.h"
 #include "backend/cpu/program.h"
+#include "backend/cpu/step_graph.h"
 #include "backend/cpu/thread_pool.h"
 #include "loom/backend/ref_backend.h"
 #include "loom/core/config.h"
@@ -26,35 +27,13 @@
 namespace loom::cpu {
 
 namespace {
-std::atomic<int> g_step_graph{-1};  // a StepGraphMode, or -1: LOOM_STEP_GRAPH not read yet
-std::atomic<int64_t> g_step_graph_runs{0};
 std::atomic<int> g_row_runs{-1};  // 0 or 1, or -1: LOOM_ROW_RUNS not read yet
 std::atomic<int64_t> g_row_runs_taken{0};
-
-// A switch's value: as set, or on first use 0 when the environment sets `name` to "0", else 1.
-int env_switch(std::atomic<int>& value, const char* name) {
-  int v = value.load(std::memory_order_relaxed);
-  if (v < 0) {
-    const char* e = std::getenv(name);
-    v = e && std::string(e) == "0" ? 0 : 1;
-    int expected = -1;
-    if (!value.compare_exchange_strong(expected, v)) v = expected;
-  }
-  return v;
-}
 }  // namespace
 
-bool row_runs() { return env_switch(g_row_runs, "LOOM_ROW_RUNS") == 1; }
+bool row_runs() { return detail::env_switch(g_row_runs, "LOOM_ROW_RUNS") == 1; }
 void set_row_runs(bool on) { g_row_runs.store(on ? 1 : 0); }
 int64_t row_runs_taken() { return g_row_runs_taken.load(); }
-
-StepGraphMode step_graph_mode() {
-  static_assert(static_cast<int>(StepGraphMode::Off) == 0 &&
-                static_cast<int>(StepGraphMode::Auto) == 1);
-  return static_cast<StepGraphMode>(env_switch(g_step_graph, "LOOM_STEP_GRAPH"));
-}
-void set_step_graph(StepGraphMode mode) { g_step_graph.store(static_cast<int>(mode)); }
-int64_t step_graph_runs() { return g_step_graph_runs.load(); }
 
 }  // namespace loom::cpu
 
@@ -99,129 +78,6 @@ void log_plan(const cpu::Program& prog) {
   }
 }
 
-// The step graph: the pool's threads run a small program's steps as a dependency graph, so a chain
-// of small kernels leaves no thread idle and splits cost no fork and join. Programs qualify up to
-// this many non-input bytes, among other rules (docs/architecture.md, "The step graph").
-constexpr int64_t kStepGraphBytes = 8 << 20;
-// In the graph a kernel splits from this much work (outer points times work per point; run
-// step by step, from 2^15): a task there costs no fork and join, only a claim. The MLP's
-// step against the step-by-step run (A/B in one process, 30 rounds of 200 steps): 1.8% faster
-// in 27 of 30 rounds splitting from 2^10, 1.3% in 20 from 2^12 (its log-softmax over [64,10]
-// splits from 2^10 only).
-constexpr int64_t kStepGraphSplitWork = 1 << 10;
-
-struct StepGraph {
-  std::vector<std::vector<int>> succ;  // per step: the steps that wait for it
-  std::vector<int> preds;              // per step: how many it waits for
-  std::vector<int64_t> tasks;          // per step
-
-  // Empty (no graph) when the program does not qualify.
-  static StepGraph make(const cpu::Program& prog) {
-    const Plan& plan = prog.plan;
-    StepGraph g;
-    const size_t n = plan.steps.size();
-    const cpu::StepGraphMode mode = cpu::step_graph_mode();
-    if (n < 3 || mode == cpu::StepGraphMode::Off || cpu::ThreadPool::instance().size() < 2)
-      return g;
-    int64_t bytes = 0;
-    for (const cpu::BufferInfo& b : plan.bufs)
-      if (b.kind == cpu::BufferInfo::Temp || b.kind == cpu::BufferInfo::Output)
-        bytes += b.type.nbytes();
-    if (bytes > kStepGraphBytes) return g;
-    auto root = [&](int b) {
-      return plan.bufs[b].kind == cpu::BufferInfo::View ? plan.bufs[b].base : b;
-    };
-    std::vector<int> input_buf(plan.bufs.size(), -1);  // parameter position -> buffer
-    for (size_t b = 0; b < plan.bufs.size(); ++b)
-      if (plan.bufs[b].kind == cpu::BufferInfo::Input && plan.bufs[b].index >= 0) {
-        if (static_cast<size_t>(plan.bufs[b].index) >= input_buf.size())
-          input_buf.resize(plan.bufs[b].index + 1, -1);
-        input_buf[plan.bufs[b].index] = static_cast<int>(b);
-      }
-    std::vector<int> last_writer(plan.bufs.size(), -1);
-    std::vector<std::vector<int>> readers(plan.bufs.size());
-    std::vector<int> level(n, 0);
-    g.succ.assign(n, {});
-    g.preds.assign(n, 0);
-    g.tasks.assign(n, 0);
-    bool wide = false, pooled = false;
-    for (size_t si = 0; si < n; ++si) {
-      const Step& st = plan.steps[si];
-      std::vector<int> reads, writes;
-      switch (st.kind) {
-        case Step::Loop: return StepGraph{};
-        case Step::Kernel: {
-          const cpu::CompiledKernel& k = prog.kernels[st.kernel];
-          for (const cpu::Stage& stage : plan.kernels[st.kernel].stages)
-            if (stage.out_buf >= 0) writes.push_back(stage.out_buf);
-          for (int b : k.bufs)
-            if (std::find(writes.begin(), writes.end(), b) == writes.end()) reads.push_back(b);
-          pooled = pooled || cpu::kernel_tasks(k) > 1;
-          g.tasks[si] = cpu::kernel_tasks(k, kStepGraphSplitWork);
-          break;
-        }
-        case Step::MatMul:
-          for (const cpu::BlasView& v : st.views) reads.push_back(plan.buf_of[v.base]);
-          for (const cpu::PostOp& po : st.post)
-            if (po.binary()) reads.push_back(plan.buf_of[po.view.base]);
-          writes.push_back(plan.buf_of[st.node]);
-          g.tasks[si] = cpu::matmul_tasks(prog, st);
-          pooled = pooled || g.tasks[si] > 1;
-          break;
-        case Step::Index:
-          for (const ir::Value& v : prog.graph.node(st.node).operands)
-            reads.push_back(plan.buf_of[v.node]);
-          writes = st.outs;
-          g.tasks[si] = 1;
-          break;
-        case Step::Ref:
-          // A collective talks to the other ranks, which must see the same collectives in the
-          // same order on the same thread: such programs run step by step.
-          if (ir::has_trait(prog.graph.node(st.node).op, ir::kCollective)) return StepGraph{};
-          for (const ir::Value& v : prog.graph.node(st.node).operands)
-            reads.push_back(plan.buf_of[v.node]);
-          writes = st.outs;
-          g.tasks[si] = 1;
-          break;
-      }
-      const size_t own = writes.size();
-      for (size_t w = 0; w < own; ++w)
-        for (int i : plan.donors[writes[w]])
-          if (static_cast<size_t>(i) < input_buf.size() && input_buf[i] >= 0)
-            writes.push_back(input_buf[i]);
-      // Edges: a step follows its reads' last writers and every earlier access to what it writes.
-      std::vector<int> before;
-      for (int& b : reads) {
-        b = root(b);
-        if (last_writer[b] >= 0) before.push_back(last_writer[b]);
-      }
-      for (int& b : writes) {
-        b = root(b);
-        if (last_writer[b] >= 0) before.push_back(last_writer[b]);
-        before.insert(before.end(), readers[b].begin(), readers[b].end());
-      }
-      std::sort(before.begin(), before.end());
-      before.erase(std::unique(before.begin(), before.end()), before.end());
-      before.erase(std::remove(before.begin(), before.end(), static_cast<int>(si)), before.end());
-      for (int p : before) {
-        g.succ[p].push_back(static_cast<int>(si));
-        level[si] = std::max(level[si], level[p] + 1);
-      }
-      g.preds[si] = static_cast<int>(before.size());
-      for (int b : reads) readers[b].push_back(static_cast<int>(si));
-      for (int b : writes) {
-        last_writer[b] = static_cast<int>(si);
-        readers[b].clear();
-      }
-    }
-    std::vector<int> per_level(n, 0);
-    for (size_t si = 0; si < n; ++si) wide = wide || ++per_level[level[si]] > 1;
-    if (!wide || (!pooled && mode != cpu::StepGraphMode::Always)) return StepGraph{};
-    return g;
-  }
-  bool empty() const { return succ.empty(); }
-};
-
 // Thread-safety: immutable after construction; each run keeps its buffers and pointer table
 // (and each loop its scratch) to itself.
 class CpuExecutable final : public Executable {
@@ -260,7 +116,7 @@ class CpuExecutable final : public Executable {
     for (size_t b = 0; b < plan.bufs.size(); ++b)
       if (plan.bufs[b].kind == cpu::BufferInfo::View)
         views_of_[plan.bufs[b].base].push_back(static_cast<int>(b));
-    graph_ = StepGraph::make(prog_);
+    graph_ = cpu::StepGraph::make(prog_);
     if (graph_.empty()) {
       plan_row_runs();
       plan_index_in_place();
@@ -514,7 +370,7 @@ class CpuExecutable final : public Executable {
         if (left[s].fetch_sub(1, std::memory_order_acq_rel) == 1) finish(s);
       }
     };
-    cpu::g_step_graph_runs.fetch_add(1, std::memory_order_relaxed);
+    cpu::detail::count_step_graph_run();
     cpu::ThreadPool& pool = cpu::ThreadPool::instance();
     pool.run(pool.size(), participant);
     if (error) std::rethrow_exception(error);
@@ -658,7 +514,7 @@ class CpuExecutable final : public Executable {
   std::vector<std::vector<int>> first_use_;
   std::vector<size_t> unwritten_;
   std::vector<std::vector<int>> views_of_;  // per buffer: the View buffers lying in it
-  StepGraph graph_;                         // empty: the steps run one after another
+  cpu::StepGraph graph_;                    // empty: the steps run one after another
   std::vector<size_t> row_run_end_;  // per step: the last step of the row run it starts (> it)
   std::vector<int> index_base_;      // per step: the base an index_add adds into in place, or -1
 };

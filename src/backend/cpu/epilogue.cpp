@@ -124,7 +124,8 @@ class EpilogueEmitter {
 
   Value* f(double v) { return llvm::ConstantFP::get(b_.getFloatTy(), v); }
 
-  // As the ops the post-op stands for compute it (composite.cpp's forms, codegen.cpp's ops).
+  // As the ops the post-op stands for compute it (composite.cpp's forms, emitter_elementwise.cpp's
+  // ops).
   Value* eltwise(const PostOp& po, Value* x) {
     switch (po.kind) {
       case PostOp::Relu:  // where(le(x, 0), 0, x)

@@ -23,7 +23,7 @@ KernelFn epilogue_function(std::span<const PostOp> post, std::span<const int64_t
 
 // Compiles one such epilogue with the full instruction selector, outside the kernel cache:
 // LLVM builds some tables of its code generator on first use, and the tier-up thread must be
-// made after them (codegen.cpp, TierUpWorker).
+// made after them (tier_up.cpp, TierUpWorker).
 void build_code_generator_tables();
 
 }  // namespace loom::cpu

@@ -3,9 +3,9 @@
 // kIrPipeline in jit.cpp; then fast instruction selection: machine.md measured 2.4 ms against
 // 6 ms for full O2 per small kernel, keeping 85-100 % of the speed), generates an object, links it
 // with RuntimeDyld into memory of its own and returns the addresses of the named functions. Code
-// stays loaded for the life of the process; kernels are cached by structure (codegen.cpp), so it
-// grows with distinct kernels, not with steps. llvm::Error becomes loom::CompileError here. No ORC
-// session: the kernels need no lazy compilation, initializers or cross-module symbols, and a
+// stays loaded for the life of the process; kernels are cached by structure (kernel_cache.cpp), so
+// it grows with distinct kernels, not with steps. llvm::Error becomes loom::CompileError here. No
+// ORC session: the kernels need no lazy compilation, initializers or cross-module symbols, and a
 // session's set-up (1 ms) and per-object materialization (0.15-0.2 ms) were most of a warm start.
 //
 // Persistent cache: when backend::DiskCache is on, a module's object code is stored under a

@@ -205,43 +205,29 @@ class Driver {
     llvm::AllocaInst* index = entry_alloca(b_.getInt64Ty());
     t[in[0]] = index;
     for (size_t k = c + x; k < l_.operands.size(); ++k) t[in[1 + k]] = ops_[k];
-    auto* pre = b_.GetInsertBlock();
-    auto* head = llvm::BasicBlock::Create(ctx_, "trip", fn_);
-    auto* bodyb = llvm::BasicBlock::Create(ctx_, "trip_body", fn_);
-    auto* exit = llvm::BasicBlock::Create(ctx_, "trip_exit", fn_);
-    b_.CreateBr(head);
-    b_.SetInsertPoint(head);
-    llvm::PHINode* s = b_.CreatePHI(b_.getInt64Ty(), 2);
-    s->addIncoming(b_.getInt64(0), pre);
-    std::vector<llvm::PHINode*> prev(c);
-    for (int64_t k = 0; k < c; ++k) {
-      prev[k] = b_.CreatePHI(b_.getPtrTy(), 2);
-      prev[k]->addIncoming(ops_[k], pre);
-    }
-    b_.CreateCondBr(b_.CreateICmpSLT(s, n), bodyb, exit);
-    b_.SetInsertPoint(bodyb);
-    Value* left = b_.CreateSub(b_.CreateSub(n, b_.getInt64(1)), s);  // steps after this one
-    Value* ti = l_.reverse ? left : s;
-    b_.CreateStore(ti, index);
-    Value* to_result = b_.CreateICmpEQ(b_.CreateAnd(left, b_.getInt64(1)), b_.getInt64(0));
-    std::vector<Value*> wrote(c);
-    for (int64_t k = 0; k < c; ++k) {
-      wrote[k] = loc[k].cur ? prev[k] : b_.CreateSelect(to_result, res_[k], other_[k]);
-      t[in[1 + k]] = loc[k].cur ? loc[k].cur : prev[k];
-      t[out[k]] = loc[k].cur ? loc[k].next : wrote[k];
-    }
-    for (int64_t j = 0; j < x; ++j)
-      t[in[1 + c + j]] = at(ops_[c + j], b_.CreateMul(ti, b_.getInt64(l_.slice_bytes[j])));
-    for (size_t j = 0; j < l_.y_bytes.size(); ++j)
-      t[out[c + j]] = at(res_[c + j], b_.CreateMul(ti, b_.getInt64(l_.y_bytes[j])));
-    run_region(0, t);
-    for (int64_t k = 0; k < c; ++k)
-      if (loc[k].cur) local_copy(loc[k].cur, loc[k].next, l_.result_bytes[k]);
-    Value* next = b_.CreateAdd(s, b_.getInt64(1), "", true, true);
-    s->addIncoming(next, b_.GetInsertBlock());
-    for (int64_t k = 0; k < c; ++k) prev[k]->addIncoming(wrote[k], b_.GetInsertBlock());
-    b_.CreateBr(head);
-    b_.SetInsertPoint(exit);
+    // Trip s: the carries step s-1 wrote (the operands at s = 0) come around as prev.
+    const std::vector<Value*> init(ops_.begin(), ops_.begin() + c);
+    auto trip = [&](Value* s, std::span<Value* const> prev) {
+      Value* left = b_.CreateSub(b_.CreateSub(n, b_.getInt64(1)), s);  // steps after this one
+      Value* ti = l_.reverse ? left : s;
+      b_.CreateStore(ti, index);
+      Value* to_result = b_.CreateICmpEQ(b_.CreateAnd(left, b_.getInt64(1)), b_.getInt64(0));
+      std::vector<Value*> wrote(c);
+      for (int64_t k = 0; k < c; ++k) {
+        wrote[k] = loc[k].cur ? prev[k] : b_.CreateSelect(to_result, res_[k], other_[k]);
+        t[in[1 + k]] = loc[k].cur ? loc[k].cur : prev[k];
+        t[out[k]] = loc[k].cur ? loc[k].next : wrote[k];
+      }
+      for (int64_t j = 0; j < x; ++j)
+        t[in[1 + c + j]] = at(ops_[c + j], b_.CreateMul(ti, b_.getInt64(l_.slice_bytes[j])));
+      for (size_t j = 0; j < l_.y_bytes.size(); ++j)
+        t[out[c + j]] = at(res_[c + j], b_.CreateMul(ti, b_.getInt64(l_.y_bytes[j])));
+      run_region(0, t);
+      for (int64_t k = 0; k < c; ++k)
+        if (loc[k].cur) local_copy(loc[k].cur, loc[k].next, l_.result_bytes[k]);
+      return wrote;
+    };
+    detail::emit_counted_loop(b_, fn_, b_.getInt64(0), n, nullptr, {}, init, trip);
     for (int64_t k = 0; k < c; ++k)
       if (loc[k].cur) local_copy(res_[k], loc[k].cur, l_.result_bytes[k]);
   }

@@ -508,8 +508,8 @@ void run_task(const OnednnProduct& p, const Task& t, void* const* ptr) {
   const Part& primary = *p.parts[t.part];
   const Part* chosen = &primary;
   // The output lies in the last addend's memory (the plan lets a product write over the weight
-  // its update adds to, adds_in_place in plan.cpp): the part's in-place form adds what C holds.
-  // Without one (gemm:jit has none), the addend's block is copied aside first.
+  // its update adds to, adds_in_place in buffer_lifetimes.cpp): the part's in-place form adds what
+  // C holds. Without one (gemm:jit has none), the addend's block is copied aside first.
   const bool aliased = !p.bin.empty() && p.post.back().kind == PostOp::Add && ys.back() == c;
   if (aliased && chosen->in_place) {
     chosen = chosen->in_place.get();

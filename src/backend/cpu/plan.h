@@ -160,8 +160,8 @@ std::string describe_products(const ir::Graph& g, const Plan& plan);
 
 // How the CPU backend runs an op of ops.def with result dtype `dt`: computed inline in a
 // fused loop kernel, a BLAS product, a native loop (regions), a native index step, or the
-// reference kernel as a declared fallback. Every op must be listed (plan.cpp's switch has no
-// default and builds with -Werror=switch, so a new op in ops.def does not build until it is
+// reference kernel as a declared fallback. Every op must be listed (library_choice.cpp's switch has
+// no default and builds with -Werror=switch, so a new op in ops.def does not build until it is
 // declared here).
 enum class Lowering { Fused, Blas, Loop, Index, Fallback };
 Lowering lowering(ir::OpKind op, DType dt);

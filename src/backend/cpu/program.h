@@ -100,8 +100,8 @@ void run_loop(const LoopProgram& l, void* const* ptr, char* scratch);
 void run_index(const Program& p, const Step& st, void* const* ptr, bool parallel);
 
 // A kernel or MatMul step as tasks 0..n-1 that may run in any order on any threads (the step
-// graph of cpu_backend.cpp schedules them itself; they never use the pool). n is fixed by
-// the plan and the pool's size, the same split run_kernel and run_matmul make.
+// graph (step_graph.h, run by cpu_backend.cpp) schedules them itself; they never use the pool). n
+// is fixed by the plan and the pool's size, the same split run_kernel and run_matmul make.
 int64_t kernel_tasks(const CompiledKernel& k);
 // The same split from `min_work` outer points times work per point (run_kernel: 2^15), and
 // task t of `tasks`; a kernel's rows are independent, so any split computes the same values.
@@ -112,7 +112,7 @@ void run_matmul_task(const Program& p, const Step& st, void* const* ptr, int64_t
 // The step's name in profiles ("k3", "onednn [64,784]x[784,256]", "gather", "ref pow").
 std::string step_name(const Program& p, const Step& st);
 
-// The step graph (cpu_backend.cpp): a small program's steps run as a dependency graph on the
+// The step graph (step_graph.cpp): a small program's steps run as a dependency graph on the
 // pool's threads. Auto unless the environment sets LOOM_STEP_GRAPH=0 (Off); Always also takes
 // programs none of whose steps would split across the pool (for tests). set_step_graph affects
 // executables compiled later; step_graph_runs counts the runs that took the graph.
