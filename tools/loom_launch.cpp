@@ -85,11 +85,14 @@ int exit_code(int status) {
   return 1;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+struct Options {
   int n = -1, offset = 0, world = -1;
   std::string store, timeout;
+  int program = 0;  // argv index of PROGRAM
+};
+
+Options parse_args(int argc, char** argv) {
+  Options o;
   int i = 1;
   for (; i < argc; ++i) {
     std::string a = argv[i];
@@ -98,15 +101,15 @@ int main(int argc, char** argv) {
       return argv[++i];
     };
     if (a == "-n")
-      n = to_int("-n", value());
+      o.n = to_int("-n", value());
     else if (a == "--store")
-      store = value();
+      o.store = value();
     else if (a == "--rank-offset")
-      offset = to_int("--rank-offset", value());
+      o.offset = to_int("--rank-offset", value());
     else if (a == "--world-size")
-      world = to_int("--world-size", value());
+      o.world = to_int("--world-size", value());
     else if (a == "--timeout")
-      timeout = value();
+      o.timeout = value();
     else if (a == "-h" || a == "--help")
       usage("help");
     else if (!a.empty() && a[0] == '-')
@@ -114,28 +117,28 @@ int main(int argc, char** argv) {
     else
       break;
   }
-  if (n < 1) usage("-n N (at least 1) is required");
+  if (o.n < 1) usage("-n N (at least 1) is required");
   if (i >= argc) usage("no PROGRAM given");
-  if (world < 0) world = offset + n;
-  if (offset + n > world) usage("--rank-offset + -n exceeds --world-size");
-  bool own_store = false;
-  if (store.empty()) {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "loom-launch-XXXXXX").string();
-    std::vector<char> buf(tmpl.begin(), tmpl.end());
-    buf.push_back(0);
-    if (!::mkdtemp(buf.data())) usage("cannot create a temporary store directory");
-    store = buf.data();
-    own_store = true;
-  }
-  struct sigaction sa{};
-  sa.sa_handler = on_signal;
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
+  if (o.world < 0) o.world = o.offset + o.n;
+  if (o.offset + o.n > o.world) usage("--rank-offset + -n exceeds --world-size");
+  o.program = i;
+  return o;
+}
 
-  std::vector<Rank> ranks(static_cast<size_t>(n));
-  for (int k = 0; k < n; ++k) {
+std::string make_temporary_store() {
+  std::string tmpl = (std::filesystem::temp_directory_path() / "loom-launch-XXXXXX").string();
+  std::vector<char> buf(tmpl.begin(), tmpl.end());
+  buf.push_back(0);
+  if (!::mkdtemp(buf.data())) usage("cannot create a temporary store directory");
+  return buf.data();
+}
+
+// Forks the ranks, each with its environment and its stdout and stderr piped back.
+std::vector<Rank> spawn_ranks(const Options& o, char** argv) {
+  std::vector<Rank> ranks(static_cast<size_t>(o.n));
+  for (int k = 0; k < o.n; ++k) {
     Rank& r = ranks[static_cast<size_t>(k)];
-    r.rank = offset + k;
+    r.rank = o.offset + k;
     int po[2], pe[2];
     if (::pipe(po) != 0 || ::pipe(pe) != 0) usage("pipe failed");
     r.pid = ::fork();
@@ -145,66 +148,78 @@ int main(int argc, char** argv) {
       ::close(po[0]), ::close(po[1]), ::close(pe[0]), ::close(pe[1]);
       ::setenv("LOOM_RANK", std::to_string(r.rank).c_str(), 1);
       ::setenv("LOOM_LOCAL_RANK", std::to_string(k).c_str(), 1);
-      ::setenv("LOOM_WORLD_SIZE", std::to_string(world).c_str(), 1);
-      ::setenv("LOOM_STORE", store.c_str(), 1);
-      if (!timeout.empty()) ::setenv("LOOM_DIST_TIMEOUT", timeout.c_str(), 1);
-      ::execvp(argv[i], argv + i);
-      std::fprintf(stderr, "loom-launch: cannot run %s: %s\n", argv[i], std::strerror(errno));
+      ::setenv("LOOM_WORLD_SIZE", std::to_string(o.world).c_str(), 1);
+      ::setenv("LOOM_STORE", o.store.c_str(), 1);
+      if (!o.timeout.empty()) ::setenv("LOOM_DIST_TIMEOUT", o.timeout.c_str(), 1);
+      ::execvp(argv[o.program], argv + o.program);
+      std::fprintf(stderr, "loom-launch: cannot run %s: %s\n", argv[o.program],
+                   std::strerror(errno));
       ::_exit(127);
     }
     ::close(po[1]), ::close(pe[1]);
     r.out = po[0], r.err = pe[0];
   }
+  return ranks;
+}
 
+bool pipes_open(const std::vector<Rank>& ranks) {
+  for (const Rank& r : ranks)
+    if (r.out >= 0 || r.err >= 0) return true;
+  return false;
+}
+
+// Waits up to 50 ms for output and forwards every complete line with its rank's prefix.
+void forward_output(std::vector<Rank>& ranks) {
+  std::vector<pollfd> fds;
+  std::vector<std::pair<size_t, bool>> who;
+  for (size_t k = 0; k < ranks.size(); ++k) {
+    if (ranks[k].out >= 0) fds.push_back({ranks[k].out, POLLIN, 0}), who.push_back({k, false});
+    if (ranks[k].err >= 0) fds.push_back({ranks[k].err, POLLIN, 0}), who.push_back({k, true});
+  }
+  if (!fds.empty())
+    ::poll(fds.data(), fds.size(), 50);
+  else
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  for (size_t f = 0; f < fds.size(); ++f) {
+    if (!(fds[f].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+    Rank& r = ranks[who[f].first];
+    char buf[65536];
+    ssize_t got = ::read(fds[f].fd, buf, sizeof buf);
+    std::string& acc = who[f].second ? r.err_buf : r.out_buf;
+    FILE* to = who[f].second ? stderr : stdout;
+    if (got > 0) {
+      acc.append(buf, static_cast<size_t>(got));
+      flush_lines(acc, r.rank, to, false);
+    } else {
+      flush_lines(acc, r.rank, to, true);
+      ::close(fds[f].fd);
+      (who[f].second ? r.err : r.out) = -1;
+    }
+  }
+}
+
+// Runs until every rank has exited and its pipes are read to the end; ends the others when
+// one fails or a signal arrives. Returns loom-launch's exit code.
+int supervise(std::vector<Rank>& ranks) {
+  using Clock = std::chrono::steady_clock;
   int failed = -1, code = 0;
   auto end_all = [&](int sig) {
     for (Rank& r : ranks)
       if (!r.done) ::kill(r.pid, sig);
   };
-  std::chrono::steady_clock::time_point kill_at{}, drain_until{};
+  Clock::time_point kill_at{}, drain_until{};
   size_t alive = ranks.size();
-  auto pipes_open = [&] {
-    for (const Rank& r : ranks)
-      if (r.out >= 0 || r.err >= 0) return true;
-    return false;
-  };
-  // Runs until every rank has exited and its pipes are read to the end: a rank's last lines
-  // may still sit in its pipe when it is reaped. A pipe a rank's own child keeps open is
-  // given up 2 s after the last rank exits.
-  while (alive > 0 || (pipes_open() && std::chrono::steady_clock::now() < drain_until)) {
-    std::vector<pollfd> fds;
-    std::vector<std::pair<size_t, bool>> who;
-    for (size_t k = 0; k < ranks.size(); ++k) {
-      if (ranks[k].out >= 0) fds.push_back({ranks[k].out, POLLIN, 0}), who.push_back({k, false});
-      if (ranks[k].err >= 0) fds.push_back({ranks[k].err, POLLIN, 0}), who.push_back({k, true});
-    }
-    if (!fds.empty())
-      ::poll(fds.data(), fds.size(), 50);
-    else
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    for (size_t f = 0; f < fds.size(); ++f) {
-      if (!(fds[f].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-      Rank& r = ranks[who[f].first];
-      char buf[65536];
-      ssize_t got = ::read(fds[f].fd, buf, sizeof buf);
-      std::string& acc = who[f].second ? r.err_buf : r.out_buf;
-      FILE* to = who[f].second ? stderr : stdout;
-      if (got > 0) {
-        acc.append(buf, static_cast<size_t>(got));
-        flush_lines(acc, r.rank, to, false);
-      } else {
-        flush_lines(acc, r.rank, to, true);
-        ::close(fds[f].fd);
-        (who[f].second ? r.err : r.out) = -1;
-      }
-    }
+  // A rank's last lines may still sit in its pipe when it is reaped; a pipe a rank's own child
+  // keeps open is given up 2 s after the last rank exits.
+  while (alive > 0 || (pipes_open(ranks) && Clock::now() < drain_until)) {
+    forward_output(ranks);
     for (Rank& r : ranks) {
       if (r.done) continue;
       int st = 0;
       if (::waitpid(r.pid, &st, WNOHANG) != r.pid) continue;
       r.done = true;
       r.status = st;
-      if (--alive == 0) drain_until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+      if (--alive == 0) drain_until = Clock::now() + std::chrono::seconds(2);
       if (exit_code(st) != 0 && failed < 0) {
         failed = r.rank;
         code = exit_code(st);
@@ -215,18 +230,33 @@ int main(int argc, char** argv) {
           std::fprintf(stderr, "loom-launch: rank %d failed (exit %d); ending the others\n", r.rank,
                        code);
         end_all(SIGTERM);
-        kill_at = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+        kill_at = Clock::now() + std::chrono::seconds(3);
       }
     }
     if (g_signal && failed < 0) {
       failed = -2;
       code = 128 + g_signal;
       end_all(g_signal);
-      kill_at = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+      kill_at = Clock::now() + std::chrono::seconds(3);
     }
-    if (kill_at.time_since_epoch().count() && std::chrono::steady_clock::now() > kill_at)
-      end_all(SIGKILL);
+    if (kill_at.time_since_epoch().count() && Clock::now() > kill_at) end_all(SIGKILL);
   }
+  return code;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o = parse_args(argc, argv);
+  const bool own_store = o.store.empty();
+  if (own_store) o.store = make_temporary_store();
+  struct sigaction sa{};
+  sa.sa_handler = on_signal;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+
+  std::vector<Rank> ranks = spawn_ranks(o, argv);
+  const int code = supervise(ranks);
   for (Rank& r : ranks) {
     flush_lines(r.out_buf, r.rank, stdout, true);
     flush_lines(r.err_buf, r.rank, stderr, true);
@@ -235,7 +265,7 @@ int main(int argc, char** argv) {
   }
   if (own_store) {
     std::error_code ec;
-    std::filesystem::remove_all(store, ec);
+    std::filesystem::remove_all(o.store, ec);
   }
   return code;
 }
