@@ -1,6 +1,6 @@
 """t[key] = value for basic keys (ints, negative ints, slices with any step, None, ...), one
-int64 index tensor, or a bool mask over t's leading dims (t[mask] = v, v one element's value),
-as torch: the value broadcasts to the selection and converts to t's dtype; t is updated in
+int64 index tensor or list of ints, or a bool mask over t's leading dims (t[mask] = v, v one
+element's value), as torch: the value broadcasts to the selection and converts to t's dtype; t is updated in
 place (copy_), so gradients flow to both the untouched part of t and the value.
 An index tensor that names a position twice writes the last of its values there (what torch's
 CPU index_put_ does; torch leaves the order unspecified).
@@ -14,56 +14,18 @@ from ._loom import Tensor
 
 
 def _selectors(shape, key):
-    """Per dim of t: ("int", i) or ("range", range); and the selection's shape with None dims."""
-    if not isinstance(key, tuple):
-        key = (key,)
-    for k in key:
-        if isinstance(k, Tensor):
-            if k.dtype.is_floating_point or k.dtype == _loom.dtype.bool_:
-                raise _loom.DTypeError(f"[index] tensors used as indices must be int64 or int32, "
-                                       f"got {k.dtype} (a bool mask is supported alone, as "
-                                       f"t[mask] = v)")
-        elif not (k is None or k is Ellipsis or isinstance(k, (int, slice))):
-            raise TypeError(f"tensor index assignment: only ints, slices, None, ... and int64 "
-                            f"tensors are supported as keys, got {type(k).__name__}")
-        if isinstance(k, bool):
-            raise TypeError("tensor index assignment: a bool key is not supported")
-    if sum(1 for k in key if isinstance(k, Tensor)) > 1:
-        raise NotImplementedError("[index] a key with several index tensors (advanced indexing) "
-                                  "is not supported: assign one dim at a time")
-    n_real = sum(1 for k in key if k is not None and k is not Ellipsis)
-    if sum(1 for k in key if k is Ellipsis) > 1:
-        raise IndexError("an index can only have a single ellipsis ('...')")
-    if n_real > len(shape):
-        raise IndexError(f"too many indices for tensor of dimension {len(shape)}")
-    expanded = []
-    for k in key:
-        if k is Ellipsis:
-            expanded += [slice(None)] * (len(shape) - n_real)
-        else:
-            expanded.append(k)
-    if Ellipsis not in key:
-        expanded += [slice(None)] * (len(shape) - n_real)
-    sels, sel_shape, d = [], [], 0
-    for k in expanded:
-        if k is None:
+    """Per dim of t: ("int", i), ("range", range) or ("tensor", index); and the selection's
+    shape with None dims. The key is parsed by the binding's one parser (getitem's)."""
+    sels, sel_shape = [], []
+    for item in _loom._index_key(list(shape), key):
+        if item[0] == "none":
             sel_shape.append(1)
             continue
-        n = shape[d]
-        if isinstance(k, Tensor):
-            sels.append(("tensor", k))
-            sel_shape.extend(k.shape)
-        elif isinstance(k, int):
-            if not -n <= k < n:
-                raise IndexError(f"index {k} is out of bounds for dimension {d} with size {n}")
-            sels.append(("int", k % n))
-        else:
-            if k.step is not None and k.step <= 0:
-                raise ValueError("step must be greater than zero")
-            r = range(*k.indices(n))
-            sels.append(("range", r))
-            sel_shape.append(len(r))
-        d += 1
+        sels.append(item)
+        if item[0] == "tensor":
+            sel_shape.extend(item[1].shape)
+        elif item[0] == "range":
+            sel_shape.append(len(item[1]))
     return sels, tuple(sel_shape)
 
 

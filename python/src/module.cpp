@@ -2,6 +2,7 @@
 #include <dlfcn.h>
 
 #include "common.h"
+#include "index_key.h"
 
 namespace loom::py {
 void register_torch_ops(nb::module_& m);  // torch_ops.cpp
@@ -25,4 +26,5 @@ NB_MODULE(_loom, m) {
   loom::py::register_tracing(m);
   loom::py::register_io(m);
   loom::py::register_dist(m);
+  loom::py::register_index_key(m);
 }

@@ -54,6 +54,14 @@ def test_setitem_index_tensor_equals_torch(key, kind):
     check_setitem(tkey, lkey, kind, 5, -3.25)
 
 
+@pytest.mark.parametrize("key", [([3, 0],), (slice(None), [4, 0, 2]), (1, [0, -1]),
+                                 (Ellipsis, [2, 1])], ids=repr)
+@pytest.mark.parametrize("kind", ["scalar", "tensor"])
+def test_setitem_list_keys_equal_torch(key, kind):
+    """A list of ints in the key, as getitem takes it: the same parser reads both."""
+    check_setitem(key, key, kind, 5, 1.5)
+
+
 def test_setitem_index_tensor_repeats_and_gradients():
     # a position named twice gets the last value (torch 1.13's CPU index_put_ does the same)
     want = torch.zeros(5, dtype=torch.float64)
