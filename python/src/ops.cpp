@@ -49,9 +49,8 @@ Tensor t_le(const Tensor& a, const Tensor& b) { return a <= b; }
 Tensor t_gt(const Tensor& a, const Tensor& b) { return a > b; }
 Tensor t_ge(const Tensor& a, const Tensor& b) { return a >= b; }
 
-}  // namespace
-
-void register_ops(nb::module_& m) {
+// Unary and binary elementwise ops, where, clamp, to.
+void register_elementwise(nb::module_& m) {
   using nb::arg;
 #define LOOM_UNARY(name) m.def(#name, [](const Tensor& x) { return name(x); }, arg("input"))
   LOOM_UNARY(neg);
@@ -116,7 +115,11 @@ void register_ops(nb::module_& m) {
   m.def("clamp", &clamp, arg("input"), arg("min").none() = nb::none(),
         arg("max").none() = nb::none());
   m.def("to", &to, arg("input"), arg("dtype"));
+}
 
+// Reductions (raw forms: python/loom/_ops.py wraps them), softmaxes and matmul.
+void register_reductions(nb::module_& m) {
+  using nb::arg;
   m.def(
       "_sum",
       [](const Tensor& x, nb::handle d, bool k) {
@@ -150,7 +153,11 @@ void register_ops(nb::module_& m) {
   m.def("softmax", &softmax, arg("input"), arg("dim"));
   m.def("log_softmax", &log_softmax, arg("input"), arg("dim"));
   m.def("matmul", &matmul, arg("input"), arg("other"));
+}
 
+// Layout ops, joins and basic slicing.
+void register_shape(nb::module_& m) {
+  using nb::arg;
   m.def("_reshape", &reshape);
   m.def("_view", &view);
   m.def("_permute", &permute);
@@ -167,6 +174,11 @@ void register_ops(nb::module_& m) {
   m.def("stack", &stack, arg("tensors"), arg("dim") = 0);
   m.def("slice", &slice, arg("input"), arg("dim"), arg("start"), arg("end"), arg("step") = 1);
   m.def("select", &select, arg("input"), arg("dim"), arg("index"));
+}
+
+// Ops that take an index tensor.
+void register_indexing(nb::module_& m) {
+  using nb::arg;
   m.def(
       "index_select",
       [](const Tensor& x, int64_t dim, const Tensor& index) { return index_select(x, dim, index); },
@@ -181,7 +193,11 @@ void register_ops(nb::module_& m) {
         return index_add(x, dim, index, source);
       },
       arg("input"), arg("dim"), arg("index"), arg("source"));
+}
 
+// Layers' functional forms and losses.
+void register_nn(nb::module_& m) {
+  using nb::arg;
   m.def(
       "layer_norm",
       [](const Tensor& x, std::vector<int64_t> shape, std::optional<Tensor> w,
@@ -214,8 +230,11 @@ void register_ops(nb::module_& m) {
       },
       arg("input"), arg("target"), arg("ignore_index") = -100);
   m.def("mse_loss", &mse_loss, arg("input"), arg("target"));
+}
 
-  // factories (python/loom/_creation.py gives them torch's signatures)
+// factories (python/loom/_creation.py gives them torch's signatures)
+void register_factories(nb::module_& m) {
+  using nb::arg;
   using Dims = const std::vector<int64_t>&;
   m.def("_zeros", [](Dims s, DType dt) { return zeros(s, dt); });
   m.def("_ones", [](Dims s, DType dt) { return ones(s, dt); });
@@ -224,6 +243,17 @@ void register_ops(nb::module_& m) {
   m.def("_randn", [](Dims s, DType dt) { return randn(s, dt); });
   m.def("_rand", [](Dims s, DType dt) { return rand(s, dt); });
   m.def("manual_seed", &manual_seed, arg("seed"));
+}
+
+}  // namespace
+
+void register_ops(nb::module_& m) {
+  register_elementwise(m);
+  register_reductions(m);
+  register_shape(m);
+  register_indexing(m);
+  register_nn(m);
+  register_factories(m);
 }
 
 }  // namespace loom::py

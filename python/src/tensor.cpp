@@ -129,16 +129,8 @@ Tensor wrap_negative(const Tensor& idx, int64_t n) {
   return where(idx < Scalar(0), where(idx >= Scalar(-n), idx + Scalar(n), idx), idx);
 }
 
-// Basic indexing: ints (negative too), slices with steps, None, ..., one int64 index tensor.
-Tensor getitem(const Tensor& x, nb::handle key) {
-  std::vector<nb::handle> items;
-  nb::object keep = nb::borrow(key);
-  if (PyTuple_Check(key.ptr())) {
-    for (nb::handle h : key) items.push_back(h);
-  } else {
-    items.push_back(key);
-  }
-  std::vector<nb::object> lists;  // list items as int64 index tensors (t[:, [-1]])
+// getitem's list items, each replaced by an int64 index tensor kept in `lists` (t[:, [-1]]).
+void lists_to_tensors(std::vector<nb::handle>& items, std::vector<nb::object>& lists) {
   for (nb::handle& h : items) {
     if (!PyList_Check(h.ptr())) continue;
     std::vector<int64_t> v;
@@ -154,6 +146,10 @@ Tensor getitem(const Tensor& x, nb::handle key) {
     lists.push_back(nb::steal(new_tensor_object(tensor<int64_t>(std::move(v), Shape({n})))));
     h = lists.back();
   }
+}
+
+// getitem's checks of the key as a whole; returns how many dims of x its items consume.
+int64_t check_key(const Tensor& x, const std::vector<nb::handle>& items) {
   int64_t consumed = 0, ellipses = 0, tensors = 0;
   for (nb::handle h : items) {
     if (h.is_none()) continue;
@@ -176,6 +172,35 @@ Tensor getitem(const Tensor& x, nb::handle key) {
   if (consumed > x.dim())
     throw nb::index_error(
         detail::str_cat("too many indices for tensor of dimension ", x.dim()).c_str());
+  return consumed;
+}
+
+// getitem's step for an index tensor at dim d of r: the entries it selects, in idx's shape.
+Tensor index_by_tensor(const Tensor& r, int64_t d, const Tensor& idx) {
+  LOOM_CHECK_T(DTypeError, is_integral(idx.dtype()),
+               "[index] tensors used as indices must be int64 or int32, got ", name(idx.dtype()),
+               " (boolean masks are not supported)");
+  Shape rs = r.shape();
+  Tensor flat = index_select(r, d, wrap_negative(reshape(idx, {-1}), r.size(d)));
+  std::vector<int64_t> shape;
+  for (int64_t k = 0; k < d; ++k) shape.push_back(rs[k]);
+  for (int64_t k = 0; k < idx.dim(); ++k) shape.push_back(idx.size(k));
+  for (int64_t k = d + 1; k < r.dim(); ++k) shape.push_back(rs[k]);
+  return reshape(flat, shape);
+}
+
+// Basic indexing: ints (negative too), slices with steps, None, ..., one int64 index tensor.
+Tensor getitem(const Tensor& x, nb::handle key) {
+  std::vector<nb::handle> items;
+  nb::object keep = nb::borrow(key);
+  if (PyTuple_Check(key.ptr())) {
+    for (nb::handle h : key) items.push_back(h);
+  } else {
+    items.push_back(key);
+  }
+  std::vector<nb::object> lists;  // list items as int64 index tensors (t[:, [-1]])
+  lists_to_tensors(items, lists);
+  const int64_t consumed = check_key(x, items);
   Tensor r = x;
   int64_t d = 0;    // the dim of r the next item applies to
   int64_t pos = 0;  // the item's dim as torch's errors count it (each item one, ... its span)
@@ -198,16 +223,7 @@ Tensor getitem(const Tensor& x, nb::handle key) {
       ++d;
     } else if (nb::isinstance<Tensor>(h)) {
       Tensor idx = nb::cast<Tensor>(h);
-      LOOM_CHECK_T(DTypeError, is_integral(idx.dtype()),
-                   "[index] tensors used as indices must be int64 or int32, got ",
-                   name(idx.dtype()), " (boolean masks are not supported)");
-      Shape rs = r.shape();
-      Tensor flat = index_select(r, d, wrap_negative(reshape(idx, {-1}), r.size(d)));
-      std::vector<int64_t> shape;
-      for (int64_t k = 0; k < d; ++k) shape.push_back(rs[k]);
-      for (int64_t k = 0; k < idx.dim(); ++k) shape.push_back(idx.size(k));
-      for (int64_t k = d + 1; k < r.dim(); ++k) shape.push_back(rs[k]);
-      r = reshape(flat, shape);
+      r = index_by_tensor(r, d, idx);
       d += idx.dim();
     } else {
       throw nb::type_error(
@@ -267,9 +283,8 @@ nb::object item(const Tensor& t) {
   return nb::float_(v);
 }
 
-}  // namespace
-
-void register_tensor(nb::module_& m) {
+// loom.dtype and promote_types.
+void register_dtype(nb::module_& m) {
   nb::enum_<DType>(m, "dtype", "A tensor element type: loom.float32, loom.int64, ...")
       .value("bool_", DType::Bool)
       .value("int32", DType::Int32)
@@ -285,10 +300,10 @@ void register_tensor(nb::module_& m) {
       .def_prop_ro("itemsize", [](DType d) { return itemsize(d); })
       .def_prop_ro("is_floating_point", [](DType d) { return is_floating(d); });
   m.def("promote_types", &promote_types, nb::arg("type1"), nb::arg("type2"));
+}
 
-  nb::class_<Tensor> cls(m, "Tensor", "A lazy tensor: ops record a graph, reading a value runs it.",
-                         nb::type_slots(tensor_slots));
-  tensor_type = reinterpret_cast<PyTypeObject*>(cls.ptr());
+// Tensor's constructor, shape and autograd properties.
+void register_tensor_properties(nb::class_<Tensor>& cls) {
   // Tensor(t): another handle on t's tensor (in-place ops are seen through both); this is what
   // lets Python subclass Tensor (loom.nn.Parameter calls it on a detached leaf).
   cls.def(nb::init<const Tensor&>(), nb::arg("data"))
@@ -331,8 +346,12 @@ void register_tensor(nb::module_& m) {
             else
               t.backward();
           },
-          nb::arg("gradient").none() = nb::none())
-      .def("detach", &Tensor::detach)
+          nb::arg("gradient").none() = nb::none());
+}
+
+// Tensor's conversions to Python values, indexing and unary operators.
+void register_tensor_methods(nb::class_<Tensor>& cls) {
+  cls.def("detach", &Tensor::detach)
       .def("item", &item)
       .def("__repr__", &repr)
       .def("__bool__",
@@ -376,7 +395,10 @@ void register_tensor(nb::module_& m) {
              return logical_not(t);
            })
       .def("__hash__", [](const Tensor& t) { return reinterpret_cast<intptr_t>(t.impl()); });
+}
 
+// Tensor's binary operators besides the number slots: in-place, reflected, comparisons.
+void register_tensor_operators(nb::class_<Tensor>& cls) {
   // + - * / are the type's number slots (tensor_slots); their in-place forms are methods.
 #define LOOM_INPLACE(py, fn, tt) \
   cls.def("__i" py "__", [](nb::handle a, nb::handle b) { return inplace<tt>(a, b, fn); })
@@ -413,6 +435,18 @@ void register_tensor(nb::module_& m) {
   LOOM_CMP("eq", op_eq, op_eq, ==, ==);
   LOOM_CMP("ne", op_ne, op_ne, !=, !=);
 #undef LOOM_CMP
+}
+
+}  // namespace
+
+void register_tensor(nb::module_& m) {
+  register_dtype(m);
+  nb::class_<Tensor> cls(m, "Tensor", "A lazy tensor: ops record a graph, reading a value runs it.",
+                         nb::type_slots(tensor_slots));
+  tensor_type = reinterpret_cast<PyTypeObject*>(cls.ptr());
+  register_tensor_properties(cls);
+  register_tensor_methods(cls);
+  register_tensor_operators(cls);
 }
 
 }  // namespace loom::py

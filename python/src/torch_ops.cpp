@@ -12,11 +12,12 @@
 #include "loom/trace/update_rules.h"
 
 namespace loom::py {
+namespace {
 
-void register_torch_ops(nb::module_& m) {
+// The optimizers' update rules (loom/trace/update_rules.h); loom.optim keeps the groups and
+// the state around them. Tensors not used by the options may be None.
+void register_update_rules(nb::module_& m) {
   using nb::arg;
-  // The optimizers' update rules (loom/trace/update_rules.h); loom.optim keeps the groups and
-  // the state around them. Tensors not used by the options may be None.
   m.def(
       "_sgd_update",
       [](Tensor& p, const Tensor& g, std::optional<Tensor> buf, std::optional<Tensor> steps,
@@ -39,6 +40,11 @@ void register_torch_ops(nb::module_& m) {
       arg("p"), arg("grad"), arg("exp_avg"), arg("exp_avg_sq"), arg("max_exp_avg_sq").none(),
       arg("step"), arg("lr"), arg("beta1"), arg("beta2"), arg("eps"), arg("weight_decay"),
       arg("amsgrad"), arg("maximize"));
+}
+
+// gelu's approximation, triangles, masked_fill, splits, cumsum, topk, multinomial.
+void register_conveniences(nb::module_& m) {
+  using nb::arg;
   m.def(
       "_gelu_approx",
       [](const Tensor& x, const std::string& approximate) { return gelu(x, approximate); },
@@ -71,6 +77,11 @@ void register_torch_ops(nb::module_& m) {
   m.def("_cumsum", &cumsum, arg("input"), arg("dim"));
   m.def("_topk", &topk, arg("input"), arg("k"), arg("dim"), arg("largest"), arg("sorted"));
   m.def("_multinomial", &multinomial, arg("input"), arg("num_samples"), arg("replacement"));
+}
+
+// In-place fills, is_leaf and the grad-mode switch.
+void register_inplace_and_grad(nb::module_& m) {
+  using nb::arg;
   m.def(
       "_fill_",
       [](nb::handle self, nb::handle value) {
@@ -97,6 +108,14 @@ void register_torch_ops(nb::module_& m) {
       arg("self"));
   m.def("_is_leaf", &is_leaf, arg("input"));
   m.def("_set_grad_enabled", &set_grad_enabled, arg("mode"));
+}
+
+}  // namespace
+
+void register_torch_ops(nb::module_& m) {
+  register_update_rules(m);
+  register_conveniences(m);
+  register_inplace_and_grad(m);
 }
 
 }  // namespace loom::py

@@ -22,9 +22,8 @@ struct Named {
   std::unique_ptr<GraphName> guard;
 };
 
-}  // namespace
-
-void register_transforms(nb::module_& m) {
+// sync, pending_graph_size, is_grad_enabled and no_grad.
+void register_sync_and_grad(nb::module_& m) {
   m.def(
       "sync",
       [] {
@@ -46,7 +45,10 @@ void register_transforms(nb::module_& m) {
              if (!g.guard) g.guard = std::make_unique<NoGradGuard>();
            })
       .def("__exit__", [](NoGrad& g, nb::args) { g.guard.reset(); });
+}
 
+// loom.Metrics, grad's raw forms, recompile reasons and per-graph metrics.
+void register_metrics(nb::module_& m) {
   nb::class_<Metrics> metrics_cls(m, "Metrics", "Counters and timers since reset_metrics().");
 #define LOOM_METRIC_COUNT(name, doc) metrics_cls.def_ro(#name, &Metrics::name, doc);
 #define LOOM_METRIC_TIME(name, doc) \
@@ -92,6 +94,11 @@ void register_transforms(nb::module_& m) {
       .def_ro("bytes_out", &GraphMetrics::bytes_out)
       .def_ro("recompiling", &GraphMetrics::recompiling);
   m.def("graph_metrics", &graph_metrics, "One entry per graph name since reset_metrics().");
+}
+
+// The runtime's settings (denormals, IR dumps, the cache directory), the profiler, graph_name
+// and the metrics' report.
+void register_settings(nb::module_& m) {
   m.def("set_explain_recompiles", &set_explain_recompiles, nb::arg("on"),
         "Prints each recompile explanation to stderr (default: LOOM_EXPLAIN_RECOMPILES).");
   m.def("set_flush_denormal", &set_flush_denormal, nb::arg("mode"),
@@ -123,6 +130,14 @@ void register_transforms(nb::module_& m) {
         "prints them with the per-graph table).");
   m.def("reset_metrics", &reset_metrics);
   m.def("metrics_report", &metrics_report);
+}
+
+}  // namespace
+
+void register_transforms(nb::module_& m) {
+  register_sync_and_grad(m);
+  register_metrics(m);
+  register_settings(m);
 }
 
 }  // namespace loom::py

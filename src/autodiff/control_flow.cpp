@@ -124,20 +124,10 @@ std::vector<Value> augment_scan(ir::Builder& b, NodeId id, const Graph& old_body
   return out;
 }
 
-std::vector<Adjoint> scan_vjp(ir::Builder& b, NodeId id, std::span<const Adjoint> radj) {
-  const Node n = b.graph().node(id);
-  const Graph& body = *n.regions[0];
-  const ir::ScanAttrs attrs = ir::ScanAttrs::of(n);
-  const int64_t c = attrs.counts[0], x = attrs.counts[1], L = attrs.length;
-  const int64_t k = static_cast<int64_t>(n.operands.size()) - c - x;
-  // The body's own outputs, before any augmentation (carries, then ys).
-  const int64_t y = static_cast<int64_t>(body.outputs().size()) - c;
-  auto param = [&](int64_t i) { return body.params()[static_cast<size_t>(i)]; };  // 0: index
-  Combined comb = combine(body);
+// scan_vjp's first step: what the backward part (nodes >= forward_end, and the outputs) reads
+// of the forward part.
+std::vector<uint8_t> backward_reads(const Combined& comb) {
   const Graph& G = *comb.g;
-  const size_t P = body.params().size();
-
-  // What the backward part (nodes >= forward_end, and the outputs) reads of the forward part.
   std::vector<uint8_t> read(comb.forward_end, 0);
   auto mark_reads = [&](Value v) {
     if (v.node < comb.forward_end) read[v.node] = 1;
@@ -145,12 +135,19 @@ std::vector<Adjoint> scan_vjp(ir::Builder& b, NodeId id, std::span<const Adjoint
   for (NodeId i = static_cast<NodeId>(comb.forward_end); i < G.size(); ++i)
     for (Value v : G.node(i).operands) mark_reads(v);
   for (Value v : G.outputs()) mark_reads(v);
+  return read;
+}
 
+// Whether the backward recomputes the whole forward from the saved carries; if not, cheap
+// forward values it reads are marked 2 in `read` (recomputed from what they read).
+bool choose_recompute(const Combined& comb, std::vector<uint8_t>& read, bool remat, size_t P,
+                      int64_t c, int64_t y) {
+  const Graph& G = *comb.g;
   // Saved per step: with remat the carries (each backward step recomputes its forward from
   // them); otherwise the forward values the backward reads (residuals), and the carries it
   // reads. Index, xs and captured operands are bound as they are; constants are copied. A
   // body holding a multi-result node (a nested loop) is recomputed, as with remat.
-  bool recompute = attrs.remat != 0;
+  bool recompute = remat;
   for (NodeId i = static_cast<NodeId>(P + c + y); i < comb.forward_end; ++i)
     recompute = recompute || G.node(i).num_results() != 1;
   // Cheap forward values (elementwise and layout ops) are recomputed in the backward from
@@ -169,8 +166,15 @@ std::vector<Adjoint> scan_vjp(ir::Builder& b, NodeId id, std::span<const Adjoint
         if (v.node < comb.forward_end && !read[v.node]) read[v.node] = 1;
     }
   }
-  std::vector<Value> saved_body;  // values of the body to stack
-  std::vector<NodeId> saved_of;   // the node of G each stands for
+  return recompute;
+}
+
+// The values of the body the forward scan stacks per step (saved_body), and the node of the
+// combined graph each stands for (saved_of).
+void choose_saved(const Combined& comb, const std::vector<uint8_t>& read, bool recompute, size_t P,
+                  int64_t c, int64_t y, std::vector<Value>& saved_body,
+                  std::vector<NodeId>& saved_of) {
+  const Graph& G = *comb.g;
   for (NodeId i = 0; i < comb.forward_end; ++i) {
     if (i >= P && i < P + c + y) continue;  // adjoint parameters
     const bool is_carry = i >= 1 && i <= static_cast<NodeId>(c);
@@ -183,10 +187,17 @@ std::vector<Adjoint> scan_vjp(ir::Builder& b, NodeId id, std::span<const Adjoint
     saved_body.push_back(Value{comb.from_body[i], 0});
     saved_of.push_back(i);
   }
-  std::vector<Value> stacks = augment_scan(b, id, body, saved_body);
+}
 
-  // The backward body: [index, carry adjoints, captured accumulators, saved slices, x slices,
-  // ys adjoint slices, captured].
+// The reverse scan's body: [index, carry adjoints, captured accumulators, saved slices, x slices,
+// ys adjoint slices, captured] in; carry adjoints, accumulated captured adjoints, xs adjoints out.
+std::shared_ptr<Graph> backward_body(const Graph& body, const Combined& comb,
+                                     const std::vector<Value>& saved_body,
+                                     const std::vector<NodeId>& saved_of, int64_t c, int64_t x,
+                                     int64_t y, int64_t k) {
+  auto param = [&](int64_t i) { return body.params()[static_cast<size_t>(i)]; };  // 0: index
+  const Graph& G = *comb.g;
+  const size_t P = body.params().size();
   auto bb = std::make_shared<Graph>();
   ir::Builder bw(*bb);
   Value idx = bw.parameter(G.node(0).type);
@@ -234,6 +245,27 @@ std::vector<Adjoint> scan_vjp(ir::Builder& b, NodeId id, std::span<const Adjoint
   Graph pruned = ir::prune(*bb, roots);
   pruned.outputs().resize(outs.size());
   bb = std::make_shared<Graph>(std::move(pruned));
+  return bb;
+}
+
+std::vector<Adjoint> scan_vjp(ir::Builder& b, NodeId id, std::span<const Adjoint> radj) {
+  const Node n = b.graph().node(id);
+  const Graph& body = *n.regions[0];
+  const ir::ScanAttrs attrs = ir::ScanAttrs::of(n);
+  const int64_t c = attrs.counts[0], x = attrs.counts[1], L = attrs.length;
+  const int64_t k = static_cast<int64_t>(n.operands.size()) - c - x;
+  // The body's own outputs, before any augmentation (carries, then ys).
+  const int64_t y = static_cast<int64_t>(body.outputs().size()) - c;
+  Combined comb = combine(body);
+  const size_t P = body.params().size();
+
+  std::vector<uint8_t> read = backward_reads(comb);
+  const bool recompute = choose_recompute(comb, read, attrs.remat != 0, P, c, y);
+  std::vector<Value> saved_body;  // values of the body to stack
+  std::vector<NodeId> saved_of;   // the node of comb.g each stands for
+  choose_saved(comb, read, recompute, P, c, y, saved_body, saved_of);
+  std::vector<Value> stacks = augment_scan(b, id, body, saved_body);
+  std::shared_ptr<Graph> bb = backward_body(body, comb, saved_body, saved_of, c, x, y, k);
 
   // The reverse scan's operands.
   std::vector<Value> ops;

@@ -38,6 +38,7 @@ namespace llvm {
 class LLVMContext;
 class Module;
 class DataLayout;
+class MemoryBuffer;
 }  // namespace llvm
 
 namespace loom::cpu {
@@ -94,6 +95,16 @@ class Jit {
   Jit();
   struct Impl;
   struct Lease;
+  // compile()'s steps (jit.cpp).
+  std::optional<std::vector<void*>> load_object(const Hash128& key,
+                                                const std::vector<std::string>& names,
+                                                bool count_miss);
+  std::optional<std::vector<void*>> load_cached(std::string_view what,
+                                                const std::vector<std::string>& names,
+                                                Codegen codegen, TierUpSource* tier_up,
+                                                Hash128* key);
+  std::unique_ptr<llvm::MemoryBuffer> generate(llvm::Module& module, Lease& lease, Codegen codegen,
+                                               TierUpSource* tier_up);
   std::unique_ptr<Impl> impl_;
 };
 

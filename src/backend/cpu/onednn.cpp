@@ -150,6 +150,112 @@ class OneOmpThread {
   int saved_;
 };
 
+// build_part's post-ops: those after the primitive's bias into `ops`, each binary operand's
+// layout into part.bin; the last an in-place sum when sum_last.
+void append_post_ops(dnnl::post_ops& ops, Part& part, int64_t rows, int64_t cols,
+                     const std::vector<PostOp>& post, const std::vector<Operand>& bin, size_t first,
+                     bool sum_last) {
+  for (size_t i = first, j = first; i < post.size(); ++i) {
+    const PostOp& po = post[i];
+    const int at = static_cast<int>(i - first);  // position in `ops`
+    if (sum_last && i + 1 == post.size()) {
+      ops.append_sum(1.f);
+      continue;
+    }
+    if (!po.binary()) {
+      // alpha and beta mean something only to linear (relu's alpha is its negative slope).
+      const bool linear = po.kind == PostOp::Linear;
+      ops.append_eltwise(1.f, eltwise_alg(po.kind), linear ? po.alpha : 0.f,
+                         linear ? po.beta : 0.f);
+      continue;
+    }
+    const Operand& y = bin[j++];
+    part.bin.push_back(matrix_md(y.bcast_rows ? 1 : rows, y.bcast_cols ? 1 : cols, y.sr, y.sc));
+    part.bin_index.push_back(at);
+    ops.append_binary(binary_alg(po.kind), part.bin.back());
+  }
+}
+
+// The part's primitive made from its layouts, with `ops` when with_post and not `chosen` for
+// loom's epilogue, and the bias in the primitive when with_post and desc_bias.
+void make_primitive(Part& part, const dnnl::post_ops& ops, bool with_post, bool chosen,
+                    bool desc_bias) {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  if (with_post && !chosen) attr.set_post_ops(ops);
+  part.bias = with_post && desc_bias;
+  dnnl::matmul::primitive_desc pd(part.bias
+                                      ? dnnl::matmul::desc(part.a, part.b, part.bias_md, part.c)
+                                      : dnnl::matmul::desc(part.a, part.b, part.c),
+                                  attr, engine());
+  part.scratch_md = pd.scratchpad_desc();
+  part.impl = pd.impl_info_str();
+  part.scratch = part.scratch_md.get_size();
+  part.prim = dnnl::matmul(pd);
+}
+
+// What build_part throws when oneDNN refuses the product even without its post-ops.
+CompileError refused_error(int64_t rows, int64_t cols, int64_t k, const Operand& a,
+                           const Operand& b, const dnnl::error& e) {
+  return CompileError(detail::str_cat("[matmul] oneDNN refused the f32 product [", rows, ",", k,
+                                      "]x[", k, ",", cols, "] (A strides ", a.sr, ",", a.sc,
+                                      "; B strides ", b.sr, ",", b.sc, "): ", e.what(),
+                                      "; LOOM_MATMUL=openblas runs products on OpenBLAS"));
+}
+
+// build_part's step from gemm:jit to brgemm: A copied dense, or C written dense, where brgemm
+// then takes the part (`make(with_post)` rebuilds its primitive).
+template <class Make>
+void move_onto_brgemm(Part& part, const Make& make, int64_t rows, int64_t cols, int64_t k,
+                      const Operand& a, int64_t ldc, const std::vector<PostOp>& post) {
+  // The part rebuilt with `relayout` applied, kept if brgemm takes it: post-ops fused first
+  // when `fuse_first`, else (or if refused fused) the product alone, unless that would move
+  // fused post-ops into the epilogue. Otherwise the part is put back as it was.
+  auto onto_brgemm = [&](auto relayout, bool fuse_first) {
+    Part plain = part;
+    relayout(part);
+    for (bool with_post : {fuse_first, false}) {
+      if (!with_post && plain.fused && !post.empty()) break;
+      try {
+        make(with_post);
+        if (part.impl.rfind("brg", 0) == 0) {
+          part.fused = with_post || post.empty();
+          return true;
+        }
+      } catch (const dnnl::error&) {
+      }
+      if (!with_post) break;
+    }
+    part = std::move(plain);
+    return false;
+  };
+  // A transposed (a weight gradient's dY^T) sends the product to gemm:jit. Copying the
+  // task's block of A dense (at most 256 KB) lets brgemm take it, post-ops fused: half of
+  // the MLP's [256,64]^T x [64,784] with its scale, one thread, hot, 59.9 against 66.4 us;
+  // in the step 61.8-64.0 against 68.5-78.1 us (LOOM_PROFILE medians).
+  if (a.sr == 1 && a.sc != 1 && rows > 1 && k > 1 && rows * k <= (int64_t{1} << 16) &&
+      part.impl.rfind("gemm", 0) == 0)
+    part.dense_a =
+        onto_brgemm([&](Part& q) { q.a = matrix_md(rows, k, k, 1); }, part.fused && !post.empty());
+  // Likewise a block of columns (ldc > cols): brgemm writes it dense to scratch, copied into
+  // place (docs/architecture.md, "Measurements": dense_c), post-ops fused even if the strided
+  // part ran them after; brgemm refuses a binary operand unlike dense C.
+  if (ldc != cols && rows > 1 && rows * cols <= (int64_t{1} << 20) &&
+      part.impl.rfind("gemm", 0) == 0)
+    part.dense_c =
+        onto_brgemm([&](Part& q) { q.c = matrix_md(rows, cols, cols, 1); }, !post.empty());
+}
+
+// A part whose post-ops run after the product: loom's epilogue takes the post-ops after the
+// primitive's bias (nothing was folded: only fused parts fold), with the binary operands' column
+// strides.
+void set_epilogue(Part& part, const std::vector<PostOp>& post, const std::vector<Operand>& bin) {
+  const size_t skip = part.bias ? 1 : 0;
+  std::vector<int64_t> col_strides;
+  for (size_t j = skip; j < bin.size(); ++j) col_strides.push_back(bin[j].sc);
+  part.epilogue = epilogue_function(std::span(post).subspan(skip), col_strides);
+}
+
 // `like`: the part's in-place form (Part::in_place) with like's layout of A: the last post-op
 // (an add of an operand laid out as C) becomes oneDNN's sum, which adds what C holds before
 // the product writes it; null unless its post-ops run fused.
@@ -180,45 +286,9 @@ std::shared_ptr<Part> build_part(int64_t rows, int64_t cols, int64_t k, const Op
        std::any_of(post.begin() + static_cast<std::ptrdiff_t>(std::min(first, post.size())),
                    post.end(), [](const PostOp& po) { return po.kind == PostOp::Gelu; }));
   dnnl::post_ops ops;
-  for (size_t i = first, j = first; i < post.size(); ++i) {
-    const PostOp& po = post[i];
-    const int at = static_cast<int>(i - first);  // position in `ops`
-    if (sum_last && i + 1 == post.size()) {
-      ops.append_sum(1.f);
-      continue;
-    }
-    if (!po.binary()) {
-      // alpha and beta mean something only to linear (relu's alpha is its negative slope).
-      const bool linear = po.kind == PostOp::Linear;
-      ops.append_eltwise(1.f, eltwise_alg(po.kind), linear ? po.alpha : 0.f,
-                         linear ? po.beta : 0.f);
-      continue;
-    }
-    const Operand& y = bin[j++];
-    part->bin.push_back(matrix_md(y.bcast_rows ? 1 : rows, y.bcast_cols ? 1 : cols, y.sr, y.sc));
-    part->bin_index.push_back(at);
-    ops.append_binary(binary_alg(po.kind), part->bin.back());
-  }
-  auto make = [&](bool with_post) {
-    dnnl::primitive_attr attr;
-    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-    if (with_post && !chosen) attr.set_post_ops(ops);
-    part->bias = with_post && desc_bias;
-    dnnl::matmul::primitive_desc pd(
-        part->bias ? dnnl::matmul::desc(part->a, part->b, part->bias_md, part->c)
-                   : dnnl::matmul::desc(part->a, part->b, part->c),
-        attr, engine());
-    part->scratch_md = pd.scratchpad_desc();
-    part->impl = pd.impl_info_str();
-    part->scratch = part->scratch_md.get_size();
-    part->prim = dnnl::matmul(pd);
-  };
-  auto refused = [&](const dnnl::error& e) {
-    return CompileError(detail::str_cat("[matmul] oneDNN refused the f32 product [", rows, ",", k,
-                                        "]x[", k, ",", cols, "] (A strides ", a.sr, ",", a.sc,
-                                        "; B strides ", b.sr, ",", b.sc, "): ", e.what(),
-                                        "; LOOM_MATMUL=openblas runs products on OpenBLAS"));
-  };
+  append_post_ops(ops, *part, rows, cols, post, bin, first, sum_last);
+  auto make = [&](bool with_post) { make_primitive(*part, ops, with_post, chosen, desc_bias); };
+  auto refused = [&](const dnnl::error& e) { return refused_error(rows, cols, k, a, b, e); };
   if (sum_last) {
     part->dense_a = like->dense_a;
     if (like->dense_a) part->a = matrix_md(rows, k, k, 1);
@@ -238,42 +308,7 @@ std::shared_ptr<Part> build_part(int64_t rows, int64_t cols, int64_t k, const Op
       make(false);
       part->fused = false;
     }
-    // The part rebuilt with `relayout` applied, kept if brgemm takes it: post-ops fused first
-    // when `fuse_first`, else (or if refused fused) the product alone, unless that would move
-    // fused post-ops into the epilogue. Otherwise the part is put back as it was.
-    auto onto_brgemm = [&](auto relayout, bool fuse_first) {
-      Part plain = *part;
-      relayout(*part);
-      for (bool with_post : {fuse_first, false}) {
-        if (!with_post && plain.fused && !post.empty()) break;
-        try {
-          make(with_post);
-          if (part->impl.rfind("brg", 0) == 0) {
-            part->fused = with_post || post.empty();
-            return true;
-          }
-        } catch (const dnnl::error&) {
-        }
-        if (!with_post) break;
-      }
-      *part = std::move(plain);
-      return false;
-    };
-    // A transposed (a weight gradient's dY^T) sends the product to gemm:jit. Copying the
-    // task's block of A dense (at most 256 KB) lets brgemm take it, post-ops fused: half of
-    // the MLP's [256,64]^T x [64,784] with its scale, one thread, hot, 59.9 against 66.4 us;
-    // in the step 61.8-64.0 against 68.5-78.1 us (LOOM_PROFILE medians).
-    if (a.sr == 1 && a.sc != 1 && rows > 1 && k > 1 && rows * k <= (int64_t{1} << 16) &&
-        part->impl.rfind("gemm", 0) == 0)
-      part->dense_a = onto_brgemm([&](Part& q) { q.a = matrix_md(rows, k, k, 1); },
-                                  part->fused && !post.empty());
-    // Likewise a block of columns (ldc > cols): brgemm writes it dense to scratch, copied into
-    // place (docs/architecture.md, "Measurements": dense_c), post-ops fused even if the strided
-    // part ran them after; brgemm refuses a binary operand unlike dense C.
-    if (ldc != cols && rows > 1 && rows * cols <= (int64_t{1} << 20) &&
-        part->impl.rfind("gemm", 0) == 0)
-      part->dense_c =
-          onto_brgemm([&](Part& q) { q.c = matrix_md(rows, cols, cols, 1); }, !post.empty());
+    move_onto_brgemm(*part, make, rows, cols, k, a, ldc, post);
   } catch (const dnnl::error& e) {
     if (post.empty()) throw refused(e);
     try {
@@ -287,14 +322,7 @@ std::shared_ptr<Part> build_part(int64_t rows, int64_t cols, int64_t k, const Op
     part->fused = false;
     part->chosen = true;
   }
-  if (!part->fused && !post.empty()) {
-    // loom's epilogue takes the post-ops after the primitive's bias (nothing was folded: only
-    // fused parts fold), with the binary operands' column strides.
-    const size_t skip = part->bias ? 1 : 0;
-    std::vector<int64_t> col_strides;
-    for (size_t j = skip; j < bin.size(); ++j) col_strides.push_back(bin[j].sc);
-    part->epilogue = epilogue_function(std::span(post).subspan(skip), col_strides);
-  }
+  if (!part->fused && !post.empty()) set_epilogue(*part, post, bin);
   const bool adds_c = !post.empty() && post.back().kind == PostOp::Add && !bin.back().bcast_rows &&
                       !bin.back().bcast_cols && bin.back().sr == ldc && bin.back().sc == 1;
   if (adds_c && !part->dense_c && part->fused)
@@ -623,6 +651,71 @@ bool onednn_fused(const OnednnProduct& prod) {
   return std::all_of(prod.parts.begin(), prod.parts.end(), [](const auto& p) { return p->fused; });
 }
 
+namespace {
+
+// Batches that share B, with A's (and each binary operand's) rows evenly spaced across
+// them, are one tall product (as run_matmul does for OpenBLAS).
+bool batches_merge(const OnednnProduct& prod, const Shape& os, size_t br, int64_t m, int64_t nb) {
+  auto even = [&](const Operand& o, bool rows_in_order) {
+    bool ok = rows_in_order;
+    for (size_t d = br, span = 1; ok && d-- > 0;) {
+      ok = os[d] == 1 || o.batch[d] == static_cast<int64_t>(span) * m * o.sr;
+      span *= static_cast<size_t>(os[d]);
+    }
+    return ok;
+  };
+  bool merge = nb > 1 && std::all_of(prod.b.batch.begin(), prod.b.batch.end(),
+                                     [](int64_t s) { return s == 0; });
+  merge = merge && even(prod.a, prod.a.sc == 1);
+  for (const Operand& y : prod.bin) merge = merge && even(y, true);
+  return merge;
+}
+
+// The product's tasks: per batch, row_parts x col_parts blocks of its [m, nn] output, each
+// with the part (shared by blocks of one size) that computes it.
+void add_tasks(OnednnProduct& p, const std::vector<int64_t>& batch, int64_t nb, size_t br,
+               int64_t m, int64_t nn, int64_t k, int64_t row_parts, int64_t col_parts) {
+  auto part_of = [&](int64_t rows, int64_t cols) {
+    for (size_t i = 0; i < p.tasks.size(); ++i)
+      if (p.tasks[i].rows == rows && p.tasks[i].cols == cols) return p.tasks[i].part;
+    p.parts.push_back(cached_part(rows, cols, k, p.a, p.b, p.ldc, p.post, p.bin));
+    return static_cast<int>(p.parts.size() - 1);
+  };
+  for (int64_t bi = 0; bi < nb; ++bi) {
+    int64_t oa = p.a.offset, ob = p.b.offset, rest = bi;
+    std::vector<int64_t> oy;
+    for (const Operand& y : p.bin) oy.push_back(y.offset);
+    for (size_t d = br; d-- > 0;) {
+      int64_t coord = rest % batch[d];
+      rest /= batch[d];
+      oa += coord * p.a.batch[d];
+      ob += coord * p.b.batch[d];
+      for (size_t j = 0; j < p.bin.size(); ++j) oy[j] += coord * p.bin[j].batch[d];
+    }
+    for (int64_t rp = 0; rp < row_parts; ++rp) {
+      for (int64_t cp = 0; cp < col_parts; ++cp) {
+        int64_t r0 = m * rp / row_parts, r1 = m * (rp + 1) / row_parts;
+        int64_t c0 = nn * cp / col_parts, c1 = nn * (cp + 1) / col_parts;
+        if (r0 == r1 || c0 == c1) continue;
+        Task t;
+        t.rows = r1 - r0;
+        t.cols = c1 - c0;
+        t.a = oa + r0 * p.a.sr;
+        t.b = ob + c0 * p.b.sc;
+        t.c = bi * m * nn + r0 * nn + c0;
+        for (size_t j = 0; j < p.bin.size(); ++j) {
+          const Operand& y = p.bin[j];
+          t.bin.push_back(oy[j] + (y.bcast_rows ? 0 : r0 * y.sr) + (y.bcast_cols ? 0 : c0 * y.sc));
+        }
+        t.part = part_of(t.rows, t.cols);
+        p.tasks.push_back(std::move(t));
+      }
+    }
+  }
+}
+
+}  // namespace
+
 std::shared_ptr<const OnednnProduct> make_onednn_product(const ir::Graph& g, const Plan& plan,
                                                          const Step& st) {
   auto p = std::make_shared<OnednnProduct>();
@@ -644,20 +737,7 @@ std::shared_ptr<const OnednnProduct> make_onednn_product(const ir::Graph& g, con
   if (m == 0 || nn == 0) return p;
   int64_t nb = 1;
   for (size_t d = 0; d < br; ++d) nb *= os[d];
-  // Batches that share B, with A's (and each binary operand's) rows evenly spaced across
-  // them, are one tall product (as run_matmul does for OpenBLAS).
-  auto even = [&](const Operand& o, bool rows_in_order) {
-    bool ok = rows_in_order;
-    for (size_t d = br, span = 1; ok && d-- > 0;) {
-      ok = os[d] == 1 || o.batch[d] == static_cast<int64_t>(span) * m * o.sr;
-      span *= static_cast<size_t>(os[d]);
-    }
-    return ok;
-  };
-  bool merge =
-      nb > 1 && std::all_of(p->b.batch.begin(), p->b.batch.end(), [](int64_t s) { return s == 0; });
-  merge = merge && even(p->a, p->a.sc == 1);
-  for (const Operand& y : p->bin) merge = merge && even(y, true);
+  const bool merge = batches_merge(*p, os, br, m, nb);
   std::vector<int64_t> batch(os.begin(), os.begin() + static_cast<int64_t>(br));
   if (merge) {
     m *= nb;
@@ -680,43 +760,7 @@ std::shared_ptr<const OnednnProduct> make_onednn_product(const ir::Graph& g, con
   int64_t col_parts = 1;
   if (nb == 1 && row_parts == 1 && nn >= 128 && m * nn * k >= (int64_t{1} << 20))
     col_parts = std::min<int64_t>(pool, nn / 64);
-  auto part_of = [&](int64_t rows, int64_t cols) {
-    for (size_t i = 0; i < p->tasks.size(); ++i)
-      if (p->tasks[i].rows == rows && p->tasks[i].cols == cols) return p->tasks[i].part;
-    p->parts.push_back(cached_part(rows, cols, k, p->a, p->b, p->ldc, p->post, p->bin));
-    return static_cast<int>(p->parts.size() - 1);
-  };
-  for (int64_t bi = 0; bi < nb; ++bi) {
-    int64_t oa = p->a.offset, ob = p->b.offset, rest = bi;
-    std::vector<int64_t> oy;
-    for (const Operand& y : p->bin) oy.push_back(y.offset);
-    for (size_t d = br; d-- > 0;) {
-      int64_t coord = rest % batch[d];
-      rest /= batch[d];
-      oa += coord * p->a.batch[d];
-      ob += coord * p->b.batch[d];
-      for (size_t j = 0; j < p->bin.size(); ++j) oy[j] += coord * p->bin[j].batch[d];
-    }
-    for (int64_t rp = 0; rp < row_parts; ++rp) {
-      for (int64_t cp = 0; cp < col_parts; ++cp) {
-        int64_t r0 = m * rp / row_parts, r1 = m * (rp + 1) / row_parts;
-        int64_t c0 = nn * cp / col_parts, c1 = nn * (cp + 1) / col_parts;
-        if (r0 == r1 || c0 == c1) continue;
-        Task t;
-        t.rows = r1 - r0;
-        t.cols = c1 - c0;
-        t.a = oa + r0 * p->a.sr;
-        t.b = ob + c0 * p->b.sc;
-        t.c = bi * m * nn + r0 * nn + c0;
-        for (size_t j = 0; j < p->bin.size(); ++j) {
-          const Operand& y = p->bin[j];
-          t.bin.push_back(oy[j] + (y.bcast_rows ? 0 : r0 * y.sr) + (y.bcast_cols ? 0 : c0 * y.sc));
-        }
-        t.part = part_of(t.rows, t.cols);
-        p->tasks.push_back(std::move(t));
-      }
-    }
-  }
+  add_tasks(*p, batch, nb, br, m, nn, k, row_parts, col_parts);
   return p;
 }
 
