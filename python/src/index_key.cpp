@@ -73,7 +73,7 @@ int64_t consumed_dims(const std::vector<nb::object>& items, int64_t rank) {
 IndexItem whole(int64_t n) {
   IndexItem it{IndexItem::Kind::Range};
   it.stop = it.len = n;
-  it.whole = true;
+  it.whole = it.filled = true;
   return it;
 }
 
@@ -93,7 +93,7 @@ IndexItem tensor_item(nb::handle h) {
   it.tensor = tensor_of(h.ptr());
   LOOM_CHECK_T(DTypeError, is_integral(it.tensor.dtype()),
                "[index] tensors used as indices must be int64 or int32, got ",
-               name(it.tensor.dtype()), " (a bool mask is supported alone, as t[mask])");
+               name(it.tensor.dtype()), " (a bool mask is supported alone, in t[mask] = v)");
   return it;
 }
 

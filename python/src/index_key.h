@@ -14,7 +14,8 @@ struct IndexItem {
   int64_t index = 0;                               // Int: in [0, size)
   int64_t start = 0, stop = 0, step = 1, len = 0;  // Range: adjusted to the dim's size
   bool whole = false;                              // Range: the whole dim, in order
-  Tensor tensor;                                   // Tensor: int32 or int64
+  bool filled = false;  // Range: a dim the key leaves out (under ... or after its last item)
+  Tensor tensor;        // Tensor: int32 or int64
 };
 
 // One item per dim of a tensor of `shape` (ellipsis and the trailing dims as whole ranges),

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "common.h"
+#include "index_key.h"
 #include "tree.h"
 
 namespace loom::py {
@@ -115,71 +116,14 @@ nb::object inplace(nb::handle self, nb::handle other, const char* op) {
   return nb::borrow(self);
 }
 
-int64_t norm_index(int64_t i, int64_t n, int64_t dim) {
-  if (i < -n || i >= n)
-    throw nb::index_error(
-        detail::str_cat("index ", i, " is out of bounds for dimension ", dim, " with size ", n)
-            .c_str());
-  return i < 0 ? i + n : i;
-}
-
 // An index tensor's negative entries counted from the back, as torch; entries below -n stay
 // negative, so index_select's check names them as the user wrote them.
 Tensor wrap_negative(const Tensor& idx, int64_t n) {
   return where(idx < Scalar(0), where(idx >= Scalar(-n), idx + Scalar(n), idx), idx);
 }
 
-// getitem's list items, each replaced by an int64 index tensor kept in `lists` (t[:, [-1]]).
-void lists_to_tensors(std::vector<nb::handle>& items, std::vector<nb::object>& lists) {
-  for (nb::handle& h : items) {
-    if (!PyList_Check(h.ptr())) continue;
-    std::vector<int64_t> v;
-    for (nb::handle e : h) {
-      if (!PyLong_Check(e.ptr()) || PyBool_Check(e.ptr()))
-        throw nb::type_error(
-            detail::str_cat("[index] a list index must hold ints, got an element of type ",
-                            Py_TYPE(e.ptr())->tp_name)
-                .c_str());
-      v.push_back(nb::cast<int64_t>(e));
-    }
-    int64_t n = static_cast<int64_t>(v.size());
-    lists.push_back(nb::steal(new_tensor_object(tensor<int64_t>(std::move(v), Shape({n})))));
-    h = lists.back();
-  }
-}
-
-// getitem's checks of the key as a whole; returns how many dims of x its items consume.
-int64_t check_key(const Tensor& x, const std::vector<nb::handle>& items) {
-  int64_t consumed = 0, ellipses = 0, tensors = 0;
-  for (nb::handle h : items) {
-    if (h.is_none()) continue;
-    if (nb::isinstance<Tensor>(h)) ++tensors;
-    if (h.ptr() == Py_Ellipsis) {
-      ++ellipses;
-      continue;
-    }
-    ++consumed;
-  }
-  if (ellipses > 1) throw nb::index_error("an index can only have a single ellipsis ('...')");
-  if (tensors > 1) {
-    // torch broadcasts several index tensors together (advanced indexing); applying them one
-    // dim at a time would silently give another result.
-    PyErr_SetString(PyExc_NotImplementedError,
-                    "[index] a key with several index tensors (advanced indexing) is not "
-                    "supported: index one dim at a time, e.g. t[i][:, j]");
-    throw nb::python_error();
-  }
-  if (consumed > x.dim())
-    throw nb::index_error(
-        detail::str_cat("too many indices for tensor of dimension ", x.dim()).c_str());
-  return consumed;
-}
-
 // getitem's step for an index tensor at dim d of r: the entries it selects, in idx's shape.
 Tensor index_by_tensor(const Tensor& r, int64_t d, const Tensor& idx) {
-  LOOM_CHECK_T(DTypeError, is_integral(idx.dtype()),
-               "[index] tensors used as indices must be int64 or int32, got ", name(idx.dtype()),
-               " (boolean masks are not supported)");
   Shape rs = r.shape();
   Tensor flat = index_select(r, d, wrap_negative(reshape(idx, {-1}), r.size(d)));
   std::vector<int64_t> shape;
@@ -189,50 +133,25 @@ Tensor index_by_tensor(const Tensor& r, int64_t d, const Tensor& idx) {
   return reshape(flat, shape);
 }
 
-// Basic indexing: ints (negative too), slices with steps, None, ..., one int64 index tensor.
+// Basic indexing: ints (negative too), slices with steps, None, ..., int lists, one int64
+// index tensor; the key parsed by index_key.h, as assignments parse it.
 Tensor getitem(const Tensor& x, nb::handle key) {
-  std::vector<nb::handle> items;
-  nb::object keep = nb::borrow(key);
-  if (PyTuple_Check(key.ptr())) {
-    for (nb::handle h : key) items.push_back(h);
-  } else {
-    items.push_back(key);
-  }
-  std::vector<nb::object> lists;  // list items as int64 index tensors (t[:, [-1]])
-  lists_to_tensors(items, lists);
-  const int64_t consumed = check_key(x, items);
   Tensor r = x;
-  int64_t d = 0;    // the dim of r the next item applies to
-  int64_t pos = 0;  // the item's dim as torch's errors count it (each item one, ... its span)
-  for (nb::handle h : items) {
-    if (h.is_none()) {
-      r = unsqueeze(r, d++);
-    } else if (h.ptr() == Py_Ellipsis) {
-      d += x.dim() - consumed;
-      pos += x.dim() - consumed - 1;
-    } else if (PyLong_Check(h.ptr()) && !PyBool_Check(h.ptr())) {
-      int64_t i = nb::cast<int64_t>(h);
-      r = select(r, d, norm_index(i, r.size(d), pos));
-    } else if (PySlice_Check(h.ptr())) {
-      Py_ssize_t start, stop, step;
-      if (PySlice_Unpack(h.ptr(), &start, &stop, &step) < 0) throw nb::python_error();
-      if (step <= 0) throw nb::value_error("step must be greater than zero");
-      int64_t n = r.size(d);
-      Py_ssize_t len = PySlice_AdjustIndices(n, &start, &stop, step);
-      r = len == 0 ? slice(r, d, 0, 0) : slice(r, d, start, stop, step);
-      ++d;
-    } else if (nb::isinstance<Tensor>(h)) {
-      Tensor idx = nb::cast<Tensor>(h);
-      r = index_by_tensor(r, d, idx);
-      d += idx.dim();
-    } else {
-      throw nb::type_error(
-          detail::str_cat("[index] only integers, slices (`:`), ellipsis (`...`), None and "
-                          "int64 tensors are valid indices, got ",
-                          Py_TYPE(h.ptr())->tp_name)
-              .c_str());
+  int64_t d = 0;  // the dim of r the next item applies to
+  for (const IndexItem& it : parse_index_key(x.shape(), key)) {
+    switch (it.kind) {
+      case IndexItem::Kind::NewAxis: r = unsqueeze(r, d++); break;
+      case IndexItem::Kind::Int: r = select(r, d, it.index); break;
+      case IndexItem::Kind::Range:
+        if (!it.filled)
+          r = it.len == 0 ? slice(r, d, 0, 0) : slice(r, d, it.start, it.stop, it.step);
+        ++d;
+        break;
+      case IndexItem::Kind::Tensor:
+        r = index_by_tensor(r, d, it.tensor);
+        d += it.tensor.dim();
+        break;
     }
-    ++pos;
   }
   return r;
 }
