@@ -1,0 +1,559 @@
+"""The lowering table: aten ops (torch 1.13's and 2.x's overload names) to loom ops.
+
+dispatch() unwraps LoomTensors to their loom tensors (CPU tensors among the arguments are
+copied in; 0-d ones become host numbers, graph inputs), runs the lowering and wraps loom
+results back. In-place ops (a trailing `_`) write their result into the first argument with
+loom's copy_, so loom sees the tensor as updated in place; views are new tensors (no aliasing:
+an in-place op on a view does not reach its base, see the limits in loom.torch's docstring)."""
+import math
+
+import torch
+from torch.utils._pytree import tree_map
+
+import loom
+import loom.nn.functional as LF
+
+from ._tensor import (DEVICE, LoomTensor, from_cpu, is_loom_device, loom_dtype,
+                      to_torch_tensor, wrap)
+
+TABLE = {}
+_STATS = {"lowered": 0, "fallbacks": 0}
+
+
+def lowers(*names):
+    def put(fn):
+        for n in names:
+            TABLE[n] = fn
+        return fn
+    return put
+
+
+def _describe(args):
+    def one(a):
+        if isinstance(a, LoomTensor):
+            return f"{a.dtype}{list(a.shape)} on {DEVICE}"
+        if isinstance(a, torch.Tensor):
+            return f"{a.dtype}{list(a.shape)} on {a.device}"
+        return type(a).__name__
+    return ", ".join(one(a) for a in args)
+
+
+def _unwrap(x):
+    if isinstance(x, LoomTensor):
+        return x._elem
+    if isinstance(x, torch.Tensor):
+        return x.item() if x.dim() == 0 and x.device.type == "cpu" else from_cpu(x)
+    return x
+
+
+def dispatch(func, args, kwargs):
+    name = func.overloadpacket.__name__
+    fn = TABLE.get(f"{name}.{func._overloadname}") or TABLE.get(name)
+    if fn is None:
+        raise loom.Error(f"[loom.torch] aten.{name}.{func._overloadname} has no lowering to "
+                         f"loom (arguments: {_describe(args)}); loom.torch lowers "
+                         f"{len(TABLE)} aten names")
+    _STATS["lowered"] += 1
+    out = fn(*tree_map(_unwrap, list(args)), **{k: _unwrap(v) for k, v in kwargs.items()})
+    if name.endswith("_") and isinstance(args[0], LoomTensor) and fn not in _NO_WRITE:
+        if out is not None and out is not args[0]._elem:
+            args[0]._elem.copy_(out)
+        return args[0]
+    return wrap(out)
+
+
+_NO_WRITE = set()
+
+
+def _no_write(fn):  # an in-place name whose lowering already updated its argument
+    _NO_WRITE.add(fn)
+    return fn
+
+
+def _lt(dt):
+    return None if dt is None else loom_dtype(dt)
+
+
+# ---- creation and copies --------------------------------------------------------------------
+
+@lowers("zeros_like", "empty_like")
+def _zeros_like(x, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    return loom.zeros(*x.shape, dtype=_lt(dtype) or x.dtype)
+
+
+@lowers("ones_like")
+def _ones_like(x, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    return loom.ones(*x.shape, dtype=_lt(dtype) or x.dtype)
+
+
+@lowers("full_like")
+def _full_like(x, value, dtype=None, layout=None, device=None, pin_memory=None,
+               memory_format=None):
+    return loom.full(list(x.shape), value, dtype=_lt(dtype) or x.dtype)
+
+
+@lowers("new_zeros", "new_empty")
+def _new_zeros(x, size, dtype=None, layout=None, device=None, pin_memory=None):
+    return loom.zeros(*size, dtype=_lt(dtype) or x.dtype)
+
+
+@lowers("new_ones")
+def _new_ones(x, size, dtype=None, layout=None, device=None, pin_memory=None):
+    return loom.ones(*size, dtype=_lt(dtype) or x.dtype)
+
+
+@lowers("new_full")
+def _new_full(x, size, value, dtype=None, layout=None, device=None, pin_memory=None):
+    return loom.full(list(size), value, dtype=_lt(dtype) or x.dtype)
+
+
+@lowers("zero_")
+def _zero_(x):
+    return loom.zeros(*x.shape, dtype=x.dtype)
+
+
+@lowers("fill_")
+def _fill_(x, value):
+    return loom.full(list(x.shape), value, dtype=x.dtype) if not isinstance(value, loom.Tensor) \
+        else loom.to(value, x.dtype).expand(*x.shape)
+
+
+@lowers("copy_")
+def _copy_(dst, src, non_blocking=False):
+    if not isinstance(src, loom.Tensor):
+        src = loom.tensor(src, dtype=dst.dtype)
+    return loom.to(src, dst.dtype).expand(*dst.shape)
+
+
+@lowers("clone")
+def _clone(x, memory_format=None):
+    return loom.clone(x)
+
+
+@lowers("detach", "alias", "lift_fresh", "_conj", "conj", "resolve_conj", "resolve_neg",
+        "contiguous")
+def _same(x, *a, **k):
+    return x
+
+
+@lowers("detach_")
+@_no_write
+def _detach_(x):
+    return x
+
+
+@lowers("_to_copy")
+def _to_copy(x, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False,
+             memory_format=None):
+    if device is not None and not is_loom_device(device):
+        out = to_torch_tensor(LoomTensor(x))
+        return out if dtype is None else out.to(dtype)
+    return loom.to(x, _lt(dtype)) if dtype is not None else loom.clone(x)
+
+
+@lowers("_local_scalar_dense")
+def _local_scalar_dense(x):
+    return x.item()
+
+
+# ---- elementwise ----------------------------------------------------------------------------
+
+def _scaled(b, alpha):
+    return b if alpha == 1 else b * alpha
+
+
+@lowers("add", "add_")
+def _add(a, b, alpha=1):
+    return a + _scaled(b, alpha)
+
+
+@lowers("sub", "sub_", "rsub")
+def _sub(a, b, alpha=1):
+    return a - _scaled(b, alpha)
+
+
+TABLE["rsub"] = lambda a, b, alpha=1: b - _scaled(a, alpha)
+
+
+@lowers("mul", "mul_")
+def _mul(a, b):
+    return a * b
+
+
+@lowers("div", "div_")
+def _div(a, b, rounding_mode=None):
+    if rounding_mode == "floor":
+        return loom.floor_divide(a, b)
+    q = a / b
+    return loom.to(q, q.dtype) if rounding_mode is None else _trunc(q)
+
+
+def _trunc(q):
+    return loom.where(q < 0, -loom.floor(-q), loom.floor(q))
+
+
+for _n, _f in {"neg": loom.neg, "exp": loom.exp, "log": loom.log, "sqrt": loom.sqrt,
+               "rsqrt": loom.rsqrt, "tanh": loom.tanh, "sigmoid": loom.sigmoid,
+               "relu": loom.relu, "abs": loom.abs, "sin": loom.sin, "cos": loom.cos,
+               "erf": loom.erf, "logical_not": loom.logical_not, "floor": loom.floor}.items():
+    TABLE[_n] = TABLE[_n + "_"] = (lambda f: lambda x: f(x))(_f)
+TABLE["reciprocal"] = TABLE["reciprocal_"] = lambda x: 1.0 / x
+TABLE["square"] = lambda x: x * x
+
+
+@lowers("pow", "pow_")
+def _pow(a, b):
+    return loom.pow(a, b)
+
+
+@lowers("gelu", "gelu_")
+def _gelu(x, approximate="none"):
+    return LF.gelu(x, approximate=approximate)
+
+
+@lowers("maximum")
+def _maximum(a, b):
+    return loom.maximum(a, b)
+
+
+@lowers("minimum")
+def _minimum(a, b):
+    return loom.minimum(a, b)
+
+
+@lowers("clamp", "clamp_")
+def _clamp(x, min=None, max=None):
+    return loom.clamp(x, min, max)
+
+
+@lowers("where")
+def _where(c, a, b):
+    return loom.where(c, a, b)
+
+
+for _n in ("eq", "ne", "lt", "le", "gt", "ge"):
+    TABLE[_n] = (lambda n: lambda a, b: getattr(loom, n)(a, b))(_n)
+
+
+@lowers("masked_fill", "masked_fill_")
+def _masked_fill(x, mask, value):
+    return loom.masked_fill(x, mask, value)
+
+
+@lowers("lerp_", "lerp")
+def _lerp(a, b, w):
+    return a + (b - a) * w
+
+
+@lowers("addcdiv_", "addcdiv")
+def _addcdiv(x, t1, t2, value=1):
+    return x + (t1 / t2) * value
+
+
+@lowers("addcmul_", "addcmul")
+def _addcmul(x, t1, t2, value=1):
+    return x + (t1 * t2) * value
+
+
+# ---- backward formulas of torch's autograd --------------------------------------------------
+
+@lowers("threshold_backward")
+def _threshold_backward(grad, x, threshold):
+    return loom.where(x <= threshold, loom.zeros_like(grad), grad)
+
+
+@lowers("gelu_backward")
+def _gelu_backward(grad, x, approximate="none"):
+    if approximate == "tanh":
+        k = math.sqrt(2 / math.pi)
+        inner = k * (x + 0.044715 * x * x * x)
+        t = loom.tanh(inner)
+        d = 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * k * (1 + 3 * 0.044715 * x * x)
+        return grad * d
+    cdf = 0.5 * (1 + loom.erf(x * (1 / math.sqrt(2))))
+    pdf = loom.exp(-0.5 * x * x) * (1 / math.sqrt(2 * math.pi))
+    return grad * (cdf + x * pdf)
+
+
+@lowers("tanh_backward")
+def _tanh_backward(grad, out):
+    return grad * (1 - out * out)
+
+
+@lowers("sigmoid_backward")
+def _sigmoid_backward(grad, out):
+    return grad * out * (1 - out)
+
+
+# ---- reductions -----------------------------------------------------------------------------
+
+def _dims(dim):
+    return None if dim is None or dim == [] else ([dim] if isinstance(dim, int) else list(dim))
+
+
+@lowers("sum")
+def _sum(x, dim=None, keepdim=False, dtype=None):
+    if dtype is not None:
+        x = loom.to(x, _lt(dtype))
+    d = _dims(dim)
+    return loom.sum(x) if d is None else loom.sum(x, d, keepdim)
+
+
+@lowers("mean")
+def _mean(x, dim=None, keepdim=False, dtype=None):
+    if dtype is not None:
+        x = loom.to(x, _lt(dtype))
+    d = _dims(dim)
+    return loom.mean(x) if d is None else loom.mean(x, d, keepdim)
+
+
+@lowers("amax")
+def _amax(x, dim=(), keepdim=False):
+    return loom.amax(x, _dims(dim), keepdim)
+
+
+@lowers("argmax")
+def _argmax(x, dim=None, keepdim=False):
+    return loom.argmax(x, dim, keepdim)
+
+
+# ---- shapes and views -----------------------------------------------------------------------
+
+@lowers("view", "_unsafe_view", "reshape", "_reshape_alias")
+def _view(x, shape, *strides):
+    return loom.reshape(x, list(shape))
+
+
+@lowers("t")
+def _t(x):
+    return x if x.ndim < 2 else loom.transpose(x, 0, 1)
+
+
+@lowers("transpose")
+def _transpose(x, d0, d1):
+    return loom.transpose(x, d0, d1)
+
+
+@lowers("permute")
+def _permute(x, dims):
+    return loom.permute(x, list(dims))
+
+
+@lowers("expand")
+def _expand(x, size, implicit=False):
+    return x.expand(*size)
+
+
+@lowers("unsqueeze")
+def _unsqueeze(x, dim):
+    return loom.unsqueeze(x, dim)
+
+
+@lowers("squeeze")
+def _squeeze(x, dim=None):
+    if dim is None:
+        return loom.squeeze(x)
+    for d in sorted((dim if isinstance(dim, (list, tuple)) else [dim]), reverse=True):
+        x = loom.squeeze(x, d % max(x.ndim, 1)) if x.ndim and x.shape[d] == 1 else x
+    return x
+
+
+@lowers("select")
+def _select(x, dim, index):
+    return loom.select(x, dim, index)
+
+
+@lowers("slice")
+def _slice(x, dim=0, start=None, end=None, step=1):
+    n = x.shape[dim]
+    start = 0 if start is None else start
+    end = n if end is None else min(end, n)
+    return loom.slice(x, dim, start, end, step)
+
+
+@lowers("cat")
+def _cat(xs, dim=0):
+    return loom.cat(list(xs), dim)
+
+
+@lowers("stack")
+def _stack(xs, dim=0):
+    return loom.stack(list(xs), dim)
+
+
+@lowers("split", "split_with_sizes")
+def _split(x, size, dim=0):
+    return list(loom.split(x, size, dim))
+
+
+# ---- products, nn ---------------------------------------------------------------------------
+
+@lowers("mm", "bmm", "matmul")
+def _mm(a, b):
+    return loom.matmul(a, b)
+
+
+@lowers("addmm")
+def _addmm(bias, a, b, beta=1, alpha=1):
+    return _scaled(bias, beta) + _scaled(loom.matmul(a, b), alpha)
+
+
+@lowers("_softmax")
+def _softmax(x, dim, half_to_float=False):
+    return loom.softmax(x, dim)
+
+
+@lowers("_log_softmax")
+def _log_softmax(x, dim, half_to_float=False):
+    return loom.log_softmax(x, dim)
+
+
+@lowers("_softmax_backward_data")
+def _softmax_backward(grad, out, dim, input_dtype=None):
+    return out * (grad - loom.sum(grad * out, [dim], True))
+
+
+@lowers("_log_softmax_backward_data")
+def _log_softmax_backward(grad, out, dim, input_dtype=None):
+    return grad - loom.exp(out) * loom.sum(grad, [dim], True)
+
+
+def _check_nll(fn, weight, reduction):
+    if weight is not None:
+        raise loom.Error(f"[loom.torch] aten.{fn} with class weights is not lowered")
+    if reduction not in (0, 1, 2):
+        raise loom.Error(f"[loom.torch] aten.{fn}: reduction {reduction} unknown")
+
+
+@lowers("nll_loss_forward")
+def _nll_loss_forward(logp, target, weight, reduction, ignore_index):
+    _check_nll("nll_loss_forward", weight, reduction)
+    squeeze = logp.ndim == 1
+    if squeeze:
+        logp, target = logp.reshape(1, -1), target.reshape(1)
+    keep = target != ignore_index
+    safe = loom.where(keep, target, loom.zeros_like(target))
+    picked = -loom.gather(logp, 1, safe.reshape(-1, 1)).reshape(-1)
+    picked = loom.where(keep, picked, loom.zeros_like(picked))
+    total = loom.to(keep, logp.dtype).sum()
+    if reduction == 0:
+        out = picked[0] if squeeze else picked
+    elif reduction == 1:
+        out = picked.sum() / total
+    else:
+        out = picked.sum()
+    return out, total
+
+
+@lowers("nll_loss_backward")
+def _nll_loss_backward(grad, logp, target, weight, reduction, ignore_index, total_weight):
+    _check_nll("nll_loss_backward", weight, reduction)
+    squeeze = logp.ndim == 1
+    lp = logp.reshape(1, -1) if squeeze else logp
+    tg = target.reshape(1) if squeeze else target
+    keep = loom.to(tg != ignore_index, lp.dtype)
+    classes = loom.arange(lp.shape[1], dtype=tg.dtype).reshape(1, -1)
+    onehot = loom.to(classes == tg.reshape(-1, 1), lp.dtype)
+    g = grad if reduction == 0 else (grad / total_weight if reduction == 1 else grad)
+    g = g.reshape(-1, 1) if reduction == 0 else g
+    out = -onehot * keep.reshape(-1, 1) * g
+    return out.reshape(*logp.shape)
+
+
+@lowers("mse_loss")
+def _mse_loss(x, y, reduction=1):
+    d = (x - y) * (x - y)
+    return d if reduction == 0 else (d.mean() if reduction == 1 else d.sum())
+
+
+@lowers("mse_loss_backward")
+def _mse_loss_backward(grad, x, y, reduction):
+    g = 2 * (x - y) * grad
+    return g / x.numel() if reduction == 1 else g
+
+
+@lowers("embedding")
+def _embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    return loom.embedding(indices, weight)
+
+
+@lowers("embedding_dense_backward")
+def _embedding_backward(grad, indices, num_weights, padding_idx, scale_grad_by_freq):
+    flat = indices.reshape(-1)
+    g = grad.reshape(flat.shape[0], -1)
+    if padding_idx >= 0:
+        g = loom.where((flat != padding_idx).reshape(-1, 1), g, loom.zeros_like(g))
+    return loom.index_add(loom.zeros(num_weights, g.shape[1], dtype=g.dtype), 0, flat, g)
+
+
+@lowers("native_layer_norm")
+def _native_layer_norm(x, shape, weight, bias, eps):
+    dims = list(range(x.ndim - len(shape), x.ndim))
+    mean = loom.mean(x, dims, True)
+    xc = x - mean
+    rstd = loom.rsqrt(loom.mean(xc * xc, dims, True) + eps)
+    y = xc * rstd
+    if weight is not None:
+        y = y * weight
+    if bias is not None:
+        y = y + bias
+    return y, mean, rstd
+
+
+@lowers("native_layer_norm_backward")
+def _native_layer_norm_backward(grad, x, shape, mean, rstd, weight, bias, mask):
+    dims = list(range(x.ndim - len(shape), x.ndim))
+    n = 1
+    for s in shape:
+        n *= s
+    xhat = (x - mean) * rstd
+    gw = grad * weight if weight is not None else grad
+    gx = rstd * (gw - loom.mean(gw, dims, True) - xhat * loom.mean(gw * xhat, dims, True))
+    lead = list(range(x.ndim - len(shape)))
+    gweight = loom.sum(grad * xhat, lead) if weight is not None and mask[1] else None
+    gbias = loom.sum(grad, lead) if bias is not None and mask[2] else None
+    return gx if mask[0] else None, gweight, gbias
+
+
+@lowers("native_dropout")
+def _native_dropout(x, p, train):
+    if not train or p == 0:
+        return x, loom.ones(*x.shape, dtype=loom.bool_)
+    keep = loom.rand(*x.shape, dtype=x.dtype) >= p
+    return loom.where(keep, x * (1.0 / (1.0 - p)), loom.zeros_like(x)), keep
+
+
+@lowers("native_dropout_backward")
+def _native_dropout_backward(grad, mask, scale):
+    return loom.where(mask, grad * scale, loom.zeros_like(grad))
+
+
+@lowers("scaled_dot_product_attention")
+def _sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+          enable_gqa=False):
+    return LF.scaled_dot_product_attention(q, k, v, attn_mask, dropout_p, is_causal, scale,
+                                           enable_gqa)
+
+
+@lowers("tril", "tril_")
+def _tril(x, diagonal=0):
+    return loom.tril(x, diagonal)
+
+
+@lowers("triu", "triu_")
+def _triu(x, diagonal=0):
+    return loom.triu(x, diagonal)
+
+
+@lowers("linalg_vector_norm")
+def _vector_norm(x, ord=2, dim=None, keepdim=False, dtype=None):
+    if ord != 2:
+        raise loom.Error(f"[loom.torch] aten.linalg_vector_norm with ord={ord} is not lowered")
+    d = _dims(dim)
+    sq = x * x
+    return loom.sqrt(loom.sum(sq) if d is None else loom.sum(sq, d, keepdim))
+
+
+@lowers("norm")
+def _norm(x, p=2, dim=None, keepdim=False, dtype=None):
+    return _vector_norm(x, p, dim, keepdim)

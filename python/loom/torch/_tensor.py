@@ -1,0 +1,136 @@
+"""The torch.Tensor wrapper subclass that holds a lazy loom tensor, and the dispatch of aten
+ops to the lowering table (_lowering.py)."""
+import numpy as np
+import torch
+from torch.utils._pytree import tree_map
+
+import loom
+
+_T2L = {torch.bool: loom.bool_, torch.int32: loom.int32, torch.int64: loom.int64,
+        torch.bfloat16: loom.bfloat16, torch.float16: loom.float16,
+        torch.float32: loom.float32, torch.float64: loom.float64}
+_L2T = {v: k for k, v in _T2L.items()}
+# From torch 2.1 the device is privateuseone renamed 'loom'. On 1.13 privateuseone has no device
+# guard (autograd's engine aborts the process on it), so loom's tensors report 'meta', as
+# torchax's do, and torch.device('meta') names loom's device.
+if hasattr(torch.utils, "rename_privateuse1_backend"):
+    try:
+        torch.utils.rename_privateuse1_backend("loom")
+    except RuntimeError:  # renamed already (by an earlier import)
+        pass
+    DEVICE = torch.device("loom")
+else:
+    DEVICE = torch.device("meta")
+
+
+def loom_dtype(dt):
+    try:
+        return _T2L[dt]
+    except KeyError:
+        raise loom.DTypeError(f"[loom.torch] torch dtype {dt} has no loom dtype (loom has "
+                              f"{', '.join(str(d) for d in _T2L)})") from None
+
+
+def torch_dtype(dt):
+    return _L2T[dt]
+
+
+def is_loom_device(device):
+    if device is None:
+        return False
+    d = torch.device(device) if not isinstance(device, torch.device) else device
+    return d.type == DEVICE.type
+
+
+class LoomTensor(torch.Tensor):
+    """A torch tensor on loom's device: its value is a lazy loom.Tensor (`_elem`); aten ops on
+    it are recorded into loom's pending graph (see loom.torch)."""
+
+    @staticmethod
+    def __new__(cls, elem, requires_grad=False):
+        t = torch.Tensor._make_wrapper_subclass(cls, tuple(elem.shape),
+                                                dtype=torch_dtype(elem.dtype), device=DEVICE,
+                                                requires_grad=requires_grad)
+        t._elem = elem
+        return t
+
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        from ._lowering import dispatch
+        return dispatch(func, args, kwargs or {})
+
+    def __repr__(self, *, tensor_contents=None):
+        text = repr(to_torch(self.detach()))
+        return text[:-1] + f", device='{DEVICE}')" if text.endswith(")") else text
+
+    def numpy(self):
+        return np.array(self._elem.numpy())
+
+    def tolist(self):
+        return self._elem.tolist()
+
+
+def from_cpu(t):
+    """A loom tensor holding a copy of CPU tensor t's values."""
+    t = t.detach()
+    if t.dtype == torch.bfloat16:
+        return loom.tensor(t.float().numpy()).to(loom.bfloat16)
+    return loom.tensor(t.contiguous().numpy().copy())
+
+
+def to_torch_tensor(x):
+    """A LoomTensor's value as a CPU torch tensor (materializes)."""
+    e = x._elem
+    if e.dtype == loom.bfloat16:
+        return torch.from_numpy(np.array(e.float().numpy())).to(torch.bfloat16)
+    return torch.from_numpy(np.array(e.numpy()))
+
+
+def wrap(x):
+    return tree_map(lambda v: LoomTensor(v) if isinstance(v, loom.Tensor) else v, x)
+
+
+def move_module(module, convert):
+    """Replaces a module's parameters and buffers by convert(tensor), each distinct tensor once,
+    so tied weights stay tied (torch's Module._apply converts a tied weight once per owner)."""
+    memo = {}
+    for mod in module.modules():
+        for table, is_param in ((mod._parameters, True), (mod._buffers, False)):
+            for name, t in list(table.items()):
+                if t is None:
+                    continue
+                if id(t) not in memo:
+                    new = convert(t.detach())
+                    memo[id(t)] = torch.nn.Parameter(new, t.requires_grad) if is_param else new
+                table[name] = memo[id(t)]
+    return module
+
+
+def to_loom(tree):
+    """CPU torch tensors in `tree` as LoomTensors (a module's parameters and buffers in place)."""
+    if isinstance(tree, torch.nn.Module):
+        return move_module(tree, lambda t: t if isinstance(t, LoomTensor) else
+                           LoomTensor(from_cpu(t)))
+    if isinstance(tree, LoomTensor):
+        return tree
+    if isinstance(tree, torch.Tensor):
+        out = LoomTensor(from_cpu(tree))
+        return out.requires_grad_() if tree.requires_grad and tree.is_leaf else out
+    if isinstance(tree, (list, tuple, dict)):
+        return tree_map(lambda v: to_loom(v) if isinstance(v, torch.Tensor) else v, tree)
+    return tree
+
+
+def to_torch(tree):
+    """LoomTensors in `tree` as CPU torch tensors (modules in place); one loom run for all."""
+    if isinstance(tree, torch.nn.Module):
+        loom.sync()
+        return move_module(tree, lambda t: to_torch_tensor(t) if isinstance(t, LoomTensor)
+                           else t)
+    loom_leaves = []
+    tree_map(lambda v: loom_leaves.append(v._elem) if isinstance(v, LoomTensor) else None, tree)
+    if loom_leaves:
+        loom.sync()
+    return tree_map(lambda v: to_torch_tensor(v) if isinstance(v, LoomTensor) else v, tree)
