@@ -166,3 +166,27 @@ def test_an_op_without_lowering_is_a_clear_error():
     x = torch.randn(3, 3, device=dev)
     with pytest.raises(loom.Error, match=r"aten\.linalg_.*no lowering to loom.*float32\[3, 3\]"):
         torch.linalg.inv(x)
+
+
+def test_writes_through_views_as_torch():
+    """A write into a view reaches its base and the base's other views, as torch's aliasing."""
+    def program(d):
+        x = torch.arange(12, dtype=torch.float32, device=d).view(3, 4)
+        flat = x.view(-1)
+        col = x.t()[1]
+        x[0].add_(1.0)               # select, then in place
+        x[:, 1] = 5.0                # slice + select + copy_ (__setitem__)
+        x[1:, 2:].mul_(2.0)          # a slice of a slice
+        x.t()[3].sub_(0.5)           # a transposed view's row
+        return x, flat, col
+    got = [lt.to_torch(t) for t in program(dev)]
+    want = program("cpu")
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w)
+
+
+def test_a_write_loom_torch_cannot_carry_is_a_clear_error():
+    x = torch.zeros(1, 4, device=dev)
+    e = x.expand(3, 4)
+    with pytest.raises(loom.Error, match=r"writes into a view made by aten\.expand"):
+        e.add_(1.0)

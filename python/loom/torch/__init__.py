@@ -19,8 +19,9 @@ empty, rand; drawn by loom's generator). lt.to_loom(tree) / lt.to_torch(tree) mo
 modules (in place) and pytrees. An aten op the table does not lower raises loom.Error naming
 the op, its overload and its arguments.
 
-Limits of this first version: an in-place op on a view (x[0].add_(1), x[:, 1] = v) does not
-reach the view's base, and raises nothing; torch.compile, the tracing tools for torch callables
+A write through a view (x[0].add_(1), x[:, 1] = v) reaches the base and its live views, as
+in torch (expand, split and as_strided views cannot be written: loom.Error). Limits of this
+first version: torch.compile, the tracing tools for torch callables
 (assume_pure, scan, ...) and OpInfo coverage are not there yet. Tested with torch 1.13.
 """
 import torch
@@ -73,6 +74,12 @@ class _DeviceMode(TorchFunctionMode):
             kw = {k: v for k, v in kwargs.items() if k not in ("device", "requires_grad")}
             out = to_loom(torch.tensor(*args, **kw))
             return out.requires_grad_() if kwargs.get("requires_grad") else out
+        if func is torch.Tensor.__setitem__ and isinstance(args[0], LoomTensor) and \
+                not isinstance(args[2], torch.Tensor):
+            # torch would make the value a tensor on the target's device: on 1.13 a real 'meta'
+            # tensor, which holds no value. Made here as a loom tensor instead.
+            value = LoomTensor(loom.tensor(args[2], dtype=args[0]._elem.dtype))
+            return func(args[0], args[1], value)
         if func is torch.Tensor.to and not isinstance(args[0], LoomTensor):
             target = dev if dev is not None else next(
                 (a for a in args[1:] if isinstance(a, (str, torch.device))), None)

@@ -3,9 +3,12 @@
 dispatch() unwraps LoomTensors to their loom tensors (CPU tensors among the arguments are
 copied in; 0-d ones become host numbers, graph inputs), runs the lowering and wraps loom
 results back. In-place ops (a trailing `_`) write their result into the first argument with
-loom's copy_, so loom sees the tensor as updated in place; views are new tensors (no aliasing:
-an in-place op on a view does not reach its base, see the limits in loom.torch's docstring)."""
+loom's copy_, so loom sees the tensor as updated in place. A view is a loom tensor of its own, linked to its
+base: a write into the view is written back into the base, and a write into the base is
+carried to its live views (graph ops), as torch's aliasing shows them; a write into a view
+that cannot be written back (expand, split, as_strided, ...) raises loom.Error."""
 import math
+import weakref
 
 import torch
 from torch.utils._pytree import tree_map
@@ -54,12 +57,93 @@ def dispatch(func, args, kwargs):
                          f"loom (arguments: {_describe(args)}); loom.torch lowers "
                          f"{len(TABLE)} aten names")
     _STATS["lowered"] += 1
-    out = fn(*tree_map(_unwrap, list(args)), **{k: _unwrap(v) for k, v in kwargs.items()})
-    if name.endswith("_") and isinstance(args[0], LoomTensor) and fn not in _NO_WRITE:
+    inplace = name.endswith("_") and fn not in _NO_WRITE
+    rest = tree_map(_unwrap, list(args))
+    kw = {k: _unwrap(v) for k, v in kwargs.items()}
+    out = fn(*rest, **kw)
+    if inplace and isinstance(args[0], LoomTensor):
         if out is not None and out is not args[0]._elem:
-            args[0]._elem.copy_(out)
+            _assign(args[0], out, func)
         return args[0]
-    return wrap(out)
+    wrapped = wrap(out)
+    if name in _VIEWS and isinstance(args[0], LoomTensor):
+        _link_views(args[0], wrapped, name, fn, rest[1:], kw, func)
+    return wrapped
+
+
+# aten's view ops, whose results alias their input in torch. Here a view is its own loom
+# tensor, linked to its base: a write into either is carried to the other (as graph ops).
+_VIEWS = {"view", "_unsafe_view", "_reshape_alias", "t", "transpose", "permute", "expand",
+          "unsqueeze", "squeeze", "select", "slice", "split", "split_with_sizes", "as_strided",
+          "diagonal", "unbind", "unfold", "narrow", "alias", "detach"}
+_RESHAPES = {"view", "_unsafe_view", "_reshape_alias", "unsqueeze", "squeeze"}
+
+
+def _inverse(name, args):
+    """base, new view value -> the base's new value; None where loom.torch cannot write back."""
+    if name in _RESHAPES:
+        return lambda base, new: new.reshape(*base.shape)
+    if name in ("t", "transpose"):
+        return lambda base, new: fn_t(new, *args)
+    if name == "permute":
+        inv = [0] * len(args[0])
+        for i, d in enumerate(args[0]):
+            inv[d % len(inv)] = i
+        return lambda base, new: loom.permute(new, inv)
+    if name in ("select", "slice"):
+        def put(base, new):
+            dim = args[0] if args else 0
+            key = [slice(None)] * (dim % base.ndim)
+            if name == "select":
+                key.append(args[1])
+            else:
+                start, end = (list(args[1:3]) + [None, None])[:2]
+                key.append(slice(start, end, args[3] if len(args) > 3 else 1))
+            out = loom.clone(base)
+            out[tuple(key)] = new
+            return out
+        return put
+    return None
+
+
+def fn_t(new, *args):
+    return _t(new) if not args else loom.transpose(new, args[0], args[1])
+
+
+def _link_views(base, wrapped, name, fn, rest, kw, func):
+    views = wrapped if isinstance(wrapped, (list, tuple)) else [wrapped]
+    if name in ("alias", "detach"):  # the same loom tensor: writes are shared already
+        return
+    for i, v in enumerate(views):
+        if not isinstance(v, LoomTensor):
+            continue
+        v._view_base = base  # held: a view of a temporary view still reaches the root
+        v._view_of = (func, len(views) > 1 and i, rest, kw)
+        v._view_inverse = None if len(views) > 1 else _inverse(name, rest)
+        v._view_forward = None if len(views) > 1 else (lambda b, fn=fn: fn(b, *rest, **kw))
+        if not hasattr(base, "_views"):
+            base._views = weakref.WeakSet()
+        base._views.add(v)
+
+
+def _assign(t, value, func, skip=None):
+    """t's loom tensor := value, carried to t's base (if t is a view whose base lives) and to
+    t's live views, as torch's aliasing would show them."""
+    t._elem.copy_(value)
+    base = getattr(t, "_view_base", None)
+    if base is not None and base is not skip:
+        if t._view_inverse is None:
+            raise loom.Error(f"[loom.torch] aten.{func.overloadpacket.__name__}."
+                             f"{func._overloadname} writes into a view made by "
+                             f"aten.{t._view_of[0].overloadpacket.__name__}, which loom.torch "
+                             f"cannot write back to its base ({_describe([base])})")
+        _assign(base, t._view_inverse(base._elem, t._elem), func, skip=t)
+    for v in list(getattr(t, "_views", ())):
+        if v is not skip and v._view_forward is not None:
+            _assign(v, v._view_forward(t._elem), func, skip=t)
+
+
+
 
 
 _NO_WRITE = set()
