@@ -25,7 +25,6 @@ first version: torch.compile, the tracing tools for torch callables
 (assume_pure, scan, ...) and OpInfo coverage are not there yet. Tested with torch 1.13.
 """
 import torch
-from torch.overrides import TorchFunctionMode
 
 import loom
 
@@ -35,13 +34,8 @@ from ._tensor import DEVICE, LoomTensor, is_loom_device, loom_dtype, to_loom, to
 __all__ = ["device", "sync", "to_loom", "to_torch", "LoomTensor", "metrics", "metrics_report",
            "lowered_ops", "aten_ops_lowered"]
 
-_FACTORIES = {
-    torch.randn: lambda size, dt: loom.randn(*size, dtype=dt),
-    torch.rand: lambda size, dt: loom.rand(*size, dtype=dt),
-    torch.zeros: lambda size, dt: loom.zeros(*size, dtype=dt),
-    torch.ones: lambda size, dt: loom.ones(*size, dtype=dt),
-    torch.empty: lambda size, dt: loom.zeros(*size, dtype=dt),
-}
+_DRAWS = {"randn": loom.randn, "rand": loom.rand, "zeros": loom.zeros, "ones": loom.ones,
+          "empty": loom.zeros}
 
 
 def _size(args):
@@ -50,52 +44,53 @@ def _size(args):
     return tuple(args)
 
 
-class _DeviceMode(TorchFunctionMode):
-    """Routes torch calls that name loom's device (factories, Tensor.to) to loom; every
-    other call passes through unchanged."""
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        dev = kwargs.get("device")
-        if func in _FACTORIES and is_loom_device(dev):
+def _factory(name, original):
+    def make(*args, **kwargs):
+        if not is_loom_device(kwargs.get("device")):
+            return original(*args, **kwargs)
+        rg = kwargs.pop("requires_grad", False)
+        kwargs.pop("device")
+        if name in _DRAWS:
             dt = kwargs.get("dtype") or torch.get_default_dtype()
-            out = LoomTensor(_FACTORIES[func](_size(args), loom_dtype(dt)))
-            return out.requires_grad_() if kwargs.get("requires_grad") else out
-        if func is torch.full and is_loom_device(dev):
-            size, value = args[0], args[1]
-            dt = kwargs.get("dtype") or (torch.get_default_dtype() if isinstance(value, float)
-                                         else torch.int64 if isinstance(value, int) and
-                                         not isinstance(value, bool) else torch.bool)
-            return LoomTensor(loom.full(list(size), value, dtype=loom_dtype(dt)))
-        if func is torch.arange and is_loom_device(dev):
-            kw = {k: v for k, v in kwargs.items() if k != "device"}
-            return to_loom(torch.arange(*args, **kw))
-        if func is torch.tensor and is_loom_device(dev):
-            kw = {k: v for k, v in kwargs.items() if k not in ("device", "requires_grad")}
-            out = to_loom(torch.tensor(*args, **kw))
-            return out.requires_grad_() if kwargs.get("requires_grad") else out
-        if func is torch.Tensor.__setitem__ and isinstance(args[0], LoomTensor) and \
-                not isinstance(args[2], torch.Tensor):
-            # torch would make the value a tensor on the target's device: on 1.13 a real 'meta'
-            # tensor, which holds no value. Made here as a loom tensor instead.
-            value = LoomTensor(loom.tensor(args[2], dtype=args[0]._elem.dtype))
-            return func(args[0], args[1], value)
-        if func is torch.Tensor.to and not isinstance(args[0], LoomTensor):
-            target = dev if dev is not None else next(
-                (a for a in args[1:] if isinstance(a, (str, torch.device))), None)
-            if is_loom_device(target):
-                dt = kwargs.get("dtype") or next(
-                    (a for a in args[1:] if isinstance(a, torch.dtype)), None)
-                t = args[0] if dt is None else args[0].to(dt)
-                return to_loom(t)
-        return func(*args, **kwargs)
+            out = LoomTensor(_DRAWS[name](*_size(args), dtype=loom_dtype(dt)))
+        else:  # full, arange, tensor: torch's own dtype rules on the CPU, then moved
+            out = to_loom(original(*args, **kwargs))
+        return out.requires_grad_() if rg else out
+    make.__wrapped__ = original
+    return make
 
 
-_mode = None
-_module_to = torch.nn.Module.to
+def _target(args, kwargs):
+    dev = kwargs.get("device")
+    if dev is None:
+        dev = next((a for a in args if isinstance(a, (str, torch.device))), None)
+    return dev
+
+
+_tensor_to = torch.Tensor.to
+_tensor_setitem = torch.Tensor.__setitem__
 
 
 def _to(self, *args, **kwargs):
+    """Tensor.to: a CPU tensor moved to loom's device becomes a LoomTensor."""
+    if type(self) is not LoomTensor and is_loom_device(_target(args, kwargs)):
+        dt = kwargs.get("dtype") or next((a for a in args if isinstance(a, torch.dtype)), None)
+        return to_loom(self if dt is None else _tensor_to(self, dt))
+    return _tensor_to(self, *args, **kwargs)
+
+
+def _setitem(self, key, value):
+    # torch would make a number a tensor on the target's device: on 1.13 a data-less meta
+    # tensor. Made here as a loom tensor instead.
+    if type(self) is LoomTensor and not isinstance(value, torch.Tensor):
+        value = LoomTensor(loom.tensor(value, dtype=self._elem.dtype))
+    return _tensor_setitem(self, key, value)
+
+
+_module_to = torch.nn.Module.to
+
+
+def _module_to_device(self, *args, **kwargs):
     """Module.to: to loom's device (or back to the CPU) with tied weights kept tied."""
     device, dtype, _, _ = torch._C._nn._parse_to(*args, **kwargs)
     has_loom = any(isinstance(t, LoomTensor) for t in self.parameters())
@@ -106,15 +101,27 @@ def _to(self, *args, **kwargs):
     return _module_to(self, *args, **kwargs)
 
 
-torch.nn.Module.to = _to
+_installed = False
+
+
+def _install():
+    """Routes the torch calls that name loom's device to loom: the factories, Tensor.to,
+    Module.to and Tensor.__setitem__ are wrapped (one check each; other calls are untouched,
+    unlike a TorchFunctionMode, which would add microseconds to every eager torch op)."""
+    global _installed
+    if _installed:
+        return
+    _installed = True
+    for name in ("randn", "rand", "zeros", "ones", "empty", "full", "arange", "tensor"):
+        setattr(torch, name, _factory(name, getattr(torch, name)))
+    torch.Tensor.to = _to
+    torch.Tensor.__setitem__ = _setitem
+    torch.nn.Module.to = _module_to_device
 
 
 def device():
-    """loom's torch device; the first call starts routing torch calls that name it to loom."""
-    global _mode
-    if _mode is None:
-        _mode = _DeviceMode()
-        _mode.__enter__()
+    """loom's torch device; the first call routes the torch calls that name it to loom."""
+    _install()
     return DEVICE
 
 
