@@ -375,20 +375,16 @@ def _dims(dim):
     return None if dim is None or dim == [] else ([dim] if isinstance(dim, int) else list(dim))
 
 
-@lowers("sum")
-def _sum(x, dim=None, keepdim=False, dtype=None):
-    if dtype is not None:
-        x = loom.to(x, _lt(dtype))
-    d = _dims(dim)
-    return loom.sum(x) if d is None else loom.sum(x, d, keepdim)
+def _reduction(f):
+    def lowering(x, dim=None, keepdim=False, dtype=None):
+        if dtype is not None:
+            x = loom.to(x, _lt(dtype))
+        d = _dims(dim)
+        return f(x) if d is None else f(x, d, keepdim)
+    return lowering
 
 
-@lowers("mean")
-def _mean(x, dim=None, keepdim=False, dtype=None):
-    if dtype is not None:
-        x = loom.to(x, _lt(dtype))
-    d = _dims(dim)
-    return loom.mean(x) if d is None else loom.mean(x, d, keepdim)
+TABLE["sum"], TABLE["mean"] = _reduction(loom.sum), _reduction(loom.mean)
 
 
 @lowers("amax")
