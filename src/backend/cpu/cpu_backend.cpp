@@ -78,111 +78,6 @@ void log_plan(const cpu::Program& prog) {
   }
 }
 
-// One run of a step graph: what its pool threads share (CpuExecutable::run_graph). Thread-safety:
-// `ready`, `next`, `claimed` and `error` under `lock`; the counters are atomic.
-struct GraphRun {
-  GraphRun(const cpu::StepGraph& graph, size_t steps)
-      : g(graph),
-        n(steps),
-        waiting(new std::atomic<int>[n]),
-        left(new std::atomic<int64_t>[n]),
-        next(n, 0),
-        claimed(n, 0) {
-    ready.reserve(n);
-  }
-
-  const cpu::StepGraph& g;
-  const size_t n;
-  std::unique_ptr<std::atomic<int>[]> waiting;
-  std::unique_ptr<std::atomic<int64_t>[]> left;
-  std::vector<int64_t> next;
-  std::vector<uint64_t> claimed;  // steps of few tasks: the tasks taken, as bits
-  std::vector<int> ready;         // ascending step numbers, under `lock`
-  std::atomic_flag lock = ATOMIC_FLAG_INIT;
-  std::atomic<size_t> done{0};
-  std::atomic<bool> failed{false};
-  std::atomic<int> queued{0};  // ready.size(): idle threads spin on it, not on the lock
-  std::exception_ptr error;
-
-  template <class F>
-  void locked(F&& f) {
-    while (lock.test_and_set(std::memory_order_acquire)) _mm_pause();
-    f();
-    lock.clear(std::memory_order_release);
-  }
-
-  // A step whose inputs are all there: queued, or done at once when it has no task.
-  void arrive(int s, std::vector<int>& zero) {
-    if (g.tasks[s] == 0) {
-      zero.push_back(s);
-      return;
-    }
-    locked([&] {
-      ready.insert(std::upper_bound(ready.begin(), ready.end(), s), s);
-      queued.store(static_cast<int>(ready.size()), std::memory_order_release);
-    });
-  }
-
-  void finish(int s0) {  // s0 and any task-less steps it releases
-    std::vector<int> zero{s0};
-    while (!zero.empty()) {
-      const int s = zero.back();
-      zero.pop_back();
-      for (int u : g.succ[s])
-        if (waiting[u].fetch_sub(1, std::memory_order_acq_rel) == 1) arrive(u, zero);
-      done.fetch_add(1, std::memory_order_acq_rel);
-    }
-  }
-
-  // The counters set from the graph; the steps that wait for nothing arrive.
-  void start() {
-    std::vector<int> zero;
-    for (size_t s = 0; s < n; ++s) {
-      waiting[s].store(g.preds[s], std::memory_order_relaxed);
-      left[s].store(g.tasks[s], std::memory_order_relaxed);
-    }
-    for (size_t s = 0; s < n; ++s)
-      if (g.preds[s] == 0) arrive(static_cast<int>(s), zero);
-    for (int s : zero) finish(s);
-  }
-
-  // Thread `me` claims the next task of the lowest-numbered ready step: *s stays -1 when none is.
-  void take(int me, int64_t by_thread, int* s, int64_t* t) {
-    locked([&] {
-      if (ready.empty()) return;
-      *s = ready.front();
-      const int64_t tasks = g.tasks[*s];
-      if (tasks <= by_thread) {
-        // Task i goes to thread i while free, so a product's part i runs on one core step after
-        // step and run after run, beside its operands' block in that core's cache (the MLP's
-        // weight half i) (docs/architecture.md, "Measurements": task i on thread i).
-        const uint64_t all = tasks == 64 ? ~uint64_t{0} : (uint64_t{1} << tasks) - 1;
-        const uint64_t free = all & ~claimed[*s];
-        *t = me < tasks && (free >> me & 1) ? me : std::countr_zero(free);
-        claimed[*s] |= uint64_t{1} << *t;
-        if (claimed[*s] == all) {
-          ready.erase(ready.begin());
-          queued.store(static_cast<int>(ready.size()), std::memory_order_release);
-        }
-        return;
-      }
-      *t = next[*s]++;
-      if (next[*s] == tasks) {
-        ready.erase(ready.begin());
-        queued.store(static_cast<int>(ready.size()), std::memory_order_release);
-      }
-    });
-  }
-
-  // The running task threw: keep the first exception and stop every thread.
-  void fail() {
-    locked([&] {
-      if (!error) error = std::current_exception();
-    });
-    failed.store(true, std::memory_order_release);
-  }
-};
-
 // Thread-safety: immutable after construction; each run keeps its buffers and pointer table
 // (and each loop its scratch) to itself.
 class CpuExecutable final : public Executable {
@@ -355,13 +250,57 @@ class CpuExecutable final : public Executable {
 
   // Runs every step through the step graph (all buffers bound): each pool thread takes the
   // next task of the lowest-numbered ready step until all steps are done or one fails (its
-  // exception is rethrown here once every thread has stopped).
+  // exception is rethrown here once every thread has stopped). Over 80 lines: its state as a
+  // struct with methods cost 0.6 us of sync_hit's 6.5 (docs/architecture.md, "Measurements").
   template <class Bind>
   void run_graph(const std::vector<Buffer>& bufs, std::vector<void*>& ptr, const Bind& bind) const {
     const Plan& plan = prog_.plan;
     const size_t n = plan.steps.size();
-    GraphRun run(graph_, n);
-    run.start();
+    std::unique_ptr<std::atomic<int>[]> waiting(new std::atomic<int>[n]);
+    std::unique_ptr<std::atomic<int64_t>[]> left(new std::atomic<int64_t>[n]);
+    std::vector<int64_t> next(n, 0);
+    std::vector<uint64_t> claimed(n, 0);  // steps of few tasks: the tasks taken, as bits
+    std::vector<int> ready;               // ascending step numbers, under `lock`
+    ready.reserve(n);
+    std::atomic_flag lock = ATOMIC_FLAG_INIT;
+    std::atomic<size_t> done{0};
+    std::atomic<bool> failed{false};
+    std::atomic<int> queued{0};  // ready.size(): idle threads spin on it, not on the lock
+    std::exception_ptr error;
+    auto locked = [&](auto&& f) {
+      while (lock.test_and_set(std::memory_order_acquire)) _mm_pause();
+      f();
+      lock.clear(std::memory_order_release);
+    };
+    // A step whose inputs are all there: queued, or done at once when it has no task.
+    auto arrive = [&](int s, std::vector<int>& zero) {
+      if (graph_.tasks[s] == 0) {
+        zero.push_back(s);
+        return;
+      }
+      locked([&] {
+        ready.insert(std::upper_bound(ready.begin(), ready.end(), s), s);
+        queued.store(static_cast<int>(ready.size()), std::memory_order_release);
+      });
+    };
+    auto finish = [&](int s0) {  // s0 and any task-less steps it releases
+      std::vector<int> zero{s0};
+      while (!zero.empty()) {
+        const int s = zero.back();
+        zero.pop_back();
+        for (int u : graph_.succ[s])
+          if (waiting[u].fetch_sub(1, std::memory_order_acq_rel) == 1) arrive(u, zero);
+        done.fetch_add(1, std::memory_order_acq_rel);
+      }
+    };
+    std::vector<int> zero;
+    for (size_t s = 0; s < n; ++s) {
+      waiting[s].store(graph_.preds[s], std::memory_order_relaxed);
+      left[s].store(graph_.tasks[s], std::memory_order_relaxed);
+    }
+    for (size_t s = 0; s < n; ++s)
+      if (graph_.preds[s] == 0) arrive(static_cast<int>(s), zero);
+    for (int s : zero) finish(s);
     const bool profiling = profile::enabled();
     auto run_task = [&](int s, int64_t t) {
       const Step& st = plan.steps[s];
@@ -381,19 +320,41 @@ class CpuExecutable final : public Executable {
             profile::now_us(),
             "\"task\": " + std::to_string(t) + ", \"tasks\": " + std::to_string(graph_.tasks[s]));
     };
-    // Steps of at most one task per thread take their tasks by thread (GraphRun::take).
+    // Steps of at most one task per thread take their tasks by thread (below).
     const int64_t by_thread = std::min<int64_t>(cpu::ThreadPool::instance().size(), 64);
     auto participant = [&](int) {
       const int me = cpu::ThreadPool::thread_index();
-      while (run.done.load(std::memory_order_acquire) < n &&
-             !run.failed.load(std::memory_order_acquire)) {
-        if (run.queued.load(std::memory_order_acquire) == 0) {
+      while (done.load(std::memory_order_acquire) < n && !failed.load(std::memory_order_acquire)) {
+        if (queued.load(std::memory_order_acquire) == 0) {
           _mm_pause();
           continue;
         }
         int s = -1;
         int64_t t = 0;
-        run.take(me, by_thread, &s, &t);
+        locked([&] {
+          if (ready.empty()) return;
+          s = ready.front();
+          const int64_t tasks = graph_.tasks[s];
+          if (tasks <= by_thread) {
+            // Task i goes to thread i while free, so a product's part i runs on one core step after
+            // step and run after run, beside its operands' block in that core's cache (the MLP's
+            // weight half i) (docs/architecture.md, "Measurements": task i on thread i).
+            const uint64_t all = tasks == 64 ? ~uint64_t{0} : (uint64_t{1} << tasks) - 1;
+            const uint64_t free = all & ~claimed[s];
+            t = me < tasks && (free >> me & 1) ? me : std::countr_zero(free);
+            claimed[s] |= uint64_t{1} << t;
+            if (claimed[s] == all) {
+              ready.erase(ready.begin());
+              queued.store(static_cast<int>(ready.size()), std::memory_order_release);
+            }
+            return;
+          }
+          t = next[s]++;
+          if (next[s] == tasks) {
+            ready.erase(ready.begin());
+            queued.store(static_cast<int>(ready.size()), std::memory_order_release);
+          }
+        });
         if (s < 0) {
           _mm_pause();
           continue;
@@ -401,16 +362,19 @@ class CpuExecutable final : public Executable {
         try {
           run_task(s, t);
         } catch (...) {
-          run.fail();
+          locked([&] {
+            if (!error) error = std::current_exception();
+          });
+          failed.store(true, std::memory_order_release);
           return;
         }
-        if (run.left[s].fetch_sub(1, std::memory_order_acq_rel) == 1) run.finish(s);
+        if (left[s].fetch_sub(1, std::memory_order_acq_rel) == 1) finish(s);
       }
     };
     cpu::detail::count_step_graph_run();
     cpu::ThreadPool& pool = cpu::ThreadPool::instance();
     pool.run(pool.size(), participant);
-    if (run.error) std::rethrow_exception(run.error);
+    if (error) std::rethrow_exception(error);
   }
 
   // Row runs: consecutive oneDNN products in the same row parts (one a thread), each reading
