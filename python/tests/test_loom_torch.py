@@ -190,3 +190,63 @@ def test_a_write_loom_torch_cannot_carry_is_a_clear_error():
     e = x.expand(3, 4)
     with pytest.raises(loom.Error, match=r"writes into a view made by aten\.expand"):
         e.add_(1.0)
+
+
+def test_assume_pure_over_functional_call_traces_once_and_differentiates():
+    from torch.nn.utils.stateless import functional_call  # torch.func's on 2.x
+    torch.manual_seed(0)
+    ref = nn.Sequential(nn.Linear(4, 8), nn.GELU(), nn.Linear(8, 2))
+    model = copy.deepcopy(ref).to(dev)
+    pure = lt.assume_pure(lambda params, x: functional_call(model, params, (x,)))
+    params = dict(model.named_parameters())
+    x = torch.randn(5, 4)
+    loom.reset_metrics()
+    for _ in range(3):
+        y = pure(params, x.to(dev))
+        (y * y).sum().backward()
+        want = ref(x)
+        (want * want).sum().backward()
+    m = loom.metrics()
+    assert m.bodies_traced <= 2 and m.pure_hits >= 4  # forward and its VJP signature, then hits
+    torch.testing.assert_close(lt.to_torch(y), want.detach())
+    for (name, p), q in zip(model.named_parameters(), ref.parameters()):
+        torch.testing.assert_close(lt.to_torch(p.grad), q.grad, msg=lambda s: f"{name}: {s}")
+
+
+def test_scan_equals_the_python_loop_with_gradients():
+    xs = torch.randn(6, 3, generator=torch.Generator().manual_seed(2))
+    w = torch.full((3,), 0.1, requires_grad=True)
+    c0 = lt.to_loom(w.detach()).requires_grad_()
+
+    def step(c, x):
+        c = torch.tanh(c * 1.5 + x)
+        return c, (c * 2).sum(0, keepdim=True)
+
+    final, ys = lt.scan(step, c0, xs.to(dev))
+    (final.sum() + (ys * ys).sum()).backward()
+    c, outs = w, []
+    for t in range(6):
+        c, y = step(c, xs[t])
+        outs.append(y)
+    (c.sum() + (torch.stack(outs) ** 2).sum()).backward()
+    torch.testing.assert_close(lt.to_torch(final), c.detach())
+    torch.testing.assert_close(lt.to_torch(ys), torch.stack(outs).detach())
+    torch.testing.assert_close(lt.to_torch(c0.grad), w.grad)
+
+
+def test_fori_loop_and_while_loop():
+    r = lt.fori_loop(0, 5, lambda i, a: a * 2 + i, torch.ones(2, device=dev))
+    assert lt.to_torch(r).tolist() == [58.0, 58.0]  # closed form of a -> 2a + i, i = 0..4
+    i, a = lt.while_loop(lambda i, a: i < 4, lambda i, a: (i + 1, a * 3),
+                         (torch.tensor(0, device=dev), torch.ones(2, device=dev)))
+    assert lt.to_torch(i).item() == 4 and lt.to_torch(a).tolist() == [81.0, 81.0]
+
+
+def test_compile_cuts_one_graph_per_step():
+    w = torch.ones(3, device=dev)
+    step = lt.compile(lambda x: (x * w).sum())
+    loom.reset_metrics()
+    for k in range(4):
+        out = step(torch.full((3,), float(k), device=dev))
+    assert loom.pending_graph_size() == 0 and loom.metrics().compiles <= 2
+    assert lt.to_torch(out).item() == 9.0

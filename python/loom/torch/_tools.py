@@ -1,0 +1,194 @@
+"""The seed's tools for torch callables (torch_xla's signatures): assume_pure, scan, fori_loop,
+while_loop and compile. Each traces its torch function once per signature into loom's IR
+(the function runs on LoomTensors, so its aten ops become loom ops) and is differentiable
+through torch's autograd: a torch.autograd.Function whose backward is loom's VJP of the
+traced region, recorded lazily into the same graph (where loom's CSE shares the forward)."""
+import torch
+from torch.utils._pytree import tree_flatten, tree_unflatten
+
+import loom
+
+from ._tensor import LoomTensor, to_loom
+
+_FLOATS = (loom.float16, loom.bfloat16, loom.float32, loom.float64)
+
+
+def _as_loom_tensor(x):
+    return x if isinstance(x, LoomTensor) else to_loom(x)
+
+
+def _torch_view(x):
+    return LoomTensor(x) if isinstance(x, loom.Tensor) else x
+
+
+def _loom_view(x):
+    if isinstance(x, LoomTensor):
+        return x._elem
+    if isinstance(x, torch.Tensor):
+        raise loom.TraceError(f"[loom.torch] a traced function returned a CPU tensor "
+                              f"{x.dtype}{list(x.shape)}; return tensors on loom's device")
+    return x
+
+
+class _Region(torch.autograd.Function):
+    """outputs = run(*inputs) on loom tensors; backward: loom's VJP of run at the inputs."""
+
+    @staticmethod
+    def forward(ctx, run, n_static, *flat):
+        statics, tensors = flat[:n_static], flat[n_static:]
+        ctx.run, ctx.statics = run, statics
+        ctx.save_for_backward(*tensors)
+        outs = run(statics, [t._elem for t in tensors])
+        return tuple(LoomTensor(o) for o in outs)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        tensors = ctx.saved_tensors
+        leaves = [t._elem.detach().requires_grad_() if t._elem.dtype in _FLOATS and
+                  ctx.needs_input_grad[2 + len(ctx.statics) + i] else t._elem.detach()
+                  for i, t in enumerate(tensors)]
+        with loom.enable_grad():
+            outs = ctx.run(ctx.statics, leaves)
+            terms = [(o * g._elem).sum() for o, g in zip(outs, grads)
+                     if g is not None and o.dtype in _FLOATS]
+            if terms:
+                total = terms[0]
+                for t in terms[1:]:
+                    total = total + t
+                total.backward()
+        back = [LoomTensor(x.grad) if x.requires_grad and x.grad is not None else None
+                for x in leaves]
+        return (None, None) + (None,) * len(ctx.statics) + tuple(back)
+
+
+def _call_region(run, statics, tensors):
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        return _Region.apply(run, len(statics), *statics, *tensors)
+    return tuple(LoomTensor(o) for o in run(statics, [t._elem for t in tensors]))
+
+
+def _split(flat):
+    """The positions of the tensors among flat leaves, the tensors (moved to loom) and the
+    other leaves."""
+    where = [isinstance(x, torch.Tensor) for x in flat]
+    tensors = [_as_loom_tensor(x) for x, w in zip(flat, where) if w]
+    statics = tuple(x for x, w in zip(flat, where) if not w)
+    return where, tensors, statics
+
+
+def _merge(where, statics, tensors):
+    it_s, it_t = iter(statics), iter(tensors)
+    return [next(it_t) if w else next(it_s) for w in where]
+
+
+def assume_pure(fn):
+    """torch_xla's assume_pure: fn (torch tensors in, a pytree of tensors out; pure, and with
+    every tensor it reads passed as an argument, e.g. over torch.func.functional_call or, on
+    torch 1.13, torch.nn.utils.stateless.functional_call) is traced once per signature into
+    loom's IR; later calls insert the cached trace without running fn. Differentiable."""
+    specs, out_specs = {}, {}
+
+    def body(key, *flat):
+        where, spec = specs[key]
+        args, kwargs = tree_unflatten([_torch_view(x) for x in flat], spec)
+        with torch.no_grad():
+            out = fn(*args, **kwargs)
+        leaves, out_specs[key] = tree_flatten(out)
+        return [_loom_view(x) for x in leaves]
+
+    pure = loom.assume_pure(body)
+
+    def call(*args, **kwargs):
+        flat, spec = tree_flatten((args, kwargs))
+        where, tensors, statics = _split(flat)
+        key = (str(spec), tuple(where))
+        specs[key] = (where, spec)
+
+        def run(statics_, elems):
+            return pure(key, *_merge(where, statics_, elems))
+
+        outs = _call_region(run, statics, tensors)
+        return tree_unflatten(list(outs), out_specs[key])
+
+    call.__wrapped__ = fn
+    return call
+
+
+def scan(fn, init, xs):
+    """torch_xla's scan: carry, y = fn(carry, x) over the leading dim of xs; returns
+    (final carry, ys stacked). fn is traced once into one loop; differentiable."""
+    flat, spec = tree_flatten((init, xs))
+    where, tensors, statics = _split(flat)
+    if statics:
+        raise loom.TraceError("[loom.torch.scan] init and xs must hold tensors only, got "
+                              + ", ".join(type(s).__name__ for s in statics))
+    n_init = len(tree_flatten(init)[0])
+    out_spec = []
+
+    def step(carry, x):
+        c = tree_unflatten([_torch_view(v) for v in carry], tree_flatten(init)[1])
+        xv = tree_unflatten([_torch_view(v) for v in x], tree_flatten(xs)[1])
+        with torch.no_grad():
+            new_c, y = fn(c, xv)
+        cl, _ = tree_flatten(new_c)
+        yl, yspec = tree_flatten(y)
+        out_spec[:] = [yspec]
+        return [_loom_view(v) for v in cl], [_loom_view(v) for v in yl]
+
+    def run(_, elems):
+        final, ys = loom.scan(step, list(elems[:n_init]), list(elems[n_init:]))
+        return list(final) + list(ys)
+
+    outs = _call_region(run, (), tensors)
+    final = tree_unflatten(list(outs[:n_init]), tree_flatten(init)[1])
+    return final, tree_unflatten(list(outs[n_init:]), out_spec[0])
+
+
+def while_loop(cond_fn, body_fn, carried):
+    """torch's while_loop (torch._higher_order_ops): while cond_fn(*carried): carried =
+    body_fn(*carried); both traced once, the loop runs in the compiled graph. Not
+    differentiable, as loom.while_loop."""
+    carried = tuple(_as_loom_tensor(c) for c in carried)
+
+    def cond(*c):
+        with torch.no_grad():
+            return _loom_view(cond_fn(*[_torch_view(v) for v in c]))
+
+    def body(*c):
+        with torch.no_grad():
+            out = body_fn(*[_torch_view(v) for v in c])
+        out = out if isinstance(out, (tuple, list)) else (out,)
+        return tuple(_loom_view(v) for v in out)
+
+    res = loom.while_loop(cond, body, tuple(c._elem for c in carried))
+    res = res if isinstance(res, (tuple, list)) else (res,)
+    return tuple(LoomTensor(r) for r in res)
+
+
+def fori_loop(lower, upper, body_fn, *carried):
+    """torch_xla's fori_loop: for i in range(lower, upper): carried = body_fn(i, *carried);
+    returns the carried values (the value itself when one is carried)."""
+    carried = tuple(_as_loom_tensor(c) for c in carried)
+
+    def body(i, *c):
+        with torch.no_grad():
+            out = body_fn(LoomTensor(i), *[_torch_view(v) for v in c])
+        out = out if isinstance(out, (tuple, list)) else (out,)
+        return tuple(_loom_view(v) for v in out)
+
+    res = loom.fori_loop(lower, upper, body, *(c._elem for c in carried))
+    res = res if isinstance(res, (tuple, list)) else (res,)
+    out = tuple(LoomTensor(r) for r in res)
+    return out[0] if len(out) == 1 else out
+
+
+def compile(fn):
+    """torch_xla.compile: each call of fn is one graph, cut before and after (the pending work
+    is synced first, fn's results are computed when it returns)."""
+    def step(*args, **kwargs):
+        loom.sync()
+        out = fn(*args, **kwargs)
+        loom.sync()
+        return out
+    step.__wrapped__ = fn
+    return step
