@@ -20,8 +20,9 @@ modules (in place) and pytrees. An aten op the table does not lower raises loom.
 the op, its overload and its arguments.
 
 A write through a view (x[0].add_(1), x[:, 1] = v) reaches the base and its live views, as
-in torch (expand, split and as_strided views cannot be written: loom.Error). Limits of this
-first version: torch.compile and OpInfo coverage are not there yet. Tested with torch 1.13.
+in torch (expand, split and as_strided views cannot be written: loom.Error). Not yet:
+scan_layers over a ModuleList, torch.compile(backend="loom"), OpInfo coverage. Tested with
+torch 1.13.
 
 The seed's tools, with torch_xla's signatures, on torch callables: lt.assume_pure(fn) (over
 functional_call), lt.scan(fn, init, xs), lt.fori_loop(lower, upper, body_fn, *carried),
