@@ -250,3 +250,36 @@ def test_compile_cuts_one_graph_per_step():
         out = step(torch.full((3,), float(k), device=dev))
     assert loom.pending_graph_size() == 0 and loom.metrics().compiles <= 2
     assert lt.to_torch(out).item() == 9.0
+
+
+class _Layer(nn.Module):
+    def __init__(self, d=8):
+        super().__init__()
+        self.lin, self.ln = nn.Linear(d, d), nn.LayerNorm(d)
+
+    def forward(self, x):
+        return x + F.gelu(self.lin(self.ln(x)))
+
+
+@pytest.mark.parametrize("depth", [1, 4])
+def test_scan_layers_over_a_module_list_equals_the_loop(depth):
+    torch.manual_seed(0)
+    ref = nn.ModuleList([_Layer() for _ in range(depth)])
+    model = copy.deepcopy(ref).to(dev)
+    x = torch.randn(3, 8)
+    y = lt.scan_layers(model, x.to(dev), is_layer_pure=True)
+    (y * y).sum().backward()
+    h = x
+    for layer in ref:
+        h = layer(h)
+    (h * h).sum().backward()
+    torch.testing.assert_close(lt.to_torch(y), h.detach())
+    for (name, p), q in zip(model.named_parameters(), ref.parameters()):
+        torch.testing.assert_close(lt.to_torch(p.grad), q.grad, rtol=1e-4, atol=1e-5,
+                                   msg=lambda s: f"{name}: {s}")
+
+
+def test_scan_layers_names_the_layer_that_differs():
+    layers = nn.ModuleList([_Layer(8), _Layer(8), _Layer(4)]).to(dev)
+    with pytest.raises(loom.TraceError, match=r"layer 2 \(_Layer\) differs from layer 0"):
+        lt.scan_layers(layers, torch.zeros(3, 8, device=dev))

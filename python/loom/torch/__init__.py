@@ -21,13 +21,14 @@ the op, its overload and its arguments.
 
 A write through a view (x[0].add_(1), x[:, 1] = v) reaches the base and its live views, as
 in torch (expand, split and as_strided views cannot be written: loom.Error). Not yet:
-scan_layers over a ModuleList, torch.compile(backend="loom"), OpInfo coverage. Tested with
+torch.compile(backend="loom"), OpInfo coverage. Tested with
 torch 1.13.
 
 The seed's tools, with torch_xla's signatures, on torch callables: lt.assume_pure(fn) (over
-functional_call), lt.scan(fn, init, xs), lt.fori_loop(lower, upper, body_fn, *carried),
-lt.while_loop(cond_fn, body_fn, carried), lt.compile(fn). Each traces fn once per signature;
-assume_pure and scan are differentiable through torch's autograd (loom's VJP of the region).
+functional_call), lt.scan(fn, init, xs), lt.scan_layers(layers, x, is_layer_pure=...) over a
+ModuleList, lt.fori_loop(lower, upper, body_fn, *carried), lt.while_loop(cond_fn, body_fn,
+carried), lt.compile(fn). Each traces fn once per signature; assume_pure, scan and scan_layers
+are differentiable through torch's autograd (loom's VJP of the region).
 """
 import torch
 
@@ -35,10 +36,10 @@ import loom
 
 from ._lowering import TABLE, _STATS
 from ._tensor import DEVICE, LoomTensor, is_loom_device, loom_dtype, to_loom, to_torch
-from ._tools import assume_pure, compile, fori_loop, scan, while_loop
+from ._tools import assume_pure, compile, fori_loop, scan, scan_layers, while_loop
 
 __all__ = ["device", "sync", "to_loom", "to_torch", "LoomTensor", "metrics", "metrics_report",
-           "assume_pure", "scan", "while_loop", "fori_loop", "compile",
+           "assume_pure", "scan", "scan_layers", "while_loop", "fori_loop", "compile",
            "lowered_ops", "aten_ops_lowered"]
 
 _DRAWS = {"randn": loom.randn, "rand": loom.rand, "zeros": loom.zeros, "ones": loom.ones,

@@ -461,6 +461,11 @@ def _stack(xs, dim=0):
     return loom.stack(list(xs), dim)
 
 
+@lowers("unbind")
+def _unbind(x, dim=0):
+    return [loom.select(x, dim, i) for i in range(x.shape[dim])]
+
+
 @lowers("split", "split_with_sizes")
 def _split(x, size, dim=0):
     return list(loom.split(x, size, dim))

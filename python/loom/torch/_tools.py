@@ -131,7 +131,7 @@ def scan(fn, init, xs):
         with torch.no_grad():
             new_c, y = fn(c, xv)
         cl, _ = tree_flatten(new_c)
-        yl, yspec = tree_flatten(y)
+        yl, yspec = ([], None) if y is None else tree_flatten(y)
         out_spec[:] = [yspec]
         return [_loom_view(v) for v in cl], [_loom_view(v) for v in yl]
 
@@ -141,7 +141,8 @@ def scan(fn, init, xs):
 
     outs = _call_region(run, (), tensors)
     final = tree_unflatten(list(outs[:n_init]), tree_flatten(init)[1])
-    return final, tree_unflatten(list(outs[n_init:]), out_spec[0])
+    ys = None if out_spec[0] is None else tree_unflatten(list(outs[n_init:]), out_spec[0])
+    return final, ys
 
 
 def while_loop(cond_fn, body_fn, carried):
@@ -192,3 +193,47 @@ def compile(fn):
         return out
     step.__wrapped__ = fn
     return step
+
+
+def _functional_call():
+    func = getattr(torch, "func", None)
+    if func is not None and hasattr(func, "functional_call"):
+        return func.functional_call
+    from torch.nn.utils.stateless import functional_call
+    return functional_call
+
+
+def scan_layers(layers, x, is_layer_pure=False):
+    """torch_xla's scan_layers: x through every layer of `layers` (a ModuleList of layers of one
+    structure: the same parameter and buffer names, shapes and dtypes), as one loop over the
+    layers' stacked tensors, traced once whatever the depth; differentiable (each layer's
+    parameters get their gradients). is_layer_pure is accepted for torch_xla's signature: the
+    layer is traced once either way."""
+    layers = list(layers)
+    if not layers:
+        raise loom.TraceError("[loom.torch.scan_layers] expected at least one layer, got none")
+    first = layers[0]
+
+    def state(m):
+        return dict(m.named_parameters()), dict(m.named_buffers())
+
+    p0, b0 = state(first)
+    for i, layer in enumerate(layers[1:], 1):
+        p, b = state(layer)
+        for kind, want, got in (("parameter", p0, p), ("buffer", b0, b)):
+            if list(want) != list(got) or any(
+                    want[n].shape != got[n].shape or want[n].dtype != got[n].dtype for n in want):
+                raise loom.TraceError(
+                    f"[loom.torch.scan_layers] layer {i} ({type(layer).__name__}) differs from "
+                    f"layer 0 ({type(first).__name__}) in its {kind}s: expected "
+                    f"{[(n, tuple(t.shape)) for n, t in want.items()]}, got "
+                    f"{[(n, tuple(t.shape)) for n, t in got.items()]}")
+    stacked = {n: torch.stack([state(m)[0][n] for m in layers]) for n in p0}
+    stacked.update({n: torch.stack([state(m)[1][n] for m in layers]) for n in b0})
+    call = _functional_call()
+
+    def step(h, tensors):
+        return call(first, tensors, (h,)), None
+
+    out, _ = scan(step, x, stacked)
+    return out
