@@ -20,6 +20,12 @@ for ex in examples/python/example*.py; do
   .venv/bin/python "$ex"
   echo
 done
+# The seed's six examples as torch_xla users wrote them, on loom.torch (torch 1.13 here).
+for ex in examples/torch/example*.py; do
+  echo "== $ex"
+  .venv/bin/python "$ex"
+  echo
+done
 .venv/bin/python examples/python/train_lm.py
 echo
 .venv/bin/python examples/python/seed_table.py

@@ -72,3 +72,33 @@ def test_train_lm_loss_falls_with_one_trace():
     assert "compiles 2," in out  # as examples/train_lm.cpp: the step, traced once
     assert "bodies traced 1" in out  # the first block, once, as the C++ train_lm
     assert 'sample: "It was the best of times' in out
+
+
+# The same six examples as torch_xla users wrote them (examples/torch/), run on loom.torch.
+TORCH_EX = ROOT / "examples/torch"
+
+
+def run_torch(name, *args):
+    r = subprocess.run([sys.executable, str(TORCH_EX / name), *args], capture_output=True,
+                       text=True, env=dict(os.environ), timeout=600)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def test_torch_examples_print_the_seed_values():
+    out = run_torch("example1_assume_pure.py")
+    assert "Result shape: torch.Size([4, 4])" in out
+    assert "do_math traced 1 time(s) for 1000 calls; cached calls: 999" in out
+    out = run_torch("example2_assume_pure_module.py")
+    assert "Output shape: torch.Size([5, 10])" in out and "cached calls: 1998" in out
+    out = run_torch("example3_scan_layers.py", "6")
+    assert "Output shape: torch.Size([4, 512, 512])" in out
+    out = run_torch("example4_scan_cumsum.py")
+    assert "Final sum: tensor([15.]" in out
+    assert "[ 1.],\n        [ 3.],\n        [ 6.],\n        [10.],\n        [15.]]" in out
+    assert "body traced 1 time(s) for 5 steps" in out
+    out = run_torch("example5_scan_pytree.py")
+    assert "'sum': tensor([15.]" in out and "'count': tensor([5.]" in out
+    assert "[1.0000],\n        [1.5000],\n        [2.0000],\n        [2.5000],\n        [3.0000]]" \
+        in out
+    assert "Result: tensor(13" in run_torch("example6_while_loop.py")
