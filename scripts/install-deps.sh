@@ -28,7 +28,7 @@ fi
 # python3-torch 1.13, the tests' oracle) plus the pinned PyPI build and test tools. Quick when
 # the pins are already installed.
 cd "$(dirname "$0")/.."
-PY_PINS=(nanobind==2.9.2 scikit-build-core==0.11.6 pytest==8.3.5 safetensors==0.8.0)
+PY_PINS=(nanobind==2.9.2 scikit-build-core==0.11.6 pytest==8.3.5 safetensors==0.8.0 expecttest==0.2.1)
 if [ ! -x .venv/bin/python ]; then
   /usr/bin/python3 -m venv --system-site-packages .venv
 fi

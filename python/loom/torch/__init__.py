@@ -31,6 +31,8 @@ carried), lt.compile(fn). Each traces fn once per signature; assume_pure, scan a
 are differentiable through torch's autograd (loom's VJP of the region).
 """
 import torch
+from torch.utils._pytree import tree_map
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import loom
 
@@ -109,6 +111,61 @@ def _module_to_device(self, *args, **kwargs):
     return _module_to(self, *args, **kwargs)
 
 
+class _BackwardFactories(TorchDispatchMode):
+    """Active during a backward that involves loom tensors: torch's autograd formulas make
+    small tensors on the gradient's device (aten.scalar_tensor, zeros, ...) that no loom
+    tensor takes part in, so the subclass never sees them; on torch 1.13 they would be
+    data-less 'meta' tensors. Made here as loom tensors."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if not any(isinstance(a, LoomTensor) for a in args) and \
+                is_loom_device(kwargs.get("device")):
+            made = _factory_op(func, args, kwargs)
+            if made is not None:
+                return made
+        return func(*args, **kwargs)
+
+
+def _factory_op(func, args, kwargs):
+    name = func.overloadpacket.__name__
+    dt = loom_dtype(kwargs.get("dtype") or torch.get_default_dtype())
+    if name == "scalar_tensor":
+        return LoomTensor(loom.full([], args[0], dtype=dt))
+    if name in ("zeros", "empty", "new_zeros", "new_empty"):
+        return LoomTensor(loom.zeros(*args[-1], dtype=dt))
+    if name in ("ones", "new_ones"):
+        return LoomTensor(loom.ones(*args[-1], dtype=dt))
+    if name == "full":
+        return LoomTensor(loom.full(list(args[0]), args[1], dtype=dt))
+    return None
+
+
+def _involves_loom(*trees):
+    found = []
+    for t in trees:
+        tree_map(lambda v: found.append(v) if isinstance(v, LoomTensor) else None, t)
+    return bool(found)
+
+
+_autograd_backward = torch.autograd.backward
+_autograd_grad = torch.autograd.grad
+
+
+def _backward(tensors, grad_tensors=None, *args, **kwargs):
+    if _involves_loom(tensors, grad_tensors):
+        with _BackwardFactories():
+            return _autograd_backward(tensors, grad_tensors, *args, **kwargs)
+    return _autograd_backward(tensors, grad_tensors, *args, **kwargs)
+
+
+def _grad(outputs, inputs, grad_outputs=None, *args, **kwargs):
+    if _involves_loom(outputs, inputs, grad_outputs):
+        with _BackwardFactories():
+            return _autograd_grad(outputs, inputs, grad_outputs, *args, **kwargs)
+    return _autograd_grad(outputs, inputs, grad_outputs, *args, **kwargs)
+
+
 _installed = False
 
 
@@ -125,6 +182,8 @@ def _install():
     torch.Tensor.to = _to
     torch.Tensor.__setitem__ = _setitem
     torch.nn.Module.to = _module_to_device
+    torch.autograd.backward = _backward
+    torch.autograd.grad = _grad
 
 
 def device():

@@ -307,7 +307,25 @@ def _minimum(a, b):
 
 @lowers("clamp", "clamp_")
 def _clamp(x, min=None, max=None):
+    if isinstance(min, loom.Tensor) or isinstance(max, loom.Tensor):
+        if min is not None:
+            x = loom.maximum(x, loom.to(min, x.dtype) if isinstance(min, loom.Tensor) else
+                             loom.full([], min, dtype=x.dtype))
+        if max is not None:
+            x = loom.minimum(x, loom.to(max, x.dtype) if isinstance(max, loom.Tensor) else
+                             loom.full([], max, dtype=x.dtype))
+        return x
     return loom.clamp(x, min, max)
+
+
+@lowers("clamp_min", "clamp_min_")
+def _clamp_min(x, min):
+    return _clamp(x, min=min)
+
+
+@lowers("clamp_max", "clamp_max_")
+def _clamp_max(x, max):
+    return _clamp(x, max=max)
 
 
 @lowers("where")
@@ -504,8 +522,6 @@ def _log_softmax_backward(grad, out, dim, input_dtype=None):
 
 
 def _check_nll(fn, weight, reduction):
-    if weight is not None:
-        raise loom.Error(f"[loom.torch] aten.{fn} with class weights is not lowered")
     if reduction not in (0, 1, 2):
         raise loom.Error(f"[loom.torch] aten.{fn}: reduction {reduction} unknown")
 
@@ -519,8 +535,11 @@ def _nll_loss_forward(logp, target, weight, reduction, ignore_index):
     keep = target != ignore_index
     safe = loom.where(keep, target, loom.zeros_like(target))
     picked = -loom.gather(logp, 1, safe.reshape(-1, 1)).reshape(-1)
-    picked = loom.where(keep, picked, loom.zeros_like(picked))
-    total = loom.to(keep, logp.dtype).sum()
+    w = loom.to(keep, logp.dtype)
+    if weight is not None:
+        w = w * loom.index_select(weight, 0, safe)
+    picked = loom.where(keep, picked * w, loom.zeros_like(picked))
+    total = w.sum()
     if reduction == 0:
         out = picked[0] if squeeze else picked
     elif reduction == 1:
@@ -537,6 +556,9 @@ def _nll_loss_backward(grad, logp, target, weight, reduction, ignore_index, tota
     lp = logp.reshape(1, -1) if squeeze else logp
     tg = target.reshape(1) if squeeze else target
     keep = loom.to(tg != ignore_index, lp.dtype)
+    if weight is not None:
+        keep = keep * loom.index_select(weight, 0, loom.where(tg != ignore_index, tg,
+                                                              loom.zeros_like(tg)))
     classes = loom.arange(lp.shape[1], dtype=tg.dtype).reshape(1, -1)
     onehot = loom.to(classes == tg.reshape(-1, 1), lp.dtype)
     g = grad if reduction == 0 else (grad / total_weight if reduction == 1 else grad)
@@ -632,13 +654,65 @@ def _triu(x, diagonal=0):
 
 @lowers("linalg_vector_norm")
 def _vector_norm(x, ord=2, dim=None, keepdim=False, dtype=None):
-    if ord != 2:
-        raise loom.Error(f"[loom.torch] aten.linalg_vector_norm with ord={ord} is not lowered")
+    if dtype is not None:
+        x = loom.to(x, _lt(dtype))
     d = _dims(dim)
-    sq = x * x
-    return loom.sqrt(loom.sum(sq) if d is None else loom.sum(sq, d, keepdim))
+
+    def reduce(f, v):
+        if d is None:
+            out = f(v)
+            return out.reshape(*([1] * x.ndim)) if keepdim else out
+        return f(v, d, keepdim)
+
+    a = loom.abs(x)
+    if ord == math.inf:
+        return reduce(loom.amax, a)
+    if ord == -math.inf:
+        return reduce(loom.amin, a)
+    if ord == 0:
+        return reduce(loom.sum, loom.to(a != 0, x.dtype))
+    if ord == 1:
+        return reduce(loom.sum, a)
+    if ord == 2:
+        return loom.sqrt(reduce(loom.sum, x * x))
+    return loom.pow(reduce(loom.sum, loom.pow(a, float(ord))), 1.0 / ord)
 
 
 @lowers("norm")
 def _norm(x, p=2, dim=None, keepdim=False, dtype=None):
     return _vector_norm(x, p, dim, keepdim)
+
+
+@lowers("sgn", "sign")
+def _sign(x):
+    return loom.to(x > 0, x.dtype) - loom.to(x < 0, x.dtype)
+
+
+@lowers("slice_backward")
+def _slice_backward(grad, input_sizes, dim, start, end, step):
+    dim %= len(input_sizes)
+    n = input_sizes[dim]
+    start = 0 if start is None else (start + n if start < 0 else min(start, n))
+    end = n if end is None else (end + n if end < 0 else min(end, n))
+    out = loom.zeros(*input_sizes, dtype=grad.dtype)
+    key = [slice(None)] * dim + [slice(start, end, step)]
+    out[tuple(key)] = grad
+    return out
+
+
+@lowers("select_backward")
+def _select_backward(grad, input_sizes, dim, index):
+    out = loom.zeros(*input_sizes, dtype=grad.dtype)
+    out[tuple([slice(None)] * (dim % len(input_sizes)) + [index])] = grad
+    return out
+
+
+@lowers("narrow")
+def _narrow(x, dim, start, length):
+    return loom.slice(x, dim, start, start + length, 1)
+
+
+@lowers("softplus")
+def _softplus(x, beta=1, threshold=20):
+    bx = x * beta
+    return loom.where(bx > threshold, x, loom.log(1 + loom.exp(bx)) / beta)
