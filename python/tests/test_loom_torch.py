@@ -1,6 +1,7 @@
 """loom.torch: torch programs (torch.nn modules, torch.optim, loss.backward()) on loom's device,
 against the same program on torch eager (Debian's torch 1.13, or torch 2.x where present)."""
 import copy
+import io
 import math
 
 import pytest
@@ -283,3 +284,61 @@ def test_scan_layers_names_the_layer_that_differs():
     layers = nn.ModuleList([_Layer(8), _Layer(8), _Layer(4)]).to(dev)
     with pytest.raises(loom.TraceError, match=r"layer 2 \(_Layer\) differs from layer 0"):
         lt.scan_layers(layers, torch.zeros(3, 8, device=dev))
+
+
+def test_a_checkpoint_mid_training_leaves_training_as_it_was():
+    """lt.to_torch(model) is a CPU copy: training on loom continues as on eager after it."""
+    torch.manual_seed(0)
+    ref = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
+    model = copy.deepcopy(ref).to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=0.05, foreach=True)  # the foreach kernels
+    ref_opt = torch.optim.AdamW(ref.parameters(), lr=0.05, foreach=False)
+    g = torch.Generator().manual_seed(4)
+    for step in range(6):
+        x, y = torch.randn(8, 4, generator=g), torch.randn(8, 1, generator=g)
+        if step == 3:
+            buf = io.BytesIO()
+            torch.save(model.state_dict(), buf)  # LoomTensors pickle as CPU tensors
+            saved = lt.to_torch(model).state_dict()
+            buf.seek(0)
+            loaded = torch.load(buf)
+            for k, v in saved.items():
+                assert type(loaded[k]) is torch.Tensor and torch.equal(loaded[k], v)
+        for m, o, d in ((model, opt, dev), (ref, ref_opt, "cpu")):
+            loss = F.mse_loss(m(x.to(d)), y.to(d))
+            loss.backward()
+            o.step()
+            o.zero_grad()
+        torch.testing.assert_close(lt.to_torch(model[0].weight), ref[0].weight.detach())
+
+
+def test_generate_habits_index_topk_multinomial_dropout():
+    x = torch.randn(2, 5, 8)
+    torch.testing.assert_close(lt.to_torch(x.to(dev)[:, [-1], :]), x[:, [-1], :])
+    torch.testing.assert_close(lt.to_torch(x.to(dev)[:, torch.tensor([0, -1])]),
+                               x[:, torch.tensor([0, -1])])
+    v, i = torch.topk(x.to(dev), 3, dim=-1)
+    want_v, want_i = torch.topk(x, 3, dim=-1)
+    torch.testing.assert_close(lt.to_torch(v), want_v)
+    assert torch.equal(lt.to_torch(i), want_i)
+    probs = torch.tensor([[0.0, 0.0, 1.0], [1.0, 0.0, 0.0]], device=dev)
+    assert lt.to_torch(torch.multinomial(probs, 1)).tolist() == [[2], [0]]
+    d = lt.to_torch(F.dropout(torch.ones(20000, device=dev), 0.25, training=True))
+    assert abs((d == 0).float().mean().item() - 0.25) < 0.02  # dropped with probability p
+    kept = d[d != 0]
+    torch.testing.assert_close(kept, torch.full_like(kept, 4.0 / 3.0))  # scaled by 1/(1-p)
+    r = torch.randint(0, 10, (6,), generator=torch.Generator().manual_seed(1), device=dev)
+    assert isinstance(r, lt.LoomTensor)
+    assert lt.to_torch(r).tolist() == torch.randint(
+        0, 10, (6,), generator=torch.Generator().manual_seed(1)).tolist()
+
+
+def test_cpu_and_loom_tensors_do_not_mix():
+    with pytest.raises(loom.Error, match=r"expected all tensors on loom's device, got a cpu "
+                                         r"tensor torch.float32\[3\]"):
+        torch.ones(3) + torch.ones(3, device=dev)
+    y = torch.ones(3, device=dev) * torch.tensor(2.0)  # a CPU scalar is a number, as torch
+    assert lt.to_torch(y).tolist() == [2.0, 2.0, 2.0]
+    z = torch.zeros(3, device=dev)
+    z.copy_(torch.arange(3.0))  # copy_ moves data across devices, as torch
+    assert lt.to_torch(z).tolist() == [0.0, 1.0, 2.0]

@@ -5,8 +5,8 @@ once per structure and runs.
 
     import torch, loom.torch as lt
     dev = lt.device()                  # torch.device('loom') on torch >= 2.1,
-                                       # torch.device('privateuseone') on torch 1.13
-    model = MyModule().to(dev)         # parameters become loom tensors (in place)
+                                       # torch.device('meta') on torch 1.13
+    model = MyModule().to(dev)         # before making the optimizer: new parameter objects
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     for x, y in batches:
         x, y = x.to(dev), y.to(dev)
@@ -14,15 +14,17 @@ once per structure and runs.
         loss.backward(); opt.step(); opt.zero_grad()
         lt.sync()                      # or only loss.item(): one graph a step, compiled once
 
-Factories take the device (torch.randn(3, 4, device=dev), zeros, ones, full, arange, tensor,
-empty, rand; drawn by loom's generator). lt.to_loom(tree) / lt.to_torch(tree) move tensors,
-modules (in place) and pytrees. An aten op the table does not lower raises loom.Error naming
-the op, its overload and its arguments.
+Factories take the device (torch.randn(3, 4, device=dev), zeros, ones, empty and rand drawn
+by loom's generator; full, arange, tensor, randint, randperm, linspace, eye made by torch and
+moved). lt.to_loom(tree) moves tensors, pytrees and modules (in place) to loom; lt.to_torch(tree)
+gives CPU tensors, and a CPU copy of a module. torch.save stores loom tensors as CPU ones.
+An aten op the table does not lower raises loom.Error naming the op, its overload and its
+arguments; CPU tensors beside loom ones raise loom.Error too (CPU scalars and copy_ aside).
 
 A write through a view (x[0].add_(1), x[:, 1] = v) reaches the base and its live views, as
 in torch (expand, split and as_strided views cannot be written: loom.Error). Not yet:
-torch.compile(backend="loom"), OpInfo coverage. Tested with
-torch 1.13.
+torch.compile(backend="loom"). Tested with torch 1.13 (test_loom_torch.py; OpInfo samples in
+test_loom_torch_opinfo.py).
 
 The seed's tools, with torch_xla's signatures, on torch callables: lt.assume_pure(fn) (over
 functional_call), lt.scan(fn, init, xs), lt.scan_layers(layers, x, is_layer_pure=...) over a
@@ -63,7 +65,8 @@ def _factory(name, original):
         if name in _DRAWS:
             dt = kwargs.get("dtype") or torch.get_default_dtype()
             out = LoomTensor(_DRAWS[name](*_size(args), dtype=loom_dtype(dt)))
-        else:  # full, arange, tensor: torch's own dtype rules on the CPU, then moved
+        else:  # torch's own values and dtype rules on the CPU (randint, randperm: torch's
+            # generator, as eager), then moved
             out = to_loom(original(*args, **kwargs))
         return out.requires_grad_() if rg else out
     make.__wrapped__ = original
@@ -89,11 +92,33 @@ def _to(self, *args, **kwargs):
     return _tensor_to(self, *args, **kwargs)
 
 
+def _loom_key(key):
+    """Index lists and CPU index tensors in a key as loom tensors: torch would make them
+    tensors on the indexed tensor's device itself (on 1.13 data-less 'meta' tensors)."""
+    def one(k):
+        if isinstance(k, list) or (isinstance(k, torch.Tensor) and
+                                   not isinstance(k, LoomTensor) and k.dim() > 0):
+            return to_loom(torch.as_tensor(k))
+        return k
+    return tuple(one(k) for k in key) if isinstance(key, tuple) else one(key)
+
+
+_tensor_getitem = torch.Tensor.__getitem__
+
+
+def _getitem(self, key):
+    if type(self) is LoomTensor:
+        key = _loom_key(key)
+    return _tensor_getitem(self, key)
+
+
 def _setitem(self, key, value):
     # torch would make a number a tensor on the target's device: on 1.13 a data-less meta
     # tensor. Made here as a loom tensor instead.
-    if type(self) is LoomTensor and not isinstance(value, torch.Tensor):
-        value = LoomTensor(loom.tensor(value, dtype=self._elem.dtype))
+    if type(self) is LoomTensor:
+        key = _loom_key(key)
+        if not isinstance(value, torch.Tensor):
+            value = LoomTensor(loom.tensor(value, dtype=self._elem.dtype))
     return _tensor_setitem(self, key, value)
 
 
@@ -177,19 +202,23 @@ def _install():
     if _installed:
         return
     _installed = True
-    for name in ("randn", "rand", "zeros", "ones", "empty", "full", "arange", "tensor"):
+    for name in ("randn", "rand", "zeros", "ones", "empty", "full", "arange", "tensor",
+                 "randint", "randperm", "linspace", "eye", "as_tensor"):
         setattr(torch, name, _factory(name, getattr(torch, name)))
     torch.Tensor.to = _to
     torch.Tensor.__setitem__ = _setitem
+    torch.Tensor.__getitem__ = _getitem
     torch.nn.Module.to = _module_to_device
     torch.autograd.backward = _backward
     torch.autograd.grad = _grad
 
 
 def device():
-    """loom's torch device; the first call routes the torch calls that name it to loom."""
-    _install()
+    """loom's torch device (importing loom.torch routes the torch calls that name it)."""
     return DEVICE
+
+
+_install()
 
 
 def sync():

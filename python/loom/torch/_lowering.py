@@ -45,12 +45,21 @@ def _unwrap(x):
     if isinstance(x, LoomTensor):
         return x._elem
     if isinstance(x, torch.Tensor):
-        return x.item() if x.dim() == 0 and x.device.type == "cpu" else from_cpu(x)
+        if x.dim() == 0 and x.device.type == "cpu":
+            return x.item()  # a CPU scalar beside device tensors, as torch allows
+        raise loom.Error(f"[loom.torch] expected all tensors on loom's device, got a "
+                         f"{x.device.type} tensor {x.dtype}{list(x.shape)} (move it with "
+                         f".to(lt.device()))")
     return x
 
 
 def dispatch(func, args, kwargs):
     name = func.overloadpacket.__name__
+    if name.startswith("_foreach_"):
+        return _foreach(func, name, args, kwargs)
+    if name == "copy_" and isinstance(args[1], torch.Tensor) and \
+            not isinstance(args[1], LoomTensor) and args[1].dim() > 0:
+        args = (args[0], LoomTensor(from_cpu(args[1]))) + tuple(args[2:])  # CPU -> loom
     fn = TABLE.get(f"{name}.{func._overloadname}") or TABLE.get(name)
     if fn is None:
         raise loom.Error(f"[loom.torch] aten.{name}.{func._overloadname} has no lowering to "
@@ -69,6 +78,29 @@ def dispatch(func, args, kwargs):
     if name in _VIEWS and isinstance(args[0], LoomTensor):
         _link_views(args[0], wrapped, name, fn, rest[1:], kw, func)
     return wrapped
+
+
+def _foreach(func, name, args, kwargs):
+    """aten._foreach_<op>(list, ...): the op on each element (lists in the other arguments
+    paired by position), in place where the name ends with '_'."""
+    base = name[len("_foreach_"):]
+    fn = TABLE.get(base)
+    if fn is None:
+        raise loom.Error(f"[loom.torch] aten.{name}.{func._overloadname} has no lowering to "
+                         f"loom (aten.{base} has none); pass foreach=False to the optimizer")
+    n = len(args[0])
+    outs = []
+    for i in range(n):
+        a = [x[i] if isinstance(x, (list, tuple)) and len(x) == n else x for x in args]
+        k = {key: (v[i] if isinstance(v, (list, tuple)) and len(v) == n else v)
+             for key, v in kwargs.items()}
+        out = fn(*tree_map(_unwrap, a), **{key: _unwrap(v) for key, v in k.items()})
+        if base.endswith("_"):
+            if out is not None and out is not a[0]._elem:
+                _assign(a[0], out, func)
+        else:
+            outs.append(wrap(out))
+    return None if base.endswith("_") else outs
 
 
 # aten's view ops, whose results alias their input in torch. Here a view is its own loom
@@ -716,3 +748,42 @@ def _narrow(x, dim, start, length):
 def _softplus(x, beta=1, threshold=20):
     bx = x * beta
     return loom.where(bx > threshold, x, loom.log(1 + loom.exp(bx)) / beta)
+
+
+@lowers("index")
+def _index(x, indices):
+    """x[i0, i1, ...] with one index tensor (the others None: whole dims), as getitem's rule."""
+    used = [(d, i) for d, i in enumerate(indices) if i is not None]
+    if len(used) != 1:
+        raise loom.Error(f"[loom.torch] aten.index with {len(used)} index tensors is not lowered "
+                         f"(advanced indexing); index one dim at a time")
+    d, idx = used[0]
+    if idx.dtype == loom.bool_:
+        raise loom.Error("[loom.torch] aten.index with a bool mask (a data-dependent shape) is "
+                         "not lowered; use torch.where or masked_fill")
+    n = x.shape[d]
+    flat = idx.reshape(-1)
+    flat = loom.where(flat < 0, flat + n, flat)
+    out = loom.index_select(x, d, flat)
+    return out.reshape(*(list(x.shape[:d]) + list(idx.shape) + list(x.shape[d + 1:])))
+
+
+@lowers("topk")
+def _topk(x, k, dim=-1, largest=True, sorted=True):
+    return tuple(loom.topk(x, k, dim, largest, sorted))
+
+
+@lowers("multinomial")
+def _multinomial(probs, num_samples, replacement=False, generator=None):
+    return loom.multinomial(probs, num_samples, replacement)
+
+
+# aten leaves out arguments equal to their schema default, so each overload gets its own.
+@lowers("bernoulli.default", "bernoulli")
+def _bernoulli(probs, generator=None):
+    return loom.to(loom.rand(*probs.shape, dtype=probs.dtype) < probs, probs.dtype)
+
+
+@lowers("bernoulli.p", "bernoulli_.float", "bernoulli_.Tensor", "bernoulli_")
+def _bernoulli_p(x, p=0.5, generator=None):
+    return loom.to(loom.rand(*x.shape, dtype=x.dtype) < p, x.dtype)

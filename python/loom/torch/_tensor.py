@@ -68,6 +68,10 @@ class LoomTensor(torch.Tensor):
     def numpy(self):
         return np.array(self._elem.numpy())
 
+    def __reduce_ex__(self, protocol):
+        # torch.save / pickle store the value as a CPU tensor: the file loads without loom.
+        return to_torch_tensor(self).__reduce_ex__(protocol)
+
     def tolist(self):
         return self._elem.tolist()
 
@@ -124,11 +128,19 @@ def to_loom(tree):
 
 
 def to_torch(tree):
-    """LoomTensors in `tree` as CPU torch tensors (modules in place); one loom run for all."""
+    """LoomTensors in `tree` as CPU torch tensors; a module becomes a CPU copy (ties kept), the
+    module itself stays on loom, so a checkpoint mid-training leaves training as it was. One
+    loom run for all."""
     if isinstance(tree, torch.nn.Module):
+        import copy
         loom.sync()
-        return move_module(tree, lambda t: to_torch_tensor(t) if isinstance(t, LoomTensor)
-                           else t)
+        memo = {}
+        for t in list(tree.parameters()) + list(tree.buffers()):
+            if isinstance(t, LoomTensor) and id(t) not in memo:
+                cpu = to_torch_tensor(t)
+                memo[id(t)] = torch.nn.Parameter(cpu, t.requires_grad) \
+                    if isinstance(t, torch.nn.Parameter) else cpu
+        return copy.deepcopy(tree, memo)
     loom_leaves = []
     tree_map(lambda v: loom_leaves.append(v._elem) if isinstance(v, LoomTensor) else None, tree)
     if loom_leaves:
