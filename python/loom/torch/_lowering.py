@@ -11,13 +11,12 @@ import math
 import weakref
 
 import torch
-from torch.utils._pytree import tree_map
 
 import loom
 import loom.nn.functional as LF
 
 from ._tensor import (DEVICE, LoomTensor, from_cpu, is_loom_device, loom_dtype,
-                      to_torch_tensor, wrap)
+                      to_torch_tensor)
 
 TABLE = {}
 _STATS = {"lowered": 0, "fallbacks": 0}
@@ -53,6 +52,28 @@ def _unwrap(x):
     return x
 
 
+def _unwrap_all(args):
+    """_unwrap over the arguments and one level of lists in them (aten's argument forms),
+    without torch's pytree machinery, which cost most of a dispatch."""
+    out = []
+    for a in args:
+        if type(a) is LoomTensor:
+            out.append(a._elem)
+        elif isinstance(a, (list, tuple)):
+            out.append([_unwrap(x) for x in a])
+        else:
+            out.append(_unwrap(a))
+    return out
+
+
+def _wrap_out(x):
+    if isinstance(x, loom.Tensor):
+        return LoomTensor(x)
+    if isinstance(x, (list, tuple)):
+        return type(x)(_wrap_out(v) for v in x)
+    return x
+
+
 def dispatch(func, args, kwargs):
     name = func.overloadpacket.__name__
     if name.startswith("_foreach_"):
@@ -67,14 +88,14 @@ def dispatch(func, args, kwargs):
                          f"{len(TABLE)} aten names")
     _STATS["lowered"] += 1
     inplace = name.endswith("_") and fn not in _NO_WRITE
-    rest = tree_map(_unwrap, list(args))
-    kw = {k: _unwrap(v) for k, v in kwargs.items()}
+    rest = _unwrap_all(args)
+    kw = {k: _unwrap(v) for k, v in kwargs.items()} if kwargs else {}
     out = fn(*rest, **kw)
     if inplace and isinstance(args[0], LoomTensor):
         if out is not None and out is not args[0]._elem:
             _assign(args[0], out, func)
         return args[0]
-    wrapped = wrap(out)
+    wrapped = _wrap_out(out)
     if name in _VIEWS and isinstance(args[0], LoomTensor):
         _link_views(args[0], wrapped, name, fn, rest[1:], kw, func)
     return wrapped
@@ -94,12 +115,12 @@ def _foreach(func, name, args, kwargs):
         a = [x[i] if isinstance(x, (list, tuple)) and len(x) == n else x for x in args]
         k = {key: (v[i] if isinstance(v, (list, tuple)) and len(v) == n else v)
              for key, v in kwargs.items()}
-        out = fn(*tree_map(_unwrap, a), **{key: _unwrap(v) for key, v in k.items()})
+        out = fn(*_unwrap_all(a), **{key: _unwrap(v) for key, v in k.items()})
         if base.endswith("_"):
             if out is not None and out is not a[0]._elem:
                 _assign(a[0], out, func)
         else:
-            outs.append(wrap(out))
+            outs.append(_wrap_out(out))
     return None if base.endswith("_") else outs
 
 
