@@ -3,7 +3,8 @@
 // compiled and kept with it; the product is split into parts (batches, row or column ranges)
 // run on loom's thread pool, one single-threaded oneDNN call per part, as loom splits
 // OpenBLAS products: oneDNN's OpenMP threads are never started, so they never spin beside
-// the pool (docs/architecture.md, "Products"). No oneDNN header here: only onednn.cpp sees it.
+// the pool (docs/architecture.md, "Products"). No oneDNN header here: only onednn.cpp
+// and onednn_parts.cpp see it (through onednn_impl.h).
 //
 // Thread-safety: an OnednnProduct is immutable after make_onednn_product; several threads may
 // run it at once (each part call takes its own stream, memory objects and scratchpad).

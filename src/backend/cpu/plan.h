@@ -115,8 +115,8 @@ Library choose_library(DType dt, int64_t m, int64_t n, int64_t k, int64_t batche
 // The table itself, for CPUs where oneDNN runs AVX-512 kernels (avx512) or AVX2 ones.
 Library library_table(bool avx512, DType dt, int64_t m, int64_t n, int64_t k, int64_t batches,
                       bool a_trans, bool epilogue);
-// Whether oneDNN runs its AVX-512 kernels on this CPU (brgemm; defined in onednn.cpp, the one
-// file that sees oneDNN's headers): the planner's only question to the oneDNN module.
+// Whether oneDNN runs its AVX-512 kernels on this CPU (brgemm; defined in onednn.cpp, one of the
+// two files that see oneDNN's headers): the planner's only question to the oneDNN module.
 bool onednn_avx512();
 // For tests and probes: every float32 product on one library (std::nullopt: the table).
 // Also set by LOOM_MATMUL=openblas|onednn, read once. Plans made after the call see it.
