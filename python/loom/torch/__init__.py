@@ -38,7 +38,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import loom
 
-from ._lowering import TABLE, _STATS
+from ._dispatch import TABLE, _STATS
 from ._tensor import DEVICE, LoomTensor, is_loom_device, loom_dtype, to_loom, to_torch
 from ._tools import assume_pure, compile, fori_loop, scan, scan_layers, while_loop
 

@@ -58,7 +58,7 @@ class LoomTensor(torch.Tensor):
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
-        from ._lowering import dispatch
+        from ._dispatch import dispatch
         return dispatch(func, args, kwargs or {})
 
     def __repr__(self, *, tensor_contents=None):

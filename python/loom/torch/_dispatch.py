@@ -1,0 +1,210 @@
+"""The dispatch of aten ops on LoomTensors to the lowering table (_lowering.py).
+
+dispatch() unwraps LoomTensors to their loom tensors (a 0-d CPU tensor becomes a host
+number, a graph input; another CPU tensor is a loom.Error), runs the lowering and wraps loom
+results back. In-place ops (a trailing `_`) write their result into the first argument with
+loom's copy_, so loom sees the tensor as updated in place. A view is a loom tensor of its own,
+linked to its base: a write into the view is written back into the base, and a write into the base is
+carried to its live views (graph ops), as torch's aliasing shows them; a write into a view
+that cannot be written back (expand, split, as_strided, ...) raises loom.Error."""
+import weakref
+
+import torch
+
+import loom
+
+from ._tensor import DEVICE, LoomTensor, from_cpu
+
+TABLE = {}
+_STATS = {"lowered": 0}
+
+
+def lowers(*names):
+    def put(fn):
+        for n in names:
+            TABLE[n] = fn
+        return fn
+    return put
+
+
+def _describe(args):
+    def one(a):
+        if isinstance(a, LoomTensor):
+            return f"{a.dtype}{list(a.shape)} on {DEVICE}"
+        if isinstance(a, torch.Tensor):
+            return f"{a.dtype}{list(a.shape)} on {a.device}"
+        return type(a).__name__
+    return ", ".join(one(a) for a in args)
+
+
+def _unwrap(x):
+    if isinstance(x, LoomTensor):
+        return x._elem
+    if isinstance(x, torch.Tensor):
+        if x.dim() == 0 and x.device.type == "cpu":
+            return x.item()  # a CPU scalar beside device tensors, as torch allows
+        raise loom.Error(f"[loom.torch] expected all tensors on loom's device, got a "
+                         f"{x.device.type} tensor {x.dtype}{list(x.shape)} (move it with "
+                         f".to(lt.device()))")
+    return x
+
+
+def _unwrap_all(args):
+    """_unwrap over the arguments and one level of lists in them (aten's argument forms),
+    without torch's pytree machinery, which cost most of a dispatch."""
+    out = []
+    for a in args:
+        if type(a) is LoomTensor:
+            out.append(a._elem)
+        elif isinstance(a, (list, tuple)):
+            out.append([_unwrap(x) for x in a])
+        else:
+            out.append(_unwrap(a))
+    return out
+
+
+def _wrap_out(x):
+    if isinstance(x, loom.Tensor):
+        return LoomTensor(x)
+    if isinstance(x, (list, tuple)):
+        return type(x)(_wrap_out(v) for v in x)
+    return x
+
+
+def dispatch(func, args, kwargs):
+    name = func.overloadpacket.__name__
+    if name.startswith("_foreach_"):
+        return _foreach(func, name, args, kwargs)
+    if name == "copy_" and isinstance(args[1], torch.Tensor) and \
+            not isinstance(args[1], LoomTensor) and args[1].dim() > 0:
+        args = (args[0], LoomTensor(from_cpu(args[1]))) + tuple(args[2:])  # CPU -> loom
+    fn = TABLE.get(f"{name}.{func._overloadname}") or TABLE.get(name)
+    if fn is None:
+        raise loom.Error(f"[loom.torch] aten.{name}.{func._overloadname} has no lowering to "
+                         f"loom (arguments: {_describe(args)}); loom.torch lowers "
+                         f"{len(TABLE)} aten names")
+    _STATS["lowered"] += 1
+    inplace = name.endswith("_") and fn not in _NO_WRITE
+    rest = _unwrap_all(args)
+    kw = {k: _unwrap(v) for k, v in kwargs.items()} if kwargs else {}
+    out = fn(*rest, **kw)
+    if inplace and isinstance(args[0], LoomTensor):
+        if out is not None and out is not args[0]._elem:
+            _assign(args[0], out, func)
+        return args[0]
+    wrapped = _wrap_out(out)
+    if name in _VIEWS and isinstance(args[0], LoomTensor):
+        _link_views(args[0], wrapped, name, fn, rest[1:], kw, func)
+    return wrapped
+
+
+def _foreach(func, name, args, kwargs):
+    """aten._foreach_<op>(list, ...): the op on each element (lists in the other arguments
+    paired by position), in place where the name ends with '_'."""
+    base = name[len("_foreach_"):]
+    fn = TABLE.get(base)
+    if fn is None:
+        raise loom.Error(f"[loom.torch] aten.{name}.{func._overloadname} has no lowering to "
+                         f"loom (aten.{base} has none); pass foreach=False to the optimizer")
+    n = len(args[0])
+    outs = []
+    for i in range(n):
+        a = [x[i] if isinstance(x, (list, tuple)) and len(x) == n else x for x in args]
+        k = {key: (v[i] if isinstance(v, (list, tuple)) and len(v) == n else v)
+             for key, v in kwargs.items()}
+        out = fn(*_unwrap_all(a), **{key: _unwrap(v) for key, v in k.items()})
+        if base.endswith("_"):
+            if out is not None and out is not a[0]._elem:
+                _assign(a[0], out, func)
+        else:
+            outs.append(_wrap_out(out))
+    return None if base.endswith("_") else outs
+
+
+# aten's view ops, whose results alias their input in torch. Here a view is its own loom
+# tensor, linked to its base: a write into either is carried to the other (as graph ops).
+_VIEWS = {"view", "_unsafe_view", "_reshape_alias", "t", "transpose", "permute", "expand",
+          "unsqueeze", "squeeze", "select", "slice", "split", "split_with_sizes", "as_strided",
+          "diagonal", "unbind", "unfold", "narrow", "alias", "detach"}
+_RESHAPES = {"view", "_unsafe_view", "_reshape_alias", "unsqueeze", "squeeze"}
+
+
+def _inverse(name, args):
+    """base, new view value -> the base's new value; None where loom.torch cannot write back."""
+    if name in _RESHAPES:
+        return lambda base, new: new.reshape(*base.shape)
+    if name in ("t", "transpose"):
+        return lambda base, new: _t_like(new, *args)
+    if name == "permute":
+        inv = [0] * len(args[0])
+        for i, d in enumerate(args[0]):
+            inv[d % len(inv)] = i
+        return lambda base, new: loom.permute(new, inv)
+    if name in ("select", "slice"):
+        def put(base, new):
+            dim = args[0] if args else 0
+            key = [slice(None)] * (dim % base.ndim)
+            if name == "select":
+                key.append(args[1])
+            else:
+                start, end = (list(args[1:3]) + [None, None])[:2]
+                key.append(slice(start, end, args[3] if len(args) > 3 else 1))
+            out = loom.clone(base)
+            out[tuple(key)] = new
+            return out
+        return put
+    return None
+
+
+def _t_like(new, *args):
+    """aten.t / transpose's inverse: itself."""
+    if not args:
+        return new if new.ndim < 2 else loom.transpose(new, 0, 1)
+    return loom.transpose(new, args[0], args[1])
+
+
+def _link_views(base, wrapped, name, fn, rest, kw, func):
+    views = wrapped if isinstance(wrapped, (list, tuple)) else [wrapped]
+    if name in ("alias", "detach"):  # the same loom tensor: writes are shared already
+        return
+    for i, v in enumerate(views):
+        if not isinstance(v, LoomTensor):
+            continue
+        v._view_base = base  # held: a view of a temporary view still reaches the root
+        v._view_of = (func, len(views) > 1 and i, rest, kw)
+        v._view_inverse = None if len(views) > 1 else _inverse(name, rest)
+        v._view_forward = None if len(views) > 1 else (lambda b, fn=fn: fn(b, *rest, **kw))
+        if not hasattr(base, "_views"):
+            base._views = weakref.WeakSet()
+        base._views.add(v)
+
+
+def _assign(t, value, func, skip=None):
+    """t's loom tensor := value, carried to t's base (if t is a view whose base lives) and to
+    t's live views, as torch's aliasing would show them."""
+    t._elem.copy_(value)
+    base = getattr(t, "_view_base", None)
+    if base is not None and base is not skip:
+        if t._view_inverse is None:
+            raise loom.Error(f"[loom.torch] aten.{func.overloadpacket.__name__}."
+                             f"{func._overloadname} writes into a view made by "
+                             f"aten.{t._view_of[0].overloadpacket.__name__}, which loom.torch "
+                             f"cannot write back to its base ({_describe([base])})")
+        _assign(base, t._view_inverse(base._elem, t._elem), func, skip=t)
+    for v in list(getattr(t, "_views", ())):
+        if v is not skip and v._view_forward is not None:
+            _assign(v, v._view_forward(t._elem), func, skip=t)
+
+
+
+
+
+_NO_WRITE = set()
+
+
+def _no_write(fn):  # an in-place name whose lowering already updated its argument
+    _NO_WRITE.add(fn)
+    return fn
+
+
+from . import _lowering  # noqa: E402,F401: fills TABLE
