@@ -31,3 +31,7 @@ elif .venv/bin/python -m nanobind --cmake_dir >/dev/null 2>&1; then
 else
   echo "test.sh: no .venv with nanobind (scripts/install-deps.sh makes it); pytest skipped"
 fi
+# The same Python suite on torch 2.x where a venv with it exists (skipped, saying so, elsewhere).
+if [ "${LOOM_SANITIZE:-0}" = 0 ]; then
+  scripts/test-torch2.sh
+fi

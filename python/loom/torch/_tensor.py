@@ -10,9 +10,11 @@ _T2L = {torch.bool: loom.bool_, torch.int32: loom.int32, torch.int64: loom.int64
         torch.bfloat16: loom.bfloat16, torch.float16: loom.float16,
         torch.float32: loom.float32, torch.float64: loom.float64}
 _L2T = {v: k for k, v in _T2L.items()}
-# From torch 2.1 the device is privateuseone renamed 'loom'. On 1.13 privateuseone has no device
-# guard (autograd's engine aborts the process on it), so loom's tensors report 'meta', as
-# torchax's do, and torch.device('meta') names loom's device.
+# loom's tensors report 'meta', as torchax's do: privateuseone has no device guard without a C++
+# extension (torch's autograd and indexing abort the process on it, 1.13 and 2.9 alike). From
+# torch 2.1 privateuseone is renamed 'loom', so users can name the device 'loom'; a tensor
+# never carries it. On 1.13 loom's device is spelled 'meta'.
+TENSOR_DEVICE = torch.device("meta")
 if hasattr(torch.utils, "rename_privateuse1_backend"):
     try:
         torch.utils.rename_privateuse1_backend("loom")
@@ -20,7 +22,7 @@ if hasattr(torch.utils, "rename_privateuse1_backend"):
         pass
     DEVICE = torch.device("loom")
 else:
-    DEVICE = torch.device("meta")
+    DEVICE = TENSOR_DEVICE
 
 
 def loom_dtype(dt):
@@ -39,7 +41,7 @@ def is_loom_device(device):
     if device is None:
         return False
     d = torch.device(device) if not isinstance(device, torch.device) else device
-    return d.type == DEVICE.type
+    return d.type in (DEVICE.type, TENSOR_DEVICE.type)
 
 
 class LoomTensor(torch.Tensor):
@@ -49,7 +51,8 @@ class LoomTensor(torch.Tensor):
     @staticmethod
     def __new__(cls, elem, requires_grad=False):
         t = torch.Tensor._make_wrapper_subclass(cls, tuple(elem.shape),
-                                                dtype=torch_dtype(elem.dtype), device=DEVICE,
+                                                dtype=torch_dtype(elem.dtype),
+                                                device=TENSOR_DEVICE,
                                                 requires_grad=requires_grad)
         t._elem = elem
         return t
