@@ -5,7 +5,8 @@ once per structure and runs.
 
     import torch, loom.torch as lt
     dev = lt.device()                  # torch.device('loom') on torch >= 2.1,
-                                       # torch.device('meta') on torch 1.13
+                                       # torch.device('meta') on torch 1.13 (tensors
+                                       # report 'meta' on both, as torchax's)
     model = MyModule().to(dev)         # before making the optimizer: new parameter objects
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     for x, y in batches:
@@ -23,8 +24,8 @@ arguments; CPU tensors beside loom ones raise loom.Error too (CPU scalars and co
 
 A write through a view (x[0].add_(1), x[:, 1] = v) reaches the base and its live views, as
 in torch (expand, split and as_strided views cannot be written: loom.Error). Not yet:
-torch.compile(backend="loom"). Tested with torch 1.13 (test_loom_torch.py; OpInfo samples in
-test_loom_torch_opinfo.py).
+torch.compile(backend="loom"). Tested with torch 1.13 and 2.9 (test_loom_torch.py; OpInfo
+samples in test_loom_torch_opinfo.py; scripts/test-torch2.sh).
 
 The seed's tools, with torch_xla's signatures, on torch callables: lt.assume_pure(fn) (over
 functional_call), lt.scan(fn, init, xs), lt.scan_layers(layers, x, is_layer_pure=...) over a
