@@ -342,3 +342,24 @@ def test_cpu_and_loom_tensors_do_not_mix():
     z = torch.zeros(3, device=dev)
     z.copy_(torch.arange(3.0))  # copy_ moves data across devices, as torch
     assert lt.to_torch(z).tolist() == [0.0, 1.0, 2.0]
+
+
+@pytest.mark.skipif(not hasattr(torch, "compile"), reason="torch.compile needs torch >= 2.0")
+def test_torch_compile_with_the_loom_backend_trains_as_eager():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 16), nn.GELU(), nn.Linear(16, 1))
+    ref = copy.deepcopy(model)
+    compiled = torch.compile(model, backend="loom")
+    opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (model, ref)]
+    g = torch.Generator().manual_seed(5)
+    before = lt.fx_graphs_compiled()
+    for _ in range(4):
+        x, y = torch.randn(8, 4, generator=g), torch.randn(8, 1, generator=g)
+        for m, o in ((compiled, opts[0]), (ref, opts[1])):
+            loss = F.mse_loss(m(x), y)
+            loss.backward()
+            o.step()
+            o.zero_grad()
+    for p, q in zip(model.parameters(), ref.parameters()):
+        torch.testing.assert_close(p.detach(), q.detach())
+    assert lt.fx_graphs_compiled() - before == 2  # one forward and one backward graph

@@ -23,8 +23,9 @@ An aten op the table does not lower raises loom.Error naming the op, its overloa
 arguments; CPU tensors beside loom ones raise loom.Error too (CPU scalars and copy_ aside).
 
 A write through a view (x[0].add_(1), x[:, 1] = v) reaches the base and its live views, as
-in torch (expand, split and as_strided views cannot be written: loom.Error). Not yet:
-torch.compile(backend="loom"). Tested with torch 1.13 and 2.9 (test_loom_torch.py; OpInfo
+in torch (expand, split and as_strided views cannot be written: loom.Error).
+torch.compile(model, backend="loom") (torch >= 2.0) runs Dynamo's graphs on loom, training
+through aot_autograd, for a model on the CPU. Tested with torch 1.13 and 2.9 (test_loom_torch.py; OpInfo
 samples in test_loom_torch_opinfo.py; scripts/test-torch2.sh).
 
 The seed's tools, with torch_xla's signatures, on torch callables: lt.assume_pure(fn) (over
@@ -41,11 +42,12 @@ import loom
 
 from ._dispatch import TABLE, _STATS
 from ._tensor import DEVICE, LoomTensor, is_loom_device, loom_dtype, to_loom, to_torch
+from . import _compile
 from ._tools import assume_pure, compile, fori_loop, scan, scan_layers, while_loop
 
 __all__ = ["device", "sync", "to_loom", "to_torch", "LoomTensor", "metrics", "metrics_report",
            "assume_pure", "scan", "scan_layers", "while_loop", "fori_loop", "compile",
-           "lowered_ops", "aten_ops_lowered"]
+           "lowered_ops", "aten_ops_lowered", "fx_graphs_compiled"]
 
 _DRAWS = {"randn": loom.randn, "rand": loom.rand, "zeros": loom.zeros, "ones": loom.ones,
           "empty": loom.zeros}
@@ -59,7 +61,7 @@ def _size(args):
 
 def _factory(name, original):
     def make(*args, **kwargs):
-        if not is_loom_device(kwargs.get("device")):
+        if not is_loom_device(kwargs.get("device"), from_user=True):
             return original(*args, **kwargs)
         rg = kwargs.pop("requires_grad", False)
         kwargs.pop("device")
@@ -87,7 +89,7 @@ _tensor_setitem = torch.Tensor.__setitem__
 
 def _to(self, *args, **kwargs):
     """Tensor.to: a CPU tensor moved to loom's device becomes a LoomTensor."""
-    if type(self) is not LoomTensor and is_loom_device(_target(args, kwargs)):
+    if type(self) is not LoomTensor and is_loom_device(_target(args, kwargs), from_user=True):
         dt = kwargs.get("dtype") or next((a for a in args if isinstance(a, torch.dtype)), None)
         return to_loom(self if dt is None else _tensor_to(self, dt))
     return _tensor_to(self, *args, **kwargs)
@@ -220,6 +222,7 @@ def device():
 
 
 _install()
+_compile.register()
 
 
 def sync():
@@ -235,6 +238,12 @@ def metrics():
 def aten_ops_lowered():
     """How many aten ops this process has lowered to loom."""
     return _STATS["lowered"]
+
+
+def fx_graphs_compiled():
+    """How many FX graphs torch.compile(backend="loom") has handed to loom (Dynamo's graph
+    breaks and recompiles each add one)."""
+    return _STATS.get("fx_graphs", 0)
 
 
 def metrics_report():

@@ -1,5 +1,7 @@
 """The torch.Tensor wrapper subclass that holds a lazy loom tensor, and the dispatch of aten
 ops to the lowering table (_lowering.py)."""
+import sys
+
 import numpy as np
 import torch
 from torch.utils._pytree import tree_map
@@ -37,11 +39,31 @@ def torch_dtype(dt):
     return _L2T[dt]
 
 
-def is_loom_device(device):
+_FAKE = getattr(getattr(torch._C, "_TorchDispatchModeKey", None), "FAKE", None)
+
+
+def _called_by_torch():
+    """Whether the nearest caller outside loom.torch is torch's own code."""
+    f = sys._getframe(2)
+    while f is not None and f.f_globals.get("__name__", "").startswith("loom.torch"):
+        f = f.f_back
+    return f is not None and f.f_globals.get("__name__", "").split(".")[0] == "torch"
+
+
+def is_loom_device(device, from_user=False):
+    """'loom' (torch >= 2.1), or 'meta', which loom's tensors report. On torch 2.x a 'meta' that
+    torch's own code asks for (fake tensors of torch.compile, meta initialization) stays torch's:
+    with from_user, 'meta' is loom's only when the call comes from outside torch."""
     if device is None:
         return False
     d = torch.device(device) if not isinstance(device, torch.device) else device
-    return d.type in (DEVICE.type, TENSOR_DEVICE.type)
+    if d.type == DEVICE.type:
+        return True
+    if d.type != TENSOR_DEVICE.type:
+        return False
+    if _FAKE is not None and torch._C._get_dispatch_mode(_FAKE) is not None:
+        return False
+    return not (from_user and _called_by_torch())
 
 
 class LoomTensor(torch.Tensor):

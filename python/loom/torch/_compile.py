@@ -1,0 +1,39 @@
+"""torch.compile(model, backend="loom") on torch >= 2.0: Dynamo's FX graphs, through
+aot_autograd for training, run on loom. Each graph's aten ops go through the same lowering
+table as eager loom.torch; the graph's inputs (CPU tensors, parameters included) are copied
+to loom per call and its outputs come back as CPU tensors, as torch_xla's openxla backend
+does for a CPU model. Counted in aten_ops_lowered() and fx_graphs_compiled()."""
+import torch
+
+import loom
+
+from ._dispatch import _STATS
+from ._tensor import LoomTensor, from_cpu, to_torch_tensor
+
+
+def _on_loom(gm, example_inputs):
+    _STATS["fx_graphs"] = _STATS.get("fx_graphs", 0) + 1
+
+    def run(*args):
+        inputs = [LoomTensor(from_cpu(a)) if isinstance(a, torch.Tensor) and
+                  not isinstance(a, LoomTensor) else a for a in args]
+        with torch.no_grad():
+            outs = gm(*inputs)
+        loom.sync()
+        back = [to_torch_tensor(o) if isinstance(o, LoomTensor) else o
+                for o in (outs if isinstance(outs, (list, tuple)) else [outs])]
+        return type(outs)(back) if isinstance(outs, (list, tuple)) else back[0]
+
+    return run
+
+
+def register():
+    """Registers the Dynamo backend "loom" (torch >= 2.0; a no-op on 1.13)."""
+    try:
+        from torch._dynamo import list_backends, register_backend
+        from torch._dynamo.backends.common import aot_autograd
+    except ImportError:
+        return False
+    if "loom" not in list_backends(exclude_tags=()):
+        register_backend(name="loom")(aot_autograd(fw_compiler=_on_loom, bw_compiler=_on_loom))
+    return True
