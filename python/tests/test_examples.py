@@ -11,10 +11,10 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 EX = ROOT / "examples/python"
 
 
-def run(name, *args):
+def run(name, *args, folder=EX):
     env = dict(os.environ)
-    r = subprocess.run([sys.executable, str(EX / name), *args], capture_output=True, text=True,
-                       env=env, timeout=600)
+    r = subprocess.run([sys.executable, str(folder / name), *args], capture_output=True,
+                       text=True, env=env, timeout=600)
     assert r.returncode == 0, r.stderr
     return r.stdout
 
@@ -79,10 +79,7 @@ TORCH_EX = ROOT / "examples/torch"
 
 
 def run_torch(name, *args):
-    r = subprocess.run([sys.executable, str(TORCH_EX / name), *args], capture_output=True,
-                       text=True, env=dict(os.environ), timeout=600)
-    assert r.returncode == 0, r.stderr
-    return r.stdout
+    return run(name, *args, folder=TORCH_EX)
 
 
 def test_torch_examples_print_the_seed_values():
