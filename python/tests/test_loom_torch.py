@@ -363,3 +363,11 @@ def test_torch_compile_with_the_loom_backend_trains_as_eager():
     for p, q in zip(model.parameters(), ref.parameters()):
         torch.testing.assert_close(p.detach(), q.detach())
     assert lt.fx_graphs_compiled() - before == 2  # one forward and one backward graph
+
+
+def test_module_to_cpu_moves_in_place_as_torch():
+    model = nn.Sequential(nn.Linear(3, 3), nn.Linear(3, 3))
+    model[1].weight = model[0].weight
+    assert model.to(dev) is model and isinstance(model[0].weight, lt.LoomTensor)
+    assert model.to("cpu") is model
+    assert type(model[0].weight) is nn.Parameter and model[1].weight is model[0].weight

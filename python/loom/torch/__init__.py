@@ -41,7 +41,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 import loom
 
 from ._dispatch import TABLE, _STATS
-from ._tensor import DEVICE, LoomTensor, is_loom_device, loom_dtype, to_loom, to_torch
+from ._tensor import (DEVICE, LoomTensor, is_loom_device, loom_dtype, move_module, to_loom,
+                      to_torch, to_torch_tensor)
 from . import _compile
 from ._tools import assume_pure, compile, fori_loop, scan, scan_layers, while_loop
 
@@ -131,11 +132,16 @@ _module_to = torch.nn.Module.to
 def _module_to_device(self, *args, **kwargs):
     """Module.to: to loom's device (or back to the CPU) with tied weights kept tied."""
     device, dtype, _, _ = torch._C._nn._parse_to(*args, **kwargs)
+    to_loom_device = is_loom_device(device, from_user=True)
     has_loom = any(isinstance(t, LoomTensor) for t in self.parameters())
-    if is_loom_device(device) or (device is not None and device.type == "cpu" and has_loom):
+    if to_loom_device or (device is not None and device.type == "cpu" and has_loom):
         if dtype is not None:
             _module_to(self, dtype)  # floating parameters to dtype, where they are
-        return to_loom(self) if is_loom_device(device) else to_torch(self)
+        if to_loom_device:
+            return to_loom(self)
+        loom.sync()  # to the CPU in place, as torch's Module.to
+        return move_module(self, lambda t: to_torch_tensor(t) if isinstance(t, LoomTensor)
+                           else t)
     return _module_to(self, *args, **kwargs)
 
 
