@@ -186,11 +186,14 @@ def test_writes_through_views_as_torch():
         torch.testing.assert_close(g, w)
 
 
-def test_a_write_loom_torch_cannot_carry_is_a_clear_error():
+def test_a_write_into_an_expanded_tensor_is_refused_as_torch():
     x = torch.zeros(1, 4, device=dev)
     e = x.expand(3, 4)
-    with pytest.raises(loom.Error, match=r"writes into a view made by aten\.expand"):
+    with pytest.raises(loom.Error, match=r"aten\.add_\.Tensor: unsupported operation: more than "
+                                         r"one element .* expanded"):
         e.add_(1.0)
+    with pytest.raises(RuntimeError, match="more than one element"):  # torch says the same
+        torch.zeros(1, 4).expand(3, 4).add_(1.0)
 
 
 def test_assume_pure_over_functional_call_traces_once_and_differentiates():
@@ -371,3 +374,18 @@ def test_module_to_cpu_moves_in_place_as_torch():
     assert model.to(dev) is model and isinstance(model[0].weight, lt.LoomTensor)
     assert model.to("cpu") is model
     assert type(model[0].weight) is nn.Parameter and model[1].weight is model[0].weight
+
+
+def test_split_pieces_write_back_and_gradients_accumulate_over_expands():
+    def program(d):
+        w = torch.ones(3, device=d).requires_grad_()
+        x = torch.arange(6.0, device=d).view(2, 3)
+        # w's gradient accumulates over an expand's, a sum's and a stack's backward
+        ((w.expand(2, 3) * x).sum() + w.sum() * 2 + torch.stack([w, w]).sum()).backward()
+        y = torch.arange(8.0, device=d)
+        a, b = y.split(4)
+        b.mul_(10)
+        y.unbind(0)[1].add_(100)
+        return w.grad, y, a
+    for got, want in zip(program(dev), program("cpu")):
+        torch.testing.assert_close(lt.to_torch(got), want.detach())

@@ -85,6 +85,12 @@ def dispatch(func, args, kwargs):
                          f"{len(TABLE)} aten names")
     _STATS["lowered"] += 1
     inplace = name.endswith("_") and fn not in _NO_WRITE
+    if inplace and isinstance(args[0], LoomTensor) and any(
+            st == 0 and n > 1 for st, n in zip(args[0].stride(), args[0].shape)):
+        raise loom.Error(f"[loom.torch] aten.{name}.{func._overloadname}: unsupported operation: "
+                         f"more than one element of the written-to tensor "
+                         f"({_describe(args[:1])}, expanded) refers to a single memory location "
+                         f"(as torch says); clone() it first")
     rest = _unwrap_all(args)
     kw = {k: _unwrap(v) for k, v in kwargs.items()} if kwargs else {}
     out = fn(*rest, **kw)
@@ -92,10 +98,22 @@ def dispatch(func, args, kwargs):
         if out is not None and out is not args[0]._elem:
             _assign(args[0], out, func)
         return args[0]
+    if name == "expand" and isinstance(args[0], LoomTensor):
+        return _expanded(args[0], out)
     wrapped = _wrap_out(out)
     if name in _VIEWS and isinstance(args[0], LoomTensor):
         _link_views(args[0], wrapped, name, fn, rest[1:], kw, func)
     return wrapped
+
+
+def _expanded(x, out):
+    """expand's result with torch's strides (0 where it broadcasts), so torch's autograd copies
+    it before accumulating into it and a write into it is refused, as on torch's devices."""
+    shape, lead = list(out.shape), out.ndim - x.ndim
+    inner = list(x.stride())
+    strides = [0] * lead + [0 if x.shape[d] == 1 and shape[lead + d] != 1 else inner[d]
+                            for d in range(x.ndim)]
+    return LoomTensor(out, strides=strides)
 
 
 def _foreach(func, name, args, kwargs):
@@ -123,10 +141,36 @@ def _foreach(func, name, args, kwargs):
 
 # aten's view ops, whose results alias their input in torch. Here a view is its own loom
 # tensor, linked to its base: a write into either is carried to the other (as graph ops).
-_VIEWS = {"view", "_unsafe_view", "_reshape_alias", "t", "transpose", "permute", "expand",
-          "unsqueeze", "squeeze", "select", "slice", "split", "split_with_sizes", "as_strided",
-          "diagonal", "unbind", "unfold", "narrow", "alias", "detach"}
+# An expanded tensor is not linked: torch refuses writes into one that overlap, and copies
+# one before accumulating into it (a gradient), which its contiguous-looking wrapper hides.
+_VIEWS = {"view", "_unsafe_view", "_reshape_alias", "t", "transpose", "permute", "unsqueeze",
+          "squeeze", "select", "slice", "split", "split_with_sizes", "as_strided", "diagonal",
+          "unbind", "unfold", "narrow", "alias", "detach"}
 _RESHAPES = {"view", "_unsafe_view", "_reshape_alias", "unsqueeze", "squeeze"}
+
+
+def _region(base, dim, index):
+    """base with `index` (an int or a slice) along dim written by `new`: a function of new."""
+    def put(new):
+        key = [slice(None)] * (dim % base.ndim) + [index]
+        out = loom.clone(base)
+        out[tuple(key)] = new
+        return out
+    return put
+
+
+def _piece_inverse(name, args, i):
+    """The write-back of piece i of split / split_with_sizes / unbind."""
+    dim = args[1] if len(args) > 1 else 0
+    if name == "unbind":
+        dim = args[0] if args else 0
+        return lambda base, new: _region(base, dim, i)(new)
+    sizes = args[0]
+    if isinstance(sizes, int):
+        start, stop = i * sizes, (i + 1) * sizes
+    else:
+        start, stop = sum(sizes[:i]), sum(sizes[:i + 1])
+    return lambda base, new: _region(base, dim, slice(start, stop))(new)
 
 
 def _inverse(name, args):
@@ -172,8 +216,12 @@ def _link_views(base, wrapped, name, fn, rest, kw, func):
             continue
         v._view_base = base  # held: a view of a temporary view still reaches the root
         v._view_of = (func, len(views) > 1 and i, rest, kw)
-        v._view_inverse = None if len(views) > 1 else _inverse(name, rest)
-        v._view_forward = None if len(views) > 1 else (lambda b, fn=fn: fn(b, *rest, **kw))
+        if len(views) > 1:  # split, split_with_sizes, unbind: piece i
+            v._view_inverse = _piece_inverse(name, rest, i)
+            v._view_forward = lambda b, fn=fn, i=i: fn(b, *rest, **kw)[i]
+        else:
+            v._view_inverse = _inverse(name, rest)
+            v._view_forward = lambda b, fn=fn: fn(b, *rest, **kw)
         if not hasattr(base, "_views"):
             base._views = weakref.WeakSet()
         base._views.add(v)

@@ -71,8 +71,11 @@ class LoomTensor(torch.Tensor):
     it are recorded into loom's pending graph (see loom.torch)."""
 
     @staticmethod
-    def __new__(cls, elem, requires_grad=False):
+    def __new__(cls, elem, requires_grad=False, strides=None):
+        # strides: what torch's checks see (an expanded tensor's 0 strides); loom's own layout
+        # is elem's.
         t = torch.Tensor._make_wrapper_subclass(cls, tuple(elem.shape),
+                                                strides=strides,
                                                 dtype=torch_dtype(elem.dtype),
                                                 device=TENSOR_DEVICE,
                                                 requires_grad=requires_grad)
