@@ -1,9 +1,6 @@
-// The optimizers' update rules (torch.optim's SGD and AdamW), composed once from loom's ops and
-// shared by loom::optim (C++) and loom.optim (Python, which adds param groups and state dicts
-// around them). Each updates its tensors in place with gradients off, so the update joins the
-// step's graph. `lr` is a 0-d float64 tensor or a host number, a graph input either way: the
-// caller may change it between steps without recompiling. Step counts are float64 tensors
-// updated in place, so compile's trace_once replays the bias corrections.
+// torch.optim's SGD and AdamW update rules, shared by loom::optim and loom.optim. Each updates
+// its tensors in place, gradients off; `lr` (0-d float64 tensor or number) is a graph input, so
+// changing it does not recompile, and step counts are tensors that trace_once replays.
 #pragma once
 
 #include "loom/trace/tensor.h"

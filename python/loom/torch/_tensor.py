@@ -120,10 +120,6 @@ def to_torch_tensor(x):
     return torch.from_numpy(np.array(e.numpy()))
 
 
-def wrap(x):
-    return tree_map(lambda v: LoomTensor(v) if isinstance(v, loom.Tensor) else v, x)
-
-
 def move_module(module, convert):
     """Replaces a module's parameters and buffers by convert(tensor), each distinct tensor once,
     so tied weights stay tied (torch's Module._apply converts a tied weight once per owner)."""

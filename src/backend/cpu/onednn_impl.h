@@ -1,9 +1,5 @@
-// What onednn.cpp (operands, tasks, running them) and onednn_parts.cpp (each part's primitive
-// and post-ops) share: a part, an operand, a task, the engine, the one-OpenMP-thread guard and
-// cached_part. Only those two files include it; no other file sees oneDNN's headers.
-//
-// Thread-safety: a Part is immutable once cached_part returns it; cached_part may be called
-// from any thread.
+// What onednn.cpp and onednn_parts.cpp share (the only files that see oneDNN's headers).
+// Thread-safety: a Part is immutable once cached_part returns it; cached_part is thread-safe.
 #pragma once
 
 #include <cstddef>
