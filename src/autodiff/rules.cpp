@@ -3,6 +3,7 @@
 // returns the adjoint of each operand with the operand's type.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <unordered_map>
 
@@ -279,6 +280,63 @@ std::vector<Adjoint> dist_rule(Ctx& c) {
   return {};
 }
 
+// attention's operands' adjoints: one attention_grad node for q, k and v (it recomputes the
+// scores block by block from the saved log-sum-exp; the log-sum-exp's own adjoint enters as
+// delta's second term) and, for an additive mask, the scores' gradient written out (dead code
+// unless the mask needs its adjoint).
+std::vector<Adjoint> attention_rule(ir::Builder& b, ir::NodeId id,
+                                    std::span<const Adjoint> result_adjoints) {
+  const ir::Node& n = b.graph().node(id);
+  if (n.op == OpKind::AttentionGrad)
+    throw AutodiffError(
+        "[attention_grad] the fused attention has no second derivative; compute the "
+        "scores with matmul and softmax to differentiate twice");
+  const Value q = n.operands[0], k = n.operands[1], v = n.operands[2];
+  const Value out{id, 0}, lse{id, 1};
+  const int64_t last = static_cast<int64_t>(b.type(out).shape.size()) - 1;
+  const Value g = result_adjoints[0] ? *result_adjoints[0] : zeros(b, b.type(out));
+  Value delta = b.reduce(OpKind::ReduceSum, b.binary(OpKind::Mul, g, out), {last}, false);
+  if (result_adjoints.size() > 1 && result_adjoints[1])
+    delta = b.binary(OpKind::Sub, delta, *result_adjoints[1]);
+  std::vector<Value> operands = {q, k, v, lse, delta, g};
+  const bool masked = n.operands.size() == 4;
+  if (masked) operands.push_back(n.operands[3]);
+  const ir::Attrs attrs = n.attrs;
+  std::vector<Value> d = b.make_region(OpKind::AttentionGrad, operands, attrs, {});
+  std::vector<Adjoint> r = {d[0], d[1], d[2]};
+  if (!masked) return r;
+  const Value mask = n.operands[3];
+  const TensorType mt = b.type(mask);
+  r.emplace_back();
+  if (!is_floating(mt.dtype)) return r;
+  // ds = p * (dout v^T - rowsum(dout * out)), p = exp(s - lse) (0 where lse is -inf)
+  auto heads = [&](Value x) {  // k or v with each head repeated `group` times
+    const int64_t group = attrs.i;
+    if (group == 1) return x;
+    Shape s = b.type(x).shape, grown = s;
+    const size_t h = s.size() - 3;
+    grown.insert(h + 1, group);
+    Shape with = s;
+    with.insert(h + 1, 1);
+    s[h] *= group;
+    return b.reshape(b.expand(b.reshape(x, with), grown), s);
+  };
+  const DType dt = b.type(q).dtype;
+  Value s =
+      b.binary(OpKind::Mul, b.matmul(q, transpose_last(b, heads(k))), b.constant(attrs.f, dt));
+  s = b.binary(OpKind::Add, s, mask);
+  Shape lse_col = b.type(lse).shape;
+  lse_col.push_back(1);
+  const Value l = b.reshape(lse, lse_col);
+  const Value inf = b.constant(-std::numeric_limits<double>::infinity(), dt);
+  Value p = b.unary(OpKind::Exp, b.binary(OpKind::Sub, s, l));
+  p = b.where(b.binary(OpKind::Eq, l, inf), b.constant(0, dt), p);
+  const Value dp = b.matmul(g, transpose_last(b, heads(v)));
+  const Value ds = b.binary(OpKind::Mul, p, b.binary(OpKind::Sub, dp, b.reshape(delta, lse_col)));
+  r.back() = unbroadcast(b, ds, mt.shape);
+  return r;
+}
+
 }  // namespace
 
 Value zeros(ir::Builder& b, const TensorType t) {
@@ -323,6 +381,7 @@ std::vector<Adjoint> vjp(ir::Builder& b, ir::NodeId id, std::span<const Adjoint>
   if (kind == RuleKind::ControlFlow) return detail::control_flow_vjp(b, id, result_adjoints);
   if (kind == RuleKind::NotDifferentiable || !is_floating(n.type.dtype))
     return std::vector<Adjoint>(n.operands.size());
+  if (ir::has_trait(n.op, ir::kMultiResult)) return attention_rule(b, id, result_adjoints);
   LOOM_ASSERT(result_adjoints.size() == 1 && result_adjoints[0]);
   Ctx c{b, n, *result_adjoints[0], id};
   std::vector<Adjoint> r;

@@ -31,8 +31,8 @@ TensorType infer_type(const Graph& g, OpKind op, std::span<const Value> xs, cons
                "] operand %", v.node, "#", v.index, " does not exist");
   }
   uint32_t t = in.traits;
-  LOOM_CHECK(!(t & kRegion), "[", in.name,
-             "] owns regions: build it with Builder::make_region (infer_region_types)");
+  LOOM_CHECK(!several_results(op), "[", in.name,
+             "] has several results: build it with Builder::make_region (infer_region_types)");
   if (t & kSource) {
     LOOM_CHECK(given, "[", in.name, "] needs a result type");
     check_shape(in.name.data(), given->shape);

@@ -317,7 +317,7 @@ void Parser::statement(Graph& g, Builder& b, Scope& scope, int depth) {
   std::vector<std::shared_ptr<const Graph>> regions;
   while (at_keyword("graph")) regions.push_back(std::make_shared<const Graph>(graph(depth + 1)));
 
-  if (has_trait(op, kRegion)) {
+  if (several_results(op)) {
     region_node(b, scope, nm, at, op, operands, std::move(a), types, std::move(regions));
     return;
   }

@@ -75,7 +75,7 @@ void append_attrs(std::string& out, const Node& n) {
   if (!in.i_name.empty()) sep(in.i_name), append_int(out, a.i);
   if (!in.flag_name.empty()) sep(in.flag_name), out += a.flag ? "true" : "false";
   // Only constants print a zero f (scan's remat flag is printed when set).
-  if (!in.f_name.empty() && (n.op == OpKind::Constant || a.f != 0))
+  if (!in.f_name.empty() && (n.op == OpKind::Constant || a.f != 0 || std::signbit(a.f)))
     sep(in.f_name), append_value(out, n);
   out += '}';
 }

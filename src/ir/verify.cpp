@@ -50,8 +50,8 @@ std::string types_of(const std::vector<TensorType>& ts) {
   return s;
 }
 
-// Control-flow nodes: every region verifies on its own, and the node's operands, regions and
-// recorded result types agree with the op's type rule.
+// Nodes of several results (control flow, attention): every region verifies on its own, and the
+// node's operands, regions and recorded result types agree with the op's type rule.
 void verify_region_node(const Graph& g, NodeId id, const Node& n) {
   for (size_t k = 0; k < n.regions.size(); ++k) {
     if (!n.regions[k]) bad(id, n, detail::str_cat("region ", k, " is null"));
@@ -76,8 +76,8 @@ void verify_region_node(const Graph& g, NodeId id, const Node& n) {
 }
 
 void verify_type(const Graph& g, NodeId id, const Node& n) {
-  if (has_trait(n.op, kRegion)) return verify_region_node(g, id, n);
-  if (!n.more_types.empty()) bad(id, n, "has several results but owns no regions");
+  if (several_results(n.op)) return verify_region_node(g, id, n);
+  if (!n.more_types.empty()) bad(id, n, "has several results but its op has one");
   if (!n.regions.empty()) bad(id, n, "owns regions but is not a control-flow op");
   TensorType t;
   try {

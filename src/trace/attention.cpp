@@ -1,11 +1,12 @@
-// Attention as a composite of loom's ops: the products on the library path, the softmax and
-// masks fused by the planner around them.
+// scaled_dot_product_attention: one fused attention node (ops.def), whose CPU kernel keeps no
+// [L, S] scores, or with dropout the composite of matmul, softmax and dropout.
 #include "loom/trace/attention.h"
 
 #include <cmath>
 #include <limits>
 
 #include "loom/trace/ops.h"
+#include "trace/ops_impl.h"
 
 namespace loom {
 
@@ -54,40 +55,100 @@ void check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const SdpaO
                " does not broadcast to the scores [..., ", L, ", ", S, "] of q ", type_of(q),
                " and k ", type_of(k));
 }
+
+// The composite: scores written out, for dropout (the fused op draws no random numbers).
+Tensor composite_attention(const Tensor& q, const Tensor& kk, const Tensor& vv,
+                           const SdpaOptions& o, double scale) {
+  const int64_t L = q.size(-2), S = kk.size(-2);
+  const double inf = std::numeric_limits<double>::infinity();
+  Tensor scores = matmul(q, transpose(kk, -2, -1)) * scale;
+  if (o.is_causal) {
+    Tensor qpos = unsqueeze(arange(0, static_cast<double>(L), DType::Int64), 1);
+    Tensor kpos = unsqueeze(arange(0, static_cast<double>(S), DType::Int64), 0);
+    scores = where(qpos >= kpos, scores, full({}, -inf, scores.dtype()));
+  } else if (o.attn_mask.defined()) {
+    scores = o.attn_mask.dtype() == DType::Bool
+                 ? where(o.attn_mask, scores, full({}, -inf, scores.dtype()))
+                 : scores + o.attn_mask;
+  }
+  // A fully masked row: shift by 0 and divide by 1, so it gives zeros and no NaN gradient.
+  Tensor top = max(scores, {-1}, true);
+  Tensor zero = full({}, 0, scores.dtype()), one = full({}, 1, scores.dtype());
+  Tensor e = exp(scores - where(top == full({}, -inf, top.dtype()), zero, top));
+  Tensor total = sum(e, {-1}, true);
+  return matmul(dropout(e / where(total == zero, one, total), o.dropout_p, true), vv);
+}
+
+// q, k and v with their batch dims (all but the last two, and k's and v's heads aside when
+// grouped) broadcast to one shape, which the mask's batch dims join too.
+void broadcast_batches(Tensor& q, Tensor& k, Tensor& v, const Tensor& mask, int64_t group) {
+  const int64_t r = std::max({q.dim(), k.dim(), v.dim(), mask.defined() ? mask.dim() : 0});
+  std::vector<int64_t> batch(static_cast<size_t>(r - 2), 1);
+  auto join = [&](const Tensor& t, bool kv) {
+    const int64_t lead = r - t.dim();
+    for (int64_t d = lead; d < r - 2; ++d) {
+      int64_t n = t.size(d - lead);
+      if (kv && group > 1 && d == r - 3) n *= group;
+      int64_t& b = batch[static_cast<size_t>(d)];
+      LOOM_CHECK_T(ShapeError, n == b || n == 1 || b == 1, "[scaled_dot_product_attention] ",
+                   "the batch dims of q ", type_of(q), ", k ", type_of(k), ", v ", type_of(v),
+                   mask.defined() ? " and the mask " + type_of(mask).str() : std::string(),
+                   " do not broadcast");
+      if (b == 1) b = n;
+    }
+  };
+  join(q, false);
+  join(k, true);
+  join(v, true);
+  if (mask.defined()) join(mask, false);
+  auto grow = [&](const Tensor& t, bool kv) {
+    std::vector<int64_t> s = batch;
+    if (kv && group > 1) s.back() /= group;
+    s.push_back(t.size(-2));
+    s.push_back(t.size(-1));
+    Tensor x = t;
+    while (x.dim() < r) x = unsqueeze(x, 0);
+    return x.shape().vec() == s ? x : expand(x, s);
+  };
+  q = grow(q, false);
+  k = grow(k, true);
+  v = grow(v, true);
+}
+
 }  // namespace
 
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                     const SdpaOptions& o) {
   check_inputs(q, k, v, o);
-  const int64_t L = q.size(-2), S = k.size(-2);
-  Tensor kk = k, vv = v;
-  if (o.enable_gqa && q.dim() >= 3 && k.dim() >= 3 && q.size(-3) != k.size(-3)) {
-    kk = repeat_heads(k, q.size(-3) / k.size(-3));
-    vv = repeat_heads(v, q.size(-3) / v.size(-3));
-  }
+  int64_t group = 1;
+  if (o.enable_gqa && q.dim() >= 3 && k.dim() >= 3 && q.size(-3) != k.size(-3))
+    group = q.size(-3) / k.size(-3);
   const double scale = o.scale ? *o.scale : 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
-  const double inf = std::numeric_limits<double>::infinity();
-  Tensor scores = matmul(q, transpose(kk, -2, -1)) * scale;
-  Tensor att;
-  if (o.is_causal) {  // every row keeps key 0: a plain softmax
-    Tensor qpos = unsqueeze(arange(0, static_cast<double>(L), DType::Int64), 1);
-    Tensor kpos = unsqueeze(arange(0, static_cast<double>(S), DType::Int64), 0);
-    att = softmax(where(qpos >= kpos, scores, full({}, -inf, scores.dtype())), -1);
-  } else if (o.attn_mask.defined()) {
-    scores = o.attn_mask.dtype() == DType::Bool
-                 ? where(o.attn_mask, scores, full({}, -inf, scores.dtype()))
-                 : scores + o.attn_mask;
-    // A fully masked row: shift by 0 and divide by 1, so it gives zeros and no NaN gradient.
-    Tensor top = max(scores, {-1}, true);
-    Tensor zero = full({}, 0, scores.dtype()), one = full({}, 1, scores.dtype());
-    Tensor e = exp(scores - where(top == full({}, -inf, top.dtype()), zero, top));
-    Tensor total = sum(e, {-1}, true);
-    att = e / where(total == zero, one, total);
-  } else {
-    att = softmax(scores, -1);
+  if (o.dropout_p > 0) {
+    Tensor kk = group > 1 ? repeat_heads(k, group) : k, vv = group > 1 ? repeat_heads(v, group) : v;
+    return composite_attention(q, kk, vv, o, scale);
   }
-  if (o.dropout_p > 0) att = dropout(att, o.dropout_p, true);
-  return matmul(att, vv);
+  // The fused op computes in float32 or float64; half precision is widened and rounded back.
+  const DType dt = q.dtype(), wide = dt == DType::Float64 ? dt : DType::Float32;
+  Tensor qq = to(q, wide), kk = to(k, wide), vv = to(v, wide);
+  Tensor mask = o.attn_mask;
+  if (mask.defined() && mask.dtype() != DType::Bool) mask = to(mask, wide);
+  broadcast_batches(qq, kk, vv, mask, group);
+  if (qq.numel() == 0 || kk.size(-2) == 0 || vv.numel() == 0) {  // nothing to attend: zeros
+    std::vector<int64_t> s = qq.shape().vec();
+    s.back() = vv.size(-1);
+    return zeros(Shape(s), dt);
+  }
+  detail::OpRecord rec;
+  std::vector<ir::Value> operands = {rec.ctx.value_of(qq), rec.ctx.value_of(kk),
+                                     rec.ctx.value_of(vv)};
+  if (mask.defined()) operands.push_back(rec.ctx.value_of(mask));
+  ir::Attrs a;
+  a.i = group;
+  a.flag = o.is_causal;
+  a.f = scale;
+  std::vector<ir::Value> r = rec.b().make_region(ir::OpKind::Attention, operands, a, {});
+  return to(rec.ctx.wrap(r[0]), dt);
 }
 
 Tensor packed_qkv_attention(const Tensor& qkv, int64_t heads, bool is_causal) {

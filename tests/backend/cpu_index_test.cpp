@@ -155,13 +155,13 @@ TEST_F(CpuIndex, IndexOpsPlanAsIndexStepsWhereNative) {
     const cpu::Program p = cpu::compile_program(g, /*region=*/false);
     std::vector<cpu::Step::Kind> k;
     for (const cpu::Step& st : p.plan.steps)
-      if (st.kind == cpu::Step::Index || st.kind == cpu::Step::Ref) k.push_back(st.kind);
+      if (st.kind == cpu::Step::Native || st.kind == cpu::Step::Ref) k.push_back(st.kind);
     return k;
   };
   using K = std::vector<cpu::Step::Kind>;
-  EXPECT_EQ(kinds({index_select(x, 0, idx) + 1}), K{cpu::Step::Index});
-  EXPECT_EQ(kinds({gather(x, 0, reshape(idx, {2, 1})) + 1}), K{cpu::Step::Index});
-  EXPECT_EQ(kinds({index_add(x, 0, idx, ones({2, 3})) + 1}), K{cpu::Step::Index});
+  EXPECT_EQ(kinds({index_select(x, 0, idx) + 1}), K{cpu::Step::Native});
+  EXPECT_EQ(kinds({gather(x, 0, reshape(idx, {2, 1})) + 1}), K{cpu::Step::Native});
+  EXPECT_EQ(kinds({index_add(x, 0, idx, ones({2, 3})) + 1}), K{cpu::Step::Native});
   EXPECT_EQ(kinds({index_add(xi, 0, idx, ones({2, 3}, DType::Int64)) + 1}), K{cpu::Step::Ref});
   sync();
 }

@@ -145,7 +145,7 @@ TEST_F(StepGraph, WorkIndependentOfAFallbackIsNotMergedBehindIt) {
   cpu::Program p = cpu::compile_program(g, /*region=*/false);
   std::vector<int> gather_outs;
   for (const cpu::Step& st : p.plan.steps)
-    if (st.kind == cpu::Step::Index)
+    if (st.kind == cpu::Step::Native)
       gather_outs.insert(gather_outs.end(), st.outs.begin(), st.outs.end());
   ASSERT_FALSE(gather_outs.empty());  // the gather
   int counts = 0;

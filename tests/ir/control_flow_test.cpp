@@ -174,9 +174,9 @@ TEST(ControlFlowIr, CallChecksArityAndOutputs) {
                {"[call] body has no outputs"});
   // The plain entry point refuses region ops, and make_region refuses the others.
   expect_error([&] { b.make(OpKind::Call, std::span<const Value>(&x, 1)); },
-               {"[call] owns regions: build it with Builder::make_region"});
+               {"[call] has several results: build it with Builder::make_region"});
   expect_error([&] { b.make_region(OpKind::Exp, std::span<const Value>(&x, 1), {}, {}); },
-               {"[exp] owns no regions"});
+               {"[exp] has one result; use infer_type"});
 }
 
 TEST(ControlFlowIr, VerifyRechecksRegionNodes) {

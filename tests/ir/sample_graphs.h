@@ -187,6 +187,32 @@ inline Graph collective_graph() {
   return g;
 }
 
+// The fused attention ops (several results, no regions): grouped heads with a broadcast
+// additive mask, causal, and the gradient node.
+inline Graph attention_graph() {
+  Graph g;
+  Builder b(g);
+  Value q = b.parameter({float32, {2, 4, 5, 3}});
+  Value k = b.parameter({float32, {2, 2, 7, 3}});
+  Value v = b.parameter({float32, {2, 2, 7, 6}});
+  Value m = b.parameter({float32, {5, 7}});
+  Value d = b.parameter({float32, {2, 4, 5, 6}});
+  Attrs a;
+  a.i = 2;
+  a.f = 0.5;
+  Value masked[] = {q, k, v, m};
+  std::vector<Value> o = b.make_region(OpKind::Attention, masked, a, {});
+  Attrs c = a;
+  c.flag = true;
+  Value plain[] = {q, k, v};
+  std::vector<Value> oc = b.make_region(OpKind::Attention, plain, c, {});
+  Value delta = b.reduce(OpKind::ReduceSum, b.binary(OpKind::Mul, d, o[0]), {3}, false);
+  Value grad_ops[] = {q, k, v, o[1], delta, d, m};
+  std::vector<Value> gr = b.make_region(OpKind::AttentionGrad, grad_ops, a, {});
+  g.outputs() = {o[0], o[1], oc[0], gr[0], gr[1], gr[2]};
+  return g;
+}
+
 inline std::vector<Graph> sample_graphs() {
   std::vector<Graph> gs;
   gs.push_back(elementwise_graph());
@@ -195,6 +221,7 @@ inline std::vector<Graph> sample_graphs() {
   gs.push_back(small_graph());
   gs.push_back(control_flow_graph());
   gs.push_back(collective_graph());
+  gs.push_back(attention_graph());
   gs.push_back(Graph());  // no parameters, no outputs
   return gs;
 }

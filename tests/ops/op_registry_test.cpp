@@ -68,14 +68,15 @@ TEST(OpRegistry, TheSampleGraphsUseEveryOp) {
 
 TEST(OpRegistry, EveryOpHasAReferenceKernel) {
   for (OpKind op : all_ops()) {
-    const bool has = ir::has_trait(op, ir::kRegion) ? detail::ref::find_region_kernel(op) != nullptr
-                                                    : detail::ref::find_kernel(op) != nullptr;
+    const bool has = ir::several_results(op) ? detail::ref::find_region_kernel(op) != nullptr
+                                             : detail::ref::find_kernel(op) != nullptr;
     EXPECT_TRUE(has) << ir::op_name(op) << " has no reference kernel";
   }
 }
 
 // Each differentiable node of the sample graphs gets an adjoint of its operand's type for
-// every floating operand; kNoGrad ops give none; while loops refuse (no reverse rule).
+// every floating operand; kNoGrad ops give none; while loops and attention_grad (no second
+// derivative) refuse.
 TEST(OpRegistry, EveryDifferentiableOpHasAVjpRule) {
   std::set<OpKind> checked;
   // The samples and every region graph in them (a call may sit only inside a loop body).
@@ -111,7 +112,7 @@ TEST(OpRegistry, EveryDifferentiableOpHasAVjpRule) {
                                             : autodiff::Adjoint{});
       }
       const std::string what(ir::op_name(node.op));
-      if (node.op == OpKind::While || holds_while(node)) {
+      if (node.op == OpKind::While || node.op == OpKind::AttentionGrad || holds_while(node)) {
         EXPECT_THROW(autodiff::vjp(b, id, radj), AutodiffError) << what;
         continue;
       }
@@ -130,32 +131,37 @@ TEST(OpRegistry, EveryDifferentiableOpHasAVjpRule) {
     }
   }
   for (OpKind op : all_ops()) {
-    if (ir::has_trait(op, ir::kNoGrad) || op == OpKind::While) continue;
+    if (ir::has_trait(op, ir::kNoGrad) || op == OpKind::While || op == OpKind::AttentionGrad)
+      continue;
     EXPECT_TRUE(checked.count(op))
         << ir::op_name(op) << ": no float sample node was differentiated";
   }
 }
 
 // The planner runs exactly the declared fallbacks on the reference kernels and the declared
-// index ops as index steps, and every sample graph compiles on the CPU backend.
+// native ops (indexing, attention) as native steps, and every sample graph compiles on the
+// CPU backend.
 TEST(OpRegistry, EveryOpLowersOnTheCpuBackendAsDeclared) {
   for (const ir::Graph& sample : ir::testing::sample_graphs()) {
     std::vector<std::vector<ir::NodeId>> results;
     const ir::Graph g = cpu::split_results(sample, &results);
     const cpu::Plan plan = cpu::make_plan(g, results);
-    std::set<ir::NodeId> ref_steps, index_steps;
+    std::set<ir::NodeId> ref_steps, native_steps, stand_ins;
     for (const cpu::Step& st : plan.steps) {
       if (st.kind == cpu::Step::Ref) ref_steps.insert(st.node);
-      if (st.kind == cpu::Step::Index) index_steps.insert(st.node);
+      if (st.kind == cpu::Step::Native) native_steps.insert(st.node);
     }
+    for (const auto& rs : results)
+      for (size_t k = 1; k < rs.size(); ++k) stand_ins.insert(rs[k]);
     for (ir::NodeId id = 0; id < g.size(); ++id) {
       const ir::Node& node = g.node(id);
       if (plan.buf_of[id] < 0 && node.regions.empty()) continue;  // computed inline
+      if (stand_ins.count(id)) continue;  // result k >= 1 of a node, filled by its step
       const cpu::Lowering l = cpu::lowering(node.op, node.type.dtype);
       if (node.op == OpKind::Parameter) continue;
       EXPECT_EQ(ref_steps.count(id) == 1, l == cpu::Lowering::Fallback)
           << ir::op_name(node.op) << " of " << node.type.dtype;
-      EXPECT_EQ(index_steps.count(id) == 1, l == cpu::Lowering::Index)
+      EXPECT_EQ(native_steps.count(id) == 1, l == cpu::Lowering::Native)
           << ir::op_name(node.op) << " of " << node.type.dtype;
     }
     EXPECT_NO_THROW(backend::make_cpu_backend()->compile(sample, {})) << ir::to_text(sample);

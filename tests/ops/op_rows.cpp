@@ -1274,6 +1274,140 @@ std::vector<Row> nn_rows() {
     if (p == 1) d.ir_ops = {"constant", "mul"};  // every element dropped: x * 0
     r.push_back(std::move(d));
   }
+  // scaled_dot_product_attention in double: each score row written out, masked, softmaxed.
+  // q [..., H, L, E], k and v [..., H / group, S, E|Ev]; a row with every key masked gives 0.
+  auto sdpa = [](const HostArg& q, const HostArg& k, const HostArg& v, const HostArg* mask,
+                 bool causal, int64_t group) {
+    const size_t r = q.shape.size();
+    const int64_t L = q.shape[r - 2], E = q.shape[r - 1], S = k.shape[r - 2], Ev = v.shape[r - 1];
+    const int64_t heads = r >= 3 ? q.shape[r - 3] : 1, batches = q.shape.numel() / (L * E);
+    std::vector<int64_t> os(q.shape.begin(), q.shape.end());
+    os.back() = Ev;
+    Expected e{q.dtype, Shape(os), {}, {}};
+    std::vector<int64_t> sc(q.shape.begin(), q.shape.end() - 1);
+    sc.push_back(S);
+    const Shape scores(sc);
+    for (int64_t b = 0; b < batches; ++b) {
+      const int64_t kb = (b / heads) * (heads / group) + (b % heads) / group;
+      for (int64_t i = 0; i < L; ++i) {
+        std::vector<double> s(S);
+        double top = -kInf;
+        for (int64_t j = 0; j < S; ++j) {
+          double acc = 0;
+          for (int64_t d = 0; d < E; ++d)
+            acc += q.v[(b * L + i) * E + d] * k.v[(kb * S + j) * E + d];
+          acc /= std::sqrt(static_cast<double>(E));
+          if (causal && j > i) acc = -kInf;
+          if (mask) {
+            const double m =
+                mask->v[bindex(coords((b * L + i) * S + j, scores), scores, mask->shape)];
+            acc = mask->dtype == DType::Bool ? (m != 0 ? acc : -kInf) : acc + m;
+          }
+          s[j] = acc;
+          top = std::max(top, acc);
+        }
+        double total = 0;
+        for (double& x : s) total += (x = top == -kInf ? 0 : std::exp(x - top));
+        for (int64_t d = 0; d < Ev; ++d) {
+          double acc = 0, mag = 0;
+          for (int64_t j = 0; j < S; ++j) {
+            acc += s[j] * v.v[(kb * S + j) * Ev + d];
+            mag += s[j] * std::fabs(v.v[(kb * S + j) * Ev + d]);
+          }
+          e.v.push_back(total == 0 ? 0 : acc / total);
+          e.scale.push_back(total == 0 ? 0 : mag / total);
+        }
+      }
+    }
+    return e;
+  };
+  const std::vector<std::string> sdpa_ops = {"attention", "convert"};  // half: via float32
+  auto attn = [](SdpaOptions o) {
+    return [o](const Ts& x) {
+      SdpaOptions with = o;
+      if (x.size() > 3) with.attn_mask = x[3];
+      return loom::scaled_dot_product_attention(x[0], x[1], x[2], with);
+    };
+  };
+  r.push_back(make(
+      "scaled_dot_product_attention", "", sdpa_ops, attn({}), kFloats,
+      {{"3-d", {in({2, 3, 4}, -2, 2), in({2, 5, 4}, -2, 2), in({2, 5, 6})}, false, true},
+       {"one query, one key", {in({1, 1, 2}, -2, 2), in({1, 1, 2}, -2, 2), in({1, 1, 3})}}},
+      [sdpa](const Hs& a) { return sdpa(a[0], a[1], a[2], nullptr, false, 1); }, true, false, 8));
+  r.back().wide = {{"130 queries x 300 keys",
+                    {wa({2, 130, 16}, -2, 2), wa({2, 300, 16}, -2, 2), wa({2, 300, 8}, -2, 2)},
+                    false,
+                    false,
+                    {},
+                    4}};
+  r.push_back(make(
+      "scaled_dot_product_attention", "causal", sdpa_ops, attn({.is_causal = true}), kFloats,
+      {{"L < S", {in({1, 2, 5, 3}, -2, 2), in({1, 2, 7, 3}, -2, 2), in({1, 2, 7, 4})}, false, true},
+       {"L > S", {in({1, 1, 6, 2}, -2, 2), in({1, 1, 4, 2}, -2, 2), in({1, 1, 4, 2})}}},
+      [sdpa](const Hs& a) { return sdpa(a[0], a[1], a[2], nullptr, true, 1); }, true, false, 8));
+  r.back().wide = {
+      {"200 x 200",
+       {wa({1, 2, 200, 8}, -2, 2), wa({1, 2, 200, 8}, -2, 2), wa({1, 2, 200, 8}, -2, 2)},
+       false,
+       false,
+       {},
+       4}};
+  // Row 1 of the bool mask keeps no key: its output is 0, and its gradients too.
+  std::vector<double> keep(4 * 6);
+  for (size_t k = 0; k < keep.size(); ++k) keep[k] = k / 6 == 1 ? 0 : (k * 7 % 5) != 0;
+  r.push_back(make(
+      "scaled_dot_product_attention", "bool mask", sdpa_ops, attn({}), kFloats,
+      {{"broadcast mask",
+        {in({2, 2, 4, 3}, -2, 2), in({2, 2, 6, 3}, -2, 2), in({2, 2, 6, 3}),
+         given({4, 6}, keep, DType::Bool)},
+        false,
+        true}},
+      [sdpa](const Hs& a) { return sdpa(a[0], a[1], a[2], &a[3], false, 1); }, true, false, 8));
+  r.push_back(make(
+      "scaled_dot_product_attention", "additive mask", sdpa_ops, attn({}), kFloats,
+      {{"per-batch mask",
+        {in({2, 2, 4, 3}, -2, 2), in({2, 2, 6, 3}, -2, 2), in({2, 2, 6, 3}),
+         in({2, 1, 4, 6}, -2, 2)},
+        false,
+        true}},
+      [sdpa](const Hs& a) { return sdpa(a[0], a[1], a[2], &a[3], false, 1); }, true, false, 8));
+  r.push_back(make(
+      "scaled_dot_product_attention", "grouped heads", sdpa_ops, attn({.enable_gqa = true}),
+      kFloats,
+      {{"4 q heads, 2 k/v heads",
+        {in({1, 4, 3, 2}, -2, 2), in({1, 2, 5, 2}, -2, 2), in({1, 2, 5, 3})},
+        false,
+        true}},
+      [sdpa](const Hs& a) { return sdpa(a[0], a[1], a[2], nullptr, false, 2); }, true, false, 8));
+  // qkv [B, T, 3 d] of 2 heads: q, k, v split and moved to [B, 2, T, d / 2], causal attention,
+  // the heads joined back.
+  r.push_back(make(
+      "packed_qkv_attention", "", {"slice", "reshape", "permute", "attention", "convert"},
+      [](const Ts& x) { return loom::packed_qkv_attention(x[0], 2); }, kFloats,
+      {{"2 heads", {in({2, 3, 12}, -2, 2)}, false, true}},
+      [sdpa](const Hs& a) {
+        const int64_t B = a[0].shape[0], T = a[0].shape[1], d = a[0].shape[2] / 3, hd = d / 2;
+        auto head = [&](int64_t part) {
+          HostArg h{a[0].dtype, Shape{B, 2, T, hd}, {}};
+          for (int64_t b = 0; b < B; ++b)
+            for (int64_t n = 0; n < 2; ++n)
+              for (int64_t t = 0; t < T; ++t)
+                for (int64_t e = 0; e < hd; ++e)
+                  h.v.push_back(a[0].v[(b * T + t) * 3 * d + part * d + n * hd + e]);
+          return h;
+        };
+        Expected o = sdpa(head(0), head(1), head(2), nullptr, true, 1);
+        Expected e{o.dtype, Shape{B, T, d}, {}, {}};
+        for (int64_t b = 0; b < B; ++b)
+          for (int64_t t = 0; t < T; ++t)
+            for (int64_t n = 0; n < 2; ++n)
+              for (int64_t k = 0; k < hd; ++k) {
+                e.v.push_back(o.v[((b * 2 + n) * T + t) * hd + k]);
+                e.scale.push_back(o.scale[((b * 2 + n) * T + t) * hd + k]);
+              }
+        return e;
+      },
+      true, false, 8));
   r.push_back(make(
       "dropout", "eval", {}, [](const Ts& x) { return loom::dropout(x[0], 0.3, false); }, kFloats,
       {{"2-d", {in({2, 3})}, false, true}},

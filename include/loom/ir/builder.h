@@ -21,8 +21,9 @@ namespace loom::ir {
 TensorType infer_type(const Graph& g, OpKind op, std::span<const Value> operands,
                       const Attrs& attrs, const TensorType* given);
 // The result types of a control-flow op (kRegion) from its operands, attributes and regions
-// (docs/ir.md: call, scan, while). Throws Error naming the op, the position and both types when
-// a region does not fit its operands. infer_type rejects kRegion ops: use this instead.
+// (docs/ir.md: call, scan, while), or of a kMultiResult op (attention; no regions). Throws Error
+// naming the op, the position and both types when a region does not fit its operands.
+// infer_type rejects these ops: use this instead.
 std::vector<TensorType> infer_region_types(const Graph& g, OpKind op,
                                            std::span<const Value> operands, const Attrs& attrs,
                                            std::span<const std::shared_ptr<const Graph>> regions);
@@ -66,9 +67,9 @@ class Builder {
   Value index_add(Value base, int64_t axis, Value index, Value src);
   Value random(OpKind op, Value key, const TensorType& t);
 
-  // Creates a control-flow node (call, scan, while) owning `regions`: infers and checks every
-  // result type (infer_region_types), appends the node through add() (never merged with
-  // another node) and returns one Value per result.
+  // Creates a control-flow node (call, scan, while) owning `regions`, or a kMultiResult node
+  // (no regions): infers and checks every result type (infer_region_types), appends the node
+  // through add() (never merged with another node) and returns one Value per result.
   std::vector<Value> make_region(OpKind op, std::span<const Value> operands, Attrs attrs,
                                  std::vector<std::shared_ptr<const Graph>> regions);
 

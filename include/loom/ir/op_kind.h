@@ -20,11 +20,12 @@ enum OpTrait : uint32_t {
   kLayout = 1u << 9,
   kIndex = 1u << 10,
   kRandom = 1u << 11,
-  kRegion = 1u << 12,      // owns regions (control flow)
-  kNoGrad = 1u << 13,      // not differentiable: operands get no adjoint
-  kCostly = 1u << 14,      // expands to many instructions (transcendentals, random draws)
-  kDist = 1u << 15,        // the dist family (type rules in src/ir/ops/collective.cpp)
-  kCollective = 1u << 16,  // talks to the other ranks when it runs (dist::Communicator)
+  kRegion = 1u << 12,       // owns regions (control flow)
+  kNoGrad = 1u << 13,       // not differentiable: operands get no adjoint
+  kCostly = 1u << 14,       // expands to many instructions (transcendentals, random draws)
+  kDist = 1u << 15,         // the dist family (type rules in src/ir/ops/collective.cpp)
+  kCollective = 1u << 16,   // talks to the other ranks when it runs (dist::Communicator)
+  kMultiResult = 1u << 17,  // several results and no regions (attention): infer_region_types
 };
 
 enum class OpKind : uint8_t {
@@ -60,6 +61,9 @@ inline constexpr int kNumOps = static_cast<int>(sizeof(kOpInfo) / sizeof(kOpInfo
 inline const OpInfo& info(OpKind op) { return kOpInfo[static_cast<int>(op)]; }
 inline std::string_view op_name(OpKind op) { return info(op).name; }
 inline bool has_trait(OpKind op, uint32_t t) { return (info(op).traits & t) != 0; }
+// Ops whose nodes may have several results (control flow and kMultiResult): built by
+// Builder::make_region, typed by infer_region_types, run by region kernels.
+inline bool several_results(OpKind op) { return has_trait(op, kRegion | kMultiResult); }
 // Finds an op by its IR token; returns false when none matches.
 bool parse_op(std::string_view text, OpKind* out);
 std::ostream& operator<<(std::ostream& os, OpKind op);

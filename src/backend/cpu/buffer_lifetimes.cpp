@@ -78,7 +78,7 @@ void Planner::plan_donation() {
     };
     if (st.kind == Step::Kernel) {
       for (const Stage& s : plan_.kernels[st.kernel].stages) wrote(s.out_buf);
-    } else if (st.kind == Step::Ref || st.kind == Step::Loop || st.kind == Step::Index) {
+    } else if (st.kind == Step::Ref || st.kind == Step::Loop || st.kind == Step::Native) {
       for (int b : st.outs) wrote(b);
     } else {
       wrote(plan_.buf_of[st.node]);

@@ -104,7 +104,7 @@ class CpuExecutable final : public Executable {
           for (int b : st.outs) seen[b] = true;  // the reference kernel returns fresh buffers
           break;
         case Step::Loop:
-        case Step::Index:
+        case Step::Native:
           for (int b : st.outs) touch(si, b);
           break;
         case Step::MatMul: touch(si, plan.buf_of[st.node]); break;
@@ -132,7 +132,7 @@ class CpuExecutable final : public Executable {
     index_base_.assign(plan.steps.size(), -1);
     for (size_t si = 0; si < plan.steps.size(); ++si) {
       const Step& st = plan.steps[si];
-      if (st.kind != Step::Index || prog_.graph.node(st.node).op != ir::OpKind::IndexAdd) continue;
+      if (st.kind != Step::Native || prog_.graph.node(st.node).op != ir::OpKind::IndexAdd) continue;
       const int base = plan.buf_of[prog_.graph.node(st.node).operands[0].node], out = st.outs[0];
       const cpu::BufferInfo::Kind ok = plan.bufs[out].kind;
       if (plan.bufs[base].kind != cpu::BufferInfo::Temp || !views_of_[base].empty() ||
@@ -201,10 +201,10 @@ class CpuExecutable final : public Executable {
             bind(st.outs[0], run_ref(st, bufs));
             break;
           }
-          case Step::Index: {
+          case Step::Native: {
             profile::Scope ps("kernel", [&] { return cpu::step_name(prog_, st); });
             if (index_base_[si] >= 0) bind(st.outs[0], bufs[index_base_[si]]);
-            cpu::run_index(prog_, st, ptr.data(), /*parallel=*/true);
+            cpu::run_native(prog_, st, ptr.data(), /*parallel=*/true);
             break;
           }
           case Step::Loop: {
@@ -311,7 +311,7 @@ class CpuExecutable final : public Executable {
           break;
         case Step::MatMul: cpu::run_matmul_task(prog_, st, ptr.data(), t); break;
         case Step::Ref: bind(st.outs[0], run_ref(st, bufs)); break;
-        case Step::Index: cpu::run_index(prog_, st, ptr.data(), /*parallel=*/false); break;
+        case Step::Native: cpu::run_native_task(prog_, st, ptr.data(), t, graph_.tasks[s]); break;
         case Step::Loop: break;  // not in a step graph
       }
       if (profiling)

@@ -61,7 +61,10 @@ Lowering lowering(OpKind op, DType dt) {
       return dt == DType::Float32 || dt == DType::Float64 ? Lowering::Blas : Lowering::Fallback;
     case OpKind::Gather:
     case OpKind::IndexSelect:  // data-dependent addresses, bounds checks: index.cpp
-    case OpKind::IndexAdd: return native_index(op, dt) ? Lowering::Index : Lowering::Fallback;
+    case OpKind::IndexAdd: return native_index(op, dt) ? Lowering::Native : Lowering::Fallback;
+    case OpKind::Attention:  // blocks of scores between products: attention.cpp
+    case OpKind::AttentionGrad:
+      return dt == DType::Float32 || dt == DType::Float64 ? Lowering::Native : Lowering::Fallback;
     case OpKind::AllReduceSum:  // the reference kernels call the dist::Communicator
     case OpKind::AllReduceMax:
     case OpKind::AllReduceMin:

@@ -56,7 +56,7 @@ void run_region(const Program& p, void** ptr, char* frame) {
       case Step::Kernel: run_kernel(p.kernels[st.kernel], ptr); break;
       case Step::MatMul: run_matmul(p, st, ptr); break;
       case Step::Ref: run_ref_copying(p, st, ptr); break;
-      case Step::Index: run_index(p, st, ptr, /*parallel=*/true); break;
+      case Step::Native: run_native(p, st, ptr, /*parallel=*/true); break;
       case Step::Loop: run_loop(*p.loops[si], ptr, frame + p.loop_offset[si]); break;
     }
   }
@@ -178,7 +178,7 @@ const char* general_reason(const LoopProgram& l, const Plan& outer) {
     for (const Step& st : r.plan.steps) {
       if (st.kind == Step::MatMul) return "a matrix product in the body";
       if (st.kind == Step::Ref) return "a reference fallback in the body";
-      if (st.kind == Step::Index) return "an indexing op in the body";
+      if (st.kind == Step::Native) return "an indexing or attention op in the body";
       if (st.kind == Step::Loop) return "a nested loop in the body";
       ++kernels;
     }

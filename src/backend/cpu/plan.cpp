@@ -158,9 +158,9 @@ void Planner::plan_node(NodeId id) {
   } else if (node.op == OpKind::MatMul && codegen_supports(g_, id)) {
     plan_product(id);
   } else if (!codegen_supports(g_, id)) {
-    Step::Kind kind = ir::has_trait(node.op, ir::kRegion)                     ? Step::Loop
-                      : lowering(node.op, node.type.dtype) == Lowering::Index ? Step::Index
-                                                                              : Step::Ref;
+    Step::Kind kind = ir::has_trait(node.op, ir::kRegion)                      ? Step::Loop
+                      : lowering(node.op, node.type.dtype) == Lowering::Native ? Step::Native
+                                                                               : Step::Ref;
     Step st{kind, -1, id, {}, {plan_.buf_of[id]}};
     if (id < results_.size() && !results_[id].empty()) {
       st.outs.clear();
@@ -169,7 +169,7 @@ void Planner::plan_node(NodeId id) {
     for (int b : st.outs) {
       if (b < 0) continue;
       if (fallback_out_.size() <= static_cast<size_t>(b)) fallback_out_.resize(b + 1, false);
-      fallback_out_[b] = kind == Step::Ref || kind == Step::Index;
+      fallback_out_[b] = kind == Step::Ref || kind == Step::Native;
     }
     plan_.steps.push_back(std::move(st));
   } else if (node.op == OpKind::Concat) {

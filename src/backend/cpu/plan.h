@@ -122,18 +122,19 @@ bool onednn_avx512();
 // Also set by LOOM_MATMUL=openblas|onednn, read once. Plans made after the call see it.
 void force_library(std::optional<Library> l);
 
-// Kernel: a fused loop kernel. MatMul: a BLAS product. Index: gather, index_select or a
-// floating-point index_add, run natively into its planned buffer (index.cpp). Ref: the
+// Kernel: a fused loop kernel. MatMul: a BLAS product. Native: gather, index_select or a
+// floating-point index_add (index.cpp), or attention and its gradient (attention.cpp), run
+// natively into its planned buffers. Ref: the
 // reference kernel of an op the backend lacks (collectives, integer pow and products), which
 // returns fresh memory. Loop: a control-flow node (call, scan, while) whose regions are
 // compiled as nested plans and run natively (cpu/program.h).
 struct Step {
-  enum Kind { Kernel, MatMul, Ref, Loop, Index };
+  enum Kind { Kernel, MatMul, Ref, Loop, Native };
   Kind kind;
   int kernel = -1;                  // Kernel
-  NodeId node = 0;                  // MatMul, Ref, Loop, Index
+  NodeId node = 0;                  // MatMul, Ref, Loop, Native
   std::vector<int> release;         // temp buffers whose last use is this step
-  std::vector<int> outs;            // Ref, Loop, Index: the node's result buffers, in order
+  std::vector<int> outs;            // Ref, Loop, Native: the node's result buffers, in order
   std::vector<BlasView> views;      // MatMul: how BLAS reads each operand (no walks at run time)
   Library lib = Library::OpenBlas;  // MatMul
   // MatMul on oneDNN: consumers folded in, in order; the step writes the buffer of the last
@@ -159,16 +160,17 @@ struct Plan {
 std::string describe_products(const ir::Graph& g, const Plan& plan);
 
 // How the CPU backend runs an op of ops.def with result dtype `dt`: computed inline in a
-// fused loop kernel, a BLAS product, a native loop (regions), a native index step, or the
+// fused loop kernel, a BLAS product, a native loop (regions), a native step (indexing,
+// attention), or the
 // reference kernel as a declared fallback. Every op must be listed (library_choice.cpp's switch has
 // no default and builds with -Werror=switch, so a new op in ops.def does not build until it is
 // declared here).
-enum class Lowering { Fused, Blas, Loop, Index, Fallback };
+enum class Lowering { Fused, Blas, Loop, Native, Fallback };
 Lowering lowering(ir::OpKind op, DType dt);
 // Whether index.cpp runs indexing op `op` with result dtype dt (gather and index_select of
 // any dtype, index_add of float32 and float64).
 bool native_index(ir::OpKind op, DType dt);
-// Ops the code generator computes inline (the rest run as Index, Loop or reference steps).
+// Ops the code generator computes inline (the rest run as Native, Loop or reference steps).
 bool codegen_supports(const ir::Graph& g, NodeId n);
 // Fills v when BLAS can read `operand` in place (a transposed matrix is a transpose flag).
 bool blas_view(const ir::Graph& g, const std::vector<bool>& has_buf, NodeId operand, BlasView* v);

@@ -414,13 +414,33 @@ void run_matmul_task(const Program& p, const Step& st, void* const* ptr, int64_t
   gemm_job(p, st, ptr, &tasks)(static_cast<int>(t));
 }
 
+namespace {
+bool attention_step(const Program& p, const Step& st) {
+  const ir::OpKind op = p.graph.node(st.node).op;
+  return op == ir::OpKind::Attention || op == ir::OpKind::AttentionGrad;
+}
+}  // namespace
+
+void run_native(const Program& p, const Step& st, void* const* ptr, bool parallel) {
+  if (!attention_step(p, st)) return run_index(p, st, ptr, parallel);
+  if (parallel) return run_attention(p, st, ptr, 0, 0);
+  run_attention(p, st, ptr, 0, 1);
+}
+int64_t native_tasks(const Program& p, const Step& st) {
+  return attention_step(p, st) ? attention_tasks(p, st) : 1;
+}
+void run_native_task(const Program& p, const Step& st, void* const* ptr, int64_t t, int64_t tasks) {
+  if (!attention_step(p, st)) return run_index(p, st, ptr, /*parallel=*/false);
+  run_attention(p, st, ptr, t, tasks);
+}
+
 std::string step_name(const Program& p, const Step& st) {
   switch (st.kind) {
     case Step::Kernel: return p.kernels[st.kernel].name;
     case Step::MatMul:
       return st.lib == Library::Onednn ? onednn_name(onednn_of(p, st)) : gemm_name(p, st);
     case Step::Ref: return "ref " + std::string(ir::op_name(p.graph.node(st.node).op));
-    case Step::Index: return std::string(ir::op_name(p.graph.node(st.node).op));
+    case Step::Native: return std::string(ir::op_name(p.graph.node(st.node).op));
     case Step::Loop: break;
   }
   return std::string(ir::op_name(p.graph.node(st.node).op)) + " loop";

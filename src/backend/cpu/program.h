@@ -95,9 +95,19 @@ void run_kernel(const CompiledKernel& k, void* const* ptr);
 void run_matmul(const Program& p, const Step& st, void* const* ptr);
 // Runs a Loop step's loop; `scratch` holds l.scratch_bytes (64-byte aligned).
 void run_loop(const LoopProgram& l, void* const* ptr, char* scratch);
-// Runs an Index step of p (index.cpp): across the pool when `parallel` and it is big, else
-// on this thread. Throws the reference's ExecError for an index out of range, before writing.
+// Runs a Native step of p: an indexing op (run_index) or attention (run_attention), across
+// the pool when `parallel`, else on this thread.
+void run_native(const Program& p, const Step& st, void* const* ptr, bool parallel);
+// A Native step as tasks 0..n-1 of the step graph (an indexing op is one task).
+int64_t native_tasks(const Program& p, const Step& st);
+void run_native_task(const Program& p, const Step& st, void* const* ptr, int64_t t, int64_t tasks);
+// An indexing step (index.cpp): across the pool when `parallel` and it is big, else on this
+// thread. Throws the reference's ExecError for an index out of range, before writing.
 void run_index(const Program& p, const Step& st, void* const* ptr, bool parallel);
+// An attention or attention_grad step (attention.cpp) as task t of `tasks` (any order, any
+// thread), or across the pool when tasks is 0. attention_tasks: the step graph's split.
+void run_attention(const Program& p, const Step& st, void* const* ptr, int64_t t, int64_t tasks);
+int64_t attention_tasks(const Program& p, const Step& st);
 
 // A kernel or MatMul step as tasks 0..n-1 that may run in any order on any threads (the step
 // graph (step_graph.h, run by cpu_backend.cpp) schedules them itself; they never use the pool). n

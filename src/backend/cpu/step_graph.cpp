@@ -51,11 +51,12 @@ bool step_access(const Program& prog, size_t si, std::vector<int>* reads, std::v
       *tasks = matmul_tasks(prog, st);
       *pooled = *pooled || *tasks > 1;
       break;
-    case Step::Index:
+    case Step::Native:
       for (const ir::Value& v : prog.graph.node(st.node).operands)
         reads->push_back(plan.buf_of[v.node]);
       *writes = st.outs;
-      *tasks = 1;
+      *tasks = native_tasks(prog, st);
+      *pooled = *pooled || *tasks > 1;
       break;
     case Step::Ref:
       // A collective talks to the other ranks, which must see the same collectives in the

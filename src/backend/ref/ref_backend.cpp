@@ -23,6 +23,7 @@ const KernelTable& kernel_table() {
     register_random_kernels(t);
     register_control_flow_kernels(t);
     register_collective_kernels(t);
+    register_attention_kernels(t);
     return t;
   }();
   return table;
@@ -67,7 +68,7 @@ class RefExecutable final : public Executable {
       Array* out = values.data() + base_[id];
       for (uint32_t k = 0; k < n.num_results(); ++k)
         out[k] = detail::ref::make_array(n.result_type(k));
-      if (n.regions.empty()) {
+      if (!ir::several_results(n.op)) {
         detail::ref::find_kernel(n.op)(n, operands, out[0]);
       } else {
         detail::ref::find_region_kernel(n.op)(n, region_ptrs_[id], operands,
@@ -125,7 +126,7 @@ class RefExecutable final : public Executable {
 
   // Checks one needed node's kernel; a control-flow node gets its regions compiled.
   void plan_node(NodeId id, const ir::Node& node) {
-    if (!ir::has_trait(node.op, ir::kRegion)) {
+    if (!ir::several_results(node.op)) {
       LOOM_CHECK_T(CompileError, node.num_results() == 1 && node.regions.empty(), "[ref] node %",
                    id, " (", node.op, "): only control-flow ops have several results or regions");
       LOOM_CHECK_T(CompileError, detail::ref::find_kernel(node.op) != nullptr,
@@ -181,7 +182,7 @@ std::unique_ptr<Backend> make_ref_backend() { return std::make_unique<RefBackend
 
 Buffer ref_eval_node(const ir::Graph& g, ir::NodeId id, std::span<const Buffer> operands) {
   const ir::Node& n = g.node(id);
-  if (ir::has_trait(n.op, ir::kRegion)) return ref_eval_node_all(g, id, operands)[0];
+  if (ir::several_results(n.op)) return ref_eval_node_all(g, id, operands)[0];
   std::vector<detail::ref::Array> in;
   for (size_t k = 0; k < n.operands.size(); ++k)
     in.push_back(detail::ref::Array{g.type(n.operands[k]), operands[k]});
@@ -192,7 +193,7 @@ Buffer ref_eval_node(const ir::Graph& g, ir::NodeId id, std::span<const Buffer> 
 
 std::vector<Buffer> ref_eval_node_all(const ir::Graph& g, ir::NodeId id,
                                       std::span<const Buffer> operands) {
-  if (!ir::has_trait(g.node(id).op, ir::kRegion)) return {ref_eval_node(g, id, operands)};
+  if (!ir::several_results(g.node(id).op)) return {ref_eval_node(g, id, operands)};
   return ref_compile_node(g, id)->run(operands);
 }
 

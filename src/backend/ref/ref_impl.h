@@ -84,9 +84,10 @@ int64_t node_axis(const ir::Node& node, int64_t rank);
 // operands' values. Throws ExecError for run-time errors (e.g. an index out of range).
 using Kernel = void (*)(const ir::Node& node, std::span<const Array> in, Array& out);
 
-// A kernel of a control-flow op (kRegion): `regions` are the node's regions compiled once by
-// the executable (reference executables, in node.regions order); `out` holds one zero-filled
-// array per result, which the kernel fills or replaces by another array of the same type.
+// A kernel of an op of several results (ir::several_results: control flow, attention): `regions`
+// are the node's regions compiled once by the executable (reference executables, in node.regions
+// order); `out` holds one zero-filled array per result, which the kernel fills or replaces by
+// another array of the same type.
 using RegionKernel = void (*)(const ir::Node& node,
                               std::span<const backend::Executable* const> regions,
                               std::span<const Array> in, std::span<Array> out);
@@ -112,5 +113,6 @@ void register_linalg_kernels(KernelTable& t);        // linalg.cpp
 void register_random_kernels(KernelTable& t);        // random.cpp
 void register_control_flow_kernels(KernelTable& t);  // control_flow.cpp: call scan while
 void register_collective_kernels(KernelTable& t);    // collective.cpp: dist::Communicator
+void register_attention_kernels(KernelTable& t);     // attention.cpp: attention, its gradient
 
 }  // namespace loom::detail::ref

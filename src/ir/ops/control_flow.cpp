@@ -162,10 +162,14 @@ std::vector<TensorType> infer_region_types(const Graph& g, OpKind op,
                                            std::span<const Value> operands, const Attrs& attrs,
                                            Regions regions) {
   const char* name = op_name(op).data();
-  LOOM_CHECK(has_trait(op, kRegion), "[", name, "] owns no regions; use infer_type");
+  LOOM_CHECK(several_results(op), "[", name, "] has one result; use infer_type");
   for (Value v : operands) {
     LOOM_CHECK(v.node < g.size() && v.index < g.node(v.node).num_results(), "[", name,
                "] operand %", v.node, "#", v.index, " does not exist");
+  }
+  if (has_trait(op, kMultiResult)) {
+    LOOM_CHECK(regions.empty(), "[", name, "] takes no regions");
+    return detail::infer_attention(g, op, operands, attrs);
   }
   switch (op) {
     case OpKind::Call: return infer_call(g, operands, regions);

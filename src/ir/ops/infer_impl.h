@@ -19,5 +19,8 @@ TensorType infer_layout(const Graph& g, OpKind op, std::span<const Value> xs, co
 TensorType infer_index(const Graph& g, OpKind op, std::span<const Value> xs, const Attrs& a);
 TensorType infer_collective(const Graph& g, OpKind op, std::span<const Value> xs, const Attrs& a);
 TensorType infer_linalg(const Graph& g, OpKind op, std::span<const Value> xs, const Attrs& a);
+// attention and attention_grad (kMultiResult): every result's type.
+std::vector<TensorType> infer_attention(const Graph& g, OpKind op, std::span<const Value> xs,
+                                        const Attrs& a);
 
 }  // namespace loom::ir::detail

@@ -1,0 +1,384 @@
+// Attention steps: the fused attention (ops.def) and its gradient, run natively as
+// FlashAttention-2 schedules them on a GPU: a block of queries against blocks of keys, a
+// running max and sum per row (an online softmax), the products on OpenBLAS. A task holds one
+// block of scores at a time, never an [L, S] buffer. The backward recomputes each block of
+// probabilities from q, k and the saved log-sum-exp.
+#include <cblas.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "backend/cpu/program.h"
+#include "backend/cpu/thread_pool.h"
+#include "loom/core/error.h"
+
+namespace loom::cpu {
+
+namespace {
+
+using ir::OpKind;
+
+// Rows of queries and keys per block: a [kBlockQ, kBlockK] float32 block of scores is 32 KiB.
+constexpr int64_t kBlockQ = 64, kBlockK = 128;
+
+void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+          int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+              static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), alpha, a,
+              static_cast<int>(lda), b, static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
+}
+void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const double* a,
+          int64_t lda, const double* b, int64_t ldb, double beta, double* c, int64_t ldc) {
+  cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+              static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), alpha, a,
+              static_cast<int>(lda), b, static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
+}
+
+// exp as straight-line arithmetic the vectorizer takes (Cephes' expf: 2^n times a degree-7
+// polynomial of x - n ln 2, within 2 ulp); 0 below -87.3, so exp(-inf) = 0.
+[[gnu::always_inline]] inline float vexp(float x) {
+  const float lo = -87.3f, hi = 88.7f;
+  const float xc = x < lo ? lo : (x > hi ? hi : x);
+  const float magic = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
+  const float t = xc * 1.44269504088896341f + magic;
+  const float n = t - magic;
+  const float r = xc - n * 0.693359375f + n * 2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  const int32_t e = std::bit_cast<int32_t>(t) - std::bit_cast<int32_t>(magic);
+  const float scale = std::bit_cast<float>((e + 127) << 23);
+  return x < lo ? 0.0f : p * scale;
+}
+[[gnu::always_inline]] inline double vexp(double x) { return std::exp(x); }
+
+constexpr int kLanes = 8;  // partial maxima and sums, so the row loops vectorize in order
+
+// One block of scores s [bq, bk] into probabilities in place, rows carrying their running max
+// m and sum l; alpha[r] is what row r's earlier output is rescaled by.
+template <class T>
+[[gnu::always_inline]] inline void softmax_block_impl(T* s, int64_t bq, int64_t bk, T* m, T* l,
+                                                      T* alpha) {
+  const T inf = std::numeric_limits<T>::infinity();
+  for (int64_t r = 0; r < bq; ++r) {
+    T* row = s + r * bk;
+    T part[kLanes];
+    for (T& x : part) x = -inf;
+    int64_t j = 0;
+    for (; j + kLanes <= bk; j += kLanes)
+      for (int u = 0; u < kLanes; ++u) part[u] = part[u] < row[j + u] ? row[j + u] : part[u];
+    T top = -inf;
+    for (; j < bk; ++j) top = top < row[j] ? row[j] : top;
+    for (T x : part) top = top < x ? x : top;
+    const T next = m[r] < top ? top : m[r];
+    if (next == -inf) {  // every key so far masked
+      std::fill(row, row + bk, T(0));
+      alpha[r] = 1;
+      continue;
+    }
+    alpha[r] = vexp(m[r] - next);
+    T sums[kLanes] = {};
+    for (j = 0; j + kLanes <= bk; j += kLanes)
+      for (int u = 0; u < kLanes; ++u) sums[u] += (row[j + u] = vexp(row[j + u] - next));
+    T total = 0;
+    for (; j < bk; ++j) total += (row[j] = vexp(row[j] - next));
+    for (T x : sums) total += x;
+    l[r] = l[r] * alpha[r] + total;
+    m[r] = next;
+  }
+}
+
+// Scores s [bq, bk] into the forward's probabilities exp(s - lse) (0 for a fully masked row).
+template <class T>
+[[gnu::always_inline]] inline void probs_block_impl(T* s, int64_t bq, int64_t bk, const T* lse) {
+  for (int64_t r = 0; r < bq; ++r) {
+    T* row = s + r * bk;
+    const T l = lse[r];
+    if (l == -std::numeric_limits<T>::infinity()) {
+      std::fill(row, row + bk, T(0));
+      continue;
+    }
+    for (int64_t j = 0; j < bk; ++j) row[j] = vexp(row[j] - l);
+  }
+}
+
+// dp [bq, bk] into the scores' gradient times scale: p * (dp - delta) * scale.
+template <class T>
+[[gnu::always_inline]] inline void dscores_block_impl(const T* p, T* dp, int64_t bq, int64_t bk,
+                                                      const T* delta, T scale) {
+  for (int64_t r = 0; r < bq; ++r) {
+    const T d = delta[r];
+    for (int64_t j = 0; j < bk; ++j) dp[r * bk + j] = p[r * bk + j] * (dp[r * bk + j] - d) * scale;
+  }
+}
+
+template <class T>
+struct BlockFns {
+  void (*softmax)(T*, int64_t, int64_t, T*, T*, T*);
+  void (*probs)(T*, int64_t, int64_t, const T*);
+  void (*dscores)(const T*, T*, int64_t, int64_t, const T*, T);
+};
+
+// The block functions twice: for AVX2 with FMA where the CPU has them, and for the baseline.
+template <class T>
+[[gnu::target("avx2,fma")]] void softmax_avx2(T* s, int64_t bq, int64_t bk, T* m, T* l, T* a) {
+  softmax_block_impl(s, bq, bk, m, l, a);
+}
+template <class T>
+[[gnu::target("avx2,fma")]] void probs_avx2(T* s, int64_t bq, int64_t bk, const T* lse) {
+  probs_block_impl(s, bq, bk, lse);
+}
+template <class T>
+[[gnu::target("avx2,fma")]] void dscores_avx2(const T* p, T* dp, int64_t bq, int64_t bk,
+                                              const T* delta, T scale) {
+  dscores_block_impl(p, dp, bq, bk, delta, scale);
+}
+template <class T>
+void softmax_base(T* s, int64_t bq, int64_t bk, T* m, T* l, T* a) {
+  softmax_block_impl(s, bq, bk, m, l, a);
+}
+template <class T>
+void probs_base(T* s, int64_t bq, int64_t bk, const T* lse) {
+  probs_block_impl(s, bq, bk, lse);
+}
+template <class T>
+void dscores_base(const T* p, T* dp, int64_t bq, int64_t bk, const T* delta, T scale) {
+  dscores_block_impl(p, dp, bq, bk, delta, scale);
+}
+
+template <class T>
+const BlockFns<T>& block_fns() {
+  static const BlockFns<T> fns = [] {
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+      return BlockFns<T>{softmax_avx2<T>, probs_avx2<T>, dscores_avx2<T>};
+    return BlockFns<T>{softmax_base<T>, probs_base<T>, dscores_base<T>};
+  }();
+  return fns;
+}
+
+// One attention node's shapes and buffers. Batches run over q's dims before the last two
+// (heads last); k and v's batch is q's with its head divided by the group.
+template <class T>
+struct Attn {
+  int64_t batches = 1, heads = 1, group = 1, L = 0, S = 0, E = 0, Ev = 0;
+  T scale = 1;
+  bool causal = false;
+  const T *q = nullptr, *k = nullptr, *v = nullptr;
+  const void* mask = nullptr;
+  bool bool_mask = false;
+  int64_t mask_row = 0, mask_col = 0;  // strides of the mask over i and j (0: broadcast)
+  std::vector<int64_t> mask_base;      // per batch
+
+  Attn(const Program& p, const ir::Node& n, void* const* ptr, size_t mask_at) {
+    const ir::Graph& g = p.graph;
+    const Shape& qs = g.type(n.operands[0]).shape;
+    const size_t r = qs.size();
+    for (size_t d = 0; d + 2 < r; ++d) batches *= qs[d];
+    heads = r >= 3 ? qs[r - 3] : 1;
+    group = n.attrs.i;
+    L = qs[r - 2];
+    E = qs[r - 1];
+    S = g.type(n.operands[1]).shape[r - 2];
+    Ev = g.type(n.operands[2]).shape[r - 1];
+    scale = static_cast<T>(n.attrs.f);
+    causal = n.attrs.flag;
+    auto in = [&](size_t k) { return ptr[p.plan.buf_of[n.operands[k].node]]; };
+    q = static_cast<const T*>(in(0));
+    k = static_cast<const T*>(in(1));
+    v = static_cast<const T*>(in(2));
+    if (n.operands.size() <= mask_at) return;
+    mask = in(mask_at);
+    const TensorType& mt = g.type(n.operands[mask_at]);
+    bool_mask = mt.dtype == DType::Bool;
+    // The mask's strides over the scores' dims [..., L, S], right-aligned, 0 where broadcast.
+    const size_t mr = mt.shape.size();
+    std::vector<int64_t> strides(r, 0);
+    int64_t st = 1;
+    for (size_t d = 0; d < mr; ++d) {
+      const size_t md = mr - 1 - d, sd = r - 1 - d;
+      const int64_t want = sd == r - 1 ? S : qs[sd];
+      strides[sd] = mt.shape[md] == want && want != 1 ? st : 0;
+      st *= mt.shape[md];
+    }
+    mask_row = strides[r - 2];
+    mask_col = strides[r - 1];
+    mask_base.assign(static_cast<size_t>(batches), 0);
+    for (int64_t b = 0; b < batches; ++b) {
+      int64_t rest = b, off = 0;
+      for (size_t d = r - 2; d-- > 0;) {
+        off += (rest % qs[d]) * strides[d];
+        rest /= qs[d];
+      }
+      mask_base[static_cast<size_t>(b)] = off;
+    }
+  }
+  int64_t kv_batch(int64_t b) const { return (b / heads) * (heads / group) + (b % heads) / group; }
+
+  // Scores s [bq, bk] of rows i0.. and keys j0.. of batch b: the mask applied.
+  void mask_block(int64_t b, int64_t i0, int64_t bq, int64_t j0, int64_t bk, T* s) const {
+    const T inf = std::numeric_limits<T>::infinity();
+    if (causal && j0 + bk - 1 > i0) {
+      for (int64_t r = 0; r < bq; ++r)
+        for (int64_t j = std::max<int64_t>(0, i0 + r + 1 - j0); j < bk; ++j) s[r * bk + j] = -inf;
+    }
+    if (!mask) return;
+    const int64_t base = mask_base[static_cast<size_t>(b)];
+    for (int64_t r = 0; r < bq; ++r) {
+      const int64_t row = base + (i0 + r) * mask_row + j0 * mask_col;
+      T* sr = s + r * bk;
+      if (bool_mask) {
+        const auto* m = static_cast<const uint8_t*>(mask) + row;
+        for (int64_t j = 0; j < bk; ++j)
+          if (!m[j * mask_col]) sr[j] = -inf;
+      } else {
+        const T* m = static_cast<const T*>(mask) + row;
+        for (int64_t j = 0; j < bk; ++j) sr[j] += m[j * mask_col];
+      }
+    }
+  }
+};
+
+// Runs items [lo, hi) of n, each on this thread; splits them over the pool when `tasks` is 0.
+template <class F>
+void split(int64_t items, int64_t t, int64_t tasks, const F& f) {
+  if (tasks == 0) {
+    const int64_t n = std::min<int64_t>(items, ThreadPool::instance().size());
+    if (n <= 1) return f(0, items);
+    ThreadPool::instance().run(static_cast<int>(n), [&](int i) {
+      f(items * i / n, items * (i + 1) / n);
+    });
+    return;
+  }
+  f(items * t / tasks, items * (t + 1) / tasks);
+}
+
+template <class T>
+void forward(const Program& p, const Step& st, void* const* ptr, int64_t t, int64_t tasks) {
+  const ir::Node& n = p.graph.node(st.node);
+  const Attn<T> a(p, n, ptr, 3);
+  T* out = static_cast<T*>(ptr[st.outs[0]]);
+  T* lse = static_cast<T*>(ptr[st.outs[1]]);
+  const BlockFns<T>& fns = block_fns<T>();
+  const int64_t blocks = (a.L + kBlockQ - 1) / kBlockQ;
+  const T inf = std::numeric_limits<T>::infinity();
+  split(a.batches * blocks, t, tasks, [&](int64_t lo, int64_t hi) {
+    std::vector<T> s(kBlockQ * kBlockK), acc(kBlockQ * a.Ev), m(kBlockQ), l(kBlockQ),
+        alpha(kBlockQ);
+    for (int64_t item = lo; item < hi; ++item) {
+      const int64_t b = item / blocks, i0 = (item % blocks) * kBlockQ;
+      const int64_t bq = std::min(kBlockQ, a.L - i0), kb = a.kv_batch(b);
+      const T* q = a.q + (b * a.L + i0) * a.E;
+      const T* k = a.k + kb * a.S * a.E;
+      const T* v = a.v + kb * a.S * a.Ev;
+      std::fill(m.begin(), m.end(), -inf);
+      std::fill(l.begin(), l.end(), T(0));
+      std::fill(acc.begin(), acc.end(), T(0));
+      const int64_t keys = a.causal ? std::min(a.S, i0 + bq) : a.S;
+      for (int64_t j0 = 0; j0 < keys; j0 += kBlockK) {
+        const int64_t bk = std::min(kBlockK, keys - j0);
+        gemm(false, true, bq, bk, a.E, a.scale, q, a.E, k + j0 * a.E, a.E, T(0), s.data(), bk);
+        a.mask_block(b, i0, bq, j0, bk, s.data());
+        fns.softmax(s.data(), bq, bk, m.data(), l.data(), alpha.data());
+        for (int64_t r = 0; r < bq; ++r)
+          if (alpha[r] != T(1))
+            for (int64_t e = 0; e < a.Ev; ++e) acc[r * a.Ev + e] *= alpha[r];
+        gemm(false, false, bq, a.Ev, bk, T(1), s.data(), bk, v + j0 * a.Ev, a.Ev, T(1),
+             acc.data(), a.Ev);
+      }
+      for (int64_t r = 0; r < bq; ++r) {
+        T* o = out + (b * a.L + i0 + r) * a.Ev;
+        const bool none = l[r] == T(0);  // every key masked: zeros, as torch >= 2.5
+        for (int64_t e = 0; e < a.Ev; ++e) o[e] = none ? T(0) : acc[r * a.Ev + e] / l[r];
+        lse[b * a.L + i0 + r] = none ? -inf : m[r] + std::log(l[r]);
+      }
+    }
+  });
+}
+
+template <class T>
+void backward(const Program& p, const Step& st, void* const* ptr, int64_t t, int64_t tasks) {
+  const ir::Node& n = p.graph.node(st.node);
+  const Attn<T> a(p, n, ptr, 6);
+  auto in = [&](size_t k) { return static_cast<const T*>(ptr[p.plan.buf_of[n.operands[k].node]]); };
+  const T *lse = in(3), *delta = in(4), *dout = in(5);
+  T* dq = static_cast<T*>(ptr[st.outs[0]]);
+  T* dk = static_cast<T*>(ptr[st.outs[1]]);
+  T* dv = static_cast<T*>(ptr[st.outs[2]]);
+  const BlockFns<T>& fns = block_fns<T>();
+  const int64_t kv_heads = a.heads / a.group, kv_batches = a.batches / a.group;
+  // A task owns whole k/v batches: their dk and dv, and the dq of the q heads that read them.
+  split(kv_batches, t, tasks, [&](int64_t lo, int64_t hi) {
+    std::vector<T> s(kBlockQ * kBlockK), dp(kBlockQ * kBlockK), dk_acc(kBlockK * a.E),
+        dv_acc(kBlockK * a.Ev);
+    for (int64_t kb = lo; kb < hi; ++kb) {
+      const int64_t b0 = (kb / kv_heads) * a.heads + (kb % kv_heads) * a.group;
+      std::fill(dq + b0 * a.L * a.E, dq + (b0 + a.group) * a.L * a.E, T(0));
+      const T* k = a.k + kb * a.S * a.E;
+      const T* v = a.v + kb * a.S * a.Ev;
+      for (int64_t j0 = 0; j0 < a.S; j0 += kBlockK) {
+        const int64_t bk = std::min(kBlockK, a.S - j0);
+        std::fill(dk_acc.begin(), dk_acc.end(), T(0));
+        std::fill(dv_acc.begin(), dv_acc.end(), T(0));
+        for (int64_t h = 0; h < a.group; ++h) {
+          const int64_t b = b0 + h;
+          for (int64_t i0 = a.causal ? j0 : 0; i0 < a.L; i0 += kBlockQ) {
+            const int64_t bq = std::min(kBlockQ, a.L - i0), row = b * a.L + i0;
+            const T* q = a.q + row * a.E;
+            const T* g = dout + row * a.Ev;
+            gemm(false, true, bq, bk, a.E, a.scale, q, a.E, k + j0 * a.E, a.E, T(0), s.data(), bk);
+            a.mask_block(b, i0, bq, j0, bk, s.data());
+            fns.probs(s.data(), bq, bk, lse + row);
+            gemm(true, false, bk, a.Ev, bq, T(1), s.data(), bk, g, a.Ev, T(1), dv_acc.data(),
+                 a.Ev);
+            gemm(false, true, bq, bk, a.Ev, T(1), g, a.Ev, v + j0 * a.Ev, a.Ev, T(0), dp.data(),
+                 bk);
+            fns.dscores(s.data(), dp.data(), bq, bk, delta + row, a.scale);
+            gemm(false, false, bq, a.E, bk, T(1), dp.data(), bk, k + j0 * a.E, a.E, T(1),
+                 dq + row * a.E, a.E);
+            gemm(true, false, bk, a.E, bq, T(1), dp.data(), bk, q, a.E, T(1), dk_acc.data(), a.E);
+          }
+        }
+        std::copy(dk_acc.begin(), dk_acc.begin() + bk * a.E, dk + (kb * a.S + j0) * a.E);
+        std::copy(dv_acc.begin(), dv_acc.begin() + bk * a.Ev, dv + (kb * a.S + j0) * a.Ev);
+      }
+    }
+  });
+}
+
+int64_t items(const Program& p, const Step& st) {
+  const ir::Node& n = p.graph.node(st.node);
+  const Shape& qs = p.graph.type(n.operands[0]).shape;
+  int64_t batches = 1;
+  for (size_t d = 0; d + 2 < qs.size(); ++d) batches *= qs[d];
+  if (n.op == OpKind::AttentionGrad) return batches / n.attrs.i;
+  return batches * ((qs[qs.size() - 2] + kBlockQ - 1) / kBlockQ);
+}
+
+}  // namespace
+
+int64_t attention_tasks(const Program& p, const Step& st) {
+  return std::max<int64_t>(1, std::min<int64_t>(items(p, st), 2 * ThreadPool::instance().size()));
+}
+
+void run_attention(const Program& p, const Step& st, void* const* ptr, int64_t t, int64_t tasks) {
+  const ir::Node& n = p.graph.node(st.node);
+  const bool f64 = n.type.dtype == DType::Float64;
+  LOOM_ASSERT(f64 || n.type.dtype == DType::Float32);
+  if (n.op == OpKind::Attention) {
+    return f64 ? forward<double>(p, st, ptr, t, tasks) : forward<float>(p, st, ptr, t, tasks);
+  }
+  LOOM_ASSERT(n.op == OpKind::AttentionGrad);
+  f64 ? backward<double>(p, st, ptr, t, tasks) : backward<float>(p, st, ptr, t, tasks);
+}
+
+}  // namespace loom::cpu
