@@ -1,13 +1,17 @@
 // scaled_dot_product_attention against a host reference written here in double (masks,
 // causal with L != S, grouped heads, fully masked rows), its gradients against float64
-// central differences, packed_qkv_attention against the sdpa of its heads, and bad input.
+// central differences, the CPU backend's blocked kernel against the reference backend at
+// sizes that cross and do not divide its blocks, its memory at T = 4096 against the closed
+// form, packed_qkv_attention against the sdpa of its heads, and bad input.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <limits>
 
 #include "expect_error.h"
+#include "loom/core/buffer.h"
 #include "loom/loom.h"
+#include "loom/runtime/engine.h"
 
 namespace {
 
@@ -144,6 +148,74 @@ TEST(AttentionTest, GradientsMatchCentralDifferences) {
       }
     }
   }
+}
+
+// Output and every gradient on the CPU backend (blocks of queries and keys, online softmax,
+// recomputing backward) against the reference backend (each score row in double).
+TEST(AttentionTest, BlockedKernelMatchesTheReferenceBackendAcrossBlocks) {
+  const Case cases[] = {
+      {1, 2, 2, 200, 333, 16, 8},          {1, 2, 2, 300, 130, 8, 16, true},
+      {2, 4, 2, 129, 257, 8, 8},           {1, 2, 2, 150, 270, 8, 8, false, 1},
+      {1, 1, 1, 131, 260, 8, 8, false, 2}, {1, 2, 1, 70, 70, 16, 16, true},
+      {1, 1, 1, 1, 1, 4, 4},
+  };
+  for (const Case& c : cases)
+    for (loom::DType dt : {loom::DType::Float32, loom::DType::Float64}) {
+      loom::manual_seed(5);
+      Inputs in = make(c, dt);
+      Tensor w = loom::to(loom::randn({c.B, c.Hq, c.L, c.Ev}), dt);
+      std::vector<Tensor*> leaves = {&in.q, &in.k, &in.v};
+      if (c.mask == 2) leaves.push_back(&in.mask);
+      std::vector<std::vector<double>> got[2];
+      for (int backend = 0; backend < 2; ++backend) {
+        loom::runtime::set_backend(backend ? "ref" : "cpu");
+        for (Tensor* t : leaves) *t = t->detach().requires_grad_();
+        loom::SdpaOptions o = in.opts;
+        o.attn_mask = in.mask;
+        Tensor y = loom::scaled_dot_product_attention(in.q, in.k, in.v, o);
+        loom::sum(y * w).backward();
+        got[backend].push_back(dv(y));
+        for (Tensor* t : leaves) got[backend].push_back(dv(t->grad()));
+      }
+      loom::runtime::set_backend("cpu");
+      const double tol = dt == loom::DType::Float64 ? 1e-11 : 1e-5;
+      for (size_t r = 0; r < got[0].size(); ++r) {
+        ASSERT_EQ(got[0][r].size(), got[1][r].size());
+        for (size_t i = 0; i < got[0][r].size(); ++i)
+          ASSERT_NEAR(got[0][r][i], got[1][r][i], tol * (1 + std::abs(got[1][r][i])))
+              << (r == 0 ? "output" : "gradient of leaf " + std::to_string(r - 1)) << " L=" << c.L
+              << " S=" << c.S << " Hq=" << c.Hq << " Hk=" << c.Hk << " causal=" << c.causal
+              << " mask=" << c.mask << " " << dt << " at " << i;
+      }
+    }
+}
+
+// Forward and backward at T = 4096 keep no [T, S] buffer: the peak of live buffers stays
+// within 1.2x the closed-form size of q, k, v, the output's weights, the output, the
+// log-sum-exp, delta and the three gradients (one score tensor alone is 4x that).
+TEST(AttentionTest, ForwardAndBackwardAtT4096HoldNoScoreSizedBuffer) {
+  const int64_t B = 1, H = 2, T = 4096, E = 64;
+  loom::manual_seed(2);
+  Tensor q = loom::randn({B, H, T, E}), k = loom::randn({B, H, T, E}),
+         v = loom::randn({B, H, T, E}), w = loom::randn({B, H, T, E});
+  for (Tensor* t : {&q, &k, &v}) t->requires_grad_();
+  loom::sync();
+  const size_t before = loom::Buffer::live_bytes();
+  loom::Buffer::reset_peak();
+  loom::SdpaOptions causal;
+  causal.is_causal = true;
+  Tensor y = loom::scaled_dot_product_attention(q, k, v, causal);
+  loom::sum(y * w).backward();
+  loom::sync();
+  ASSERT_TRUE(q.grad().defined() && k.grad().defined() && v.grad().defined());
+  const double tensor = static_cast<double>(B * H * T * E * 4), row = B * H * T * 4;
+  const double inputs = 4 * tensor, made = tensor + 2 * row + 3 * tensor;  // o, lse, delta, grads
+  // Other tests' buffers may still be live: what this one allocated, plus its inputs.
+  const double peak = static_cast<double>(loom::Buffer::peak_bytes() - before) + inputs;
+  EXPECT_LE(peak, 1.2 * (inputs + made))
+      << "peak " << peak / 1e6 << " MB, closed form " << (inputs + made) / 1e6
+      << " MB; one score tensor is " << T * T * H * 4 / 1e6 << " MB";
+  EXPECT_GE(peak - inputs, 0.9 * made) << "the results were not counted";
 }
 
 TEST(AttentionTest, PackedQkvAttentionIsTheSdpaOfItsHeads) {

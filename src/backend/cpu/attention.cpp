@@ -4,13 +4,17 @@
 // block of scores at a time, never an [L, S] buffer. The backward recomputes each block of
 // probabilities from q, k and the saved log-sum-exp.
 #include <cblas.h>
+#include <dnnl.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <cstdlib>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "backend/cpu/program.h"
@@ -23,11 +27,16 @@ namespace {
 
 using ir::OpKind;
 
-// Rows of queries and keys per block: a [kBlockQ, kBlockK] float32 block of scores is 32 KiB.
-constexpr int64_t kBlockQ = 64, kBlockK = 128;
+static int64_t envi(const char* n, int64_t d) { const char* e = std::getenv(n); return e ? std::atoll(e) : d; }
+static const int64_t kBlockQ = envi("ABQ", 64), kBlockK = envi("ABK", 128), kBackQ = envi("BBQ", 64), kBackK = envi("BBK", 128);
 
+static const bool kDnnl = envi("ADNNL", 1);
 void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  if (kDnnl) {
+    dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    return;
+  }
   cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
               static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), alpha, a,
               static_cast<int>(lda), b, static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
@@ -39,29 +48,52 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const
               static_cast<int>(lda), b, static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
 }
 
-// exp as straight-line arithmetic the vectorizer takes (Cephes' expf: 2^n times a degree-7
-// polynomial of x - n ln 2, within 2 ulp); 0 below -87.3, so exp(-inf) = 0.
-[[gnu::always_inline]] inline float vexp(float x) {
-  const float lo = -87.3f, hi = 88.7f;
-  const float xc = x < lo ? lo : (x > hi ? hi : x);
-  const float magic = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
-  const float t = xc * 1.44269504088896341f + magic;
-  const float n = t - magic;
-  const float r = xc - n * 0.693359375f + n * 2.12194440e-4f;
-  float p = 1.9875691500e-4f;
+// float32 rows run on GCC's vector types, eight lanes (one AVX register, two SSE ones). The
+// helpers passing them are always inlined, so the ABI note on 32-byte vectors does not apply.
+#pragma GCC diagnostic ignored "-Wpsabi"
+using f8 = float __attribute__((vector_size(32)));
+using i8 = int32_t __attribute__((vector_size(32)));
+constexpr int kLanes = 8;
+[[gnu::always_inline]] inline f8 load8(const float* p) {
+  f8 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+[[gnu::always_inline]] inline void store8(float* p, f8 v) { std::memcpy(p, &v, sizeof v); }
+[[gnu::always_inline]] inline f8 splat(float x) { return f8{} + x; }
+[[gnu::always_inline]] inline float lane_max(f8 v) {
+  float m = v[0];
+  for (int u = 1; u < kLanes; ++u) m = m < v[u] ? v[u] : m;
+  return m;
+}
+[[gnu::always_inline]] inline float lane_sum(f8 v) {
+  float s = 0;
+  for (int u = 0; u < kLanes; ++u) s += v[u];
+  return s;
+}
+
+// Cephes' expf: 2^n times a degree-7 polynomial of x - n ln 2 (within 2 ulp), in lanes; 0 below
+// -87.3, so exp(-inf) = 0.
+[[gnu::always_inline]] inline f8 vexp(f8 x) {
+  const f8 lo = splat(-87.3f), hi = splat(88.7f), magic = splat(12582912.0f);  // 1.5 * 2^23
+  f8 xc = x < lo ? lo : x;
+  xc = xc > hi ? hi : xc;
+  const f8 t = xc * 1.44269504088896341f + magic;  // rounds x / ln 2 to an integer
+  const f8 n = t - magic;
+  const f8 r = xc - n * 0.693359375f + n * 2.12194440e-4f;
+  f8 p = splat(1.9875691500e-4f);
   p = p * r + 1.3981999507e-3f;
   p = p * r + 8.3334519073e-3f;
   p = p * r + 4.1665795894e-2f;
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.0f;
-  const int32_t e = std::bit_cast<int32_t>(t) - std::bit_cast<int32_t>(magic);
-  const float scale = std::bit_cast<float>((e + 127) << 23);
-  return x < lo ? 0.0f : p * scale;
+  const i8 e = std::bit_cast<i8>(t) - 0x4B400000;  // the bits of magic
+  const i8 bits = (e + 127) << 23;
+  return x < lo ? splat(0) : p * std::bit_cast<f8>(bits);
 }
+[[gnu::always_inline]] inline float vexp(float x) { return vexp(splat(x))[0]; }
 [[gnu::always_inline]] inline double vexp(double x) { return std::exp(x); }
-
-constexpr int kLanes = 8;  // partial maxima and sums, so the row loops vectorize in order
 
 // One block of scores s [bq, bk] into probabilities in place, rows carrying their running max
 // m and sum l; alpha[r] is what row r's earlier output is rescaled by.
@@ -71,14 +103,17 @@ template <class T>
   const T inf = std::numeric_limits<T>::infinity();
   for (int64_t r = 0; r < bq; ++r) {
     T* row = s + r * bk;
-    T part[kLanes];
-    for (T& x : part) x = -inf;
-    int64_t j = 0;
-    for (; j + kLanes <= bk; j += kLanes)
-      for (int u = 0; u < kLanes; ++u) part[u] = part[u] < row[j + u] ? row[j + u] : part[u];
     T top = -inf;
+    int64_t j = 0;
+    if constexpr (std::is_same_v<T, float>) {
+      f8 part = splat(-inf);
+      for (; j + kLanes <= bk; j += kLanes) {
+        const f8 x = load8(row + j);
+        part = part < x ? x : part;
+      }
+      top = lane_max(part);
+    }
     for (; j < bk; ++j) top = top < row[j] ? row[j] : top;
-    for (T x : part) top = top < x ? x : top;
     const T next = m[r] < top ? top : m[r];
     if (next == -inf) {  // every key so far masked
       std::fill(row, row + bk, T(0));
@@ -86,12 +121,18 @@ template <class T>
       continue;
     }
     alpha[r] = vexp(m[r] - next);
-    T sums[kLanes] = {};
-    for (j = 0; j + kLanes <= bk; j += kLanes)
-      for (int u = 0; u < kLanes; ++u) sums[u] += (row[j + u] = vexp(row[j + u] - next));
     T total = 0;
+    j = 0;
+    if constexpr (std::is_same_v<T, float>) {
+      f8 sums = splat(0);
+      for (; j + kLanes <= bk; j += kLanes) {
+        const f8 p = vexp(load8(row + j) - next);
+        store8(row + j, p);
+        sums += p;
+      }
+      total = lane_sum(sums);
+    }
     for (; j < bk; ++j) total += (row[j] = vexp(row[j] - next));
-    for (T x : sums) total += x;
     l[r] = l[r] * alpha[r] + total;
     m[r] = next;
   }
@@ -107,7 +148,10 @@ template <class T>
       std::fill(row, row + bk, T(0));
       continue;
     }
-    for (int64_t j = 0; j < bk; ++j) row[j] = vexp(row[j] - l);
+    int64_t j = 0;
+    if constexpr (std::is_same_v<T, float>)
+      for (; j + kLanes <= bk; j += kLanes) store8(row + j, vexp(load8(row + j) - l));
+    for (; j < bk; ++j) row[j] = vexp(row[j] - l);
   }
 }
 
@@ -250,7 +294,11 @@ struct Attn {
 
 // Runs items [lo, hi) of n, each on this thread; splits them over the pool when `tasks` is 0.
 template <class F>
-void split(int64_t items, int64_t t, int64_t tasks, const F& f) {
+void split(int64_t items, int64_t t, int64_t tasks, const F& f0) {
+  auto f = [&](int64_t lo, int64_t hi) {
+    if (omp_get_max_threads() != 1) omp_set_num_threads(1);
+    f0(lo, hi);
+  };
   if (tasks == 0) {
     const int64_t n = std::min<int64_t>(items, ThreadPool::instance().size());
     if (n <= 1) return f(0, items);
@@ -318,21 +366,21 @@ void backward(const Program& p, const Step& st, void* const* ptr, int64_t t, int
   const int64_t kv_heads = a.heads / a.group, kv_batches = a.batches / a.group;
   // A task owns whole k/v batches: their dk and dv, and the dq of the q heads that read them.
   split(kv_batches, t, tasks, [&](int64_t lo, int64_t hi) {
-    std::vector<T> s(kBlockQ * kBlockK), dp(kBlockQ * kBlockK), dk_acc(kBlockK * a.E),
-        dv_acc(kBlockK * a.Ev);
+    std::vector<T> s(kBackQ * kBackK), dp(kBackQ * kBackK), dk_acc(kBackK * a.E),
+        dv_acc(kBackK * a.Ev);
     for (int64_t kb = lo; kb < hi; ++kb) {
       const int64_t b0 = (kb / kv_heads) * a.heads + (kb % kv_heads) * a.group;
       std::fill(dq + b0 * a.L * a.E, dq + (b0 + a.group) * a.L * a.E, T(0));
       const T* k = a.k + kb * a.S * a.E;
       const T* v = a.v + kb * a.S * a.Ev;
-      for (int64_t j0 = 0; j0 < a.S; j0 += kBlockK) {
-        const int64_t bk = std::min(kBlockK, a.S - j0);
+      for (int64_t j0 = 0; j0 < a.S; j0 += kBackK) {
+        const int64_t bk = std::min(kBackK, a.S - j0);
         std::fill(dk_acc.begin(), dk_acc.end(), T(0));
         std::fill(dv_acc.begin(), dv_acc.end(), T(0));
         for (int64_t h = 0; h < a.group; ++h) {
           const int64_t b = b0 + h;
-          for (int64_t i0 = a.causal ? j0 : 0; i0 < a.L; i0 += kBlockQ) {
-            const int64_t bq = std::min(kBlockQ, a.L - i0), row = b * a.L + i0;
+          for (int64_t i0 = a.causal ? j0 : 0; i0 < a.L; i0 += kBackQ) {
+            const int64_t bq = std::min(kBackQ, a.L - i0), row = b * a.L + i0;
             const T* q = a.q + row * a.E;
             const T* g = dout + row * a.Ev;
             gemm(false, true, bq, bk, a.E, a.scale, q, a.E, k + j0 * a.E, a.E, T(0), s.data(), bk);
