@@ -1,6 +1,6 @@
 // `loom-bench --peers`: the peer workloads (decoder_forward, decoder_train_step,
-// scan_layers_compile, cumsum_scan, mlp_train) run by JAX, PyTorch/XLA, torch.compile and
-// PyTorch eager in the same run, each figure beside loom's as a ratio, in rounds of loom and
+// scan_layers_compile, cumsum_scan, mlp_train, attention) run by JAX, PyTorch/XLA, torch.compile
+// and PyTorch eager in the same run, each figure beside loom's as a ratio, in rounds of loom and
 // every peer back to back (LOOM_BENCH_PEER_ROUNDS, default 3): medians of the rounds' ratios. The
 // peers live in venvs outside the repository (LOOM_PEER_JAX, LOOM_PEER_TORCH_XLA, LOOM_PEER_TORCH;
 // recipe in ../shared/reference/peers_setup.md); their scripts are bench/peers/*.py.
@@ -43,6 +43,9 @@ const std::vector<Work>& works() {
       {"mlp_train",
        {{"trace_once_steps_per_s", "steps_per_s", true, ">= 2x JAX pipelined"},
         {"trace_once_steps_per_s", "steps_per_s_pipelined", true, ">= 2x JAX pipelined"}}},
+      {"attention",
+       {{"fwd_bwd_T1024_ms", "fwd_bwd_T1024_ms", false, "<= 0.8x torch SDPA"},
+        {"fwd_bwd_T4096_ms", "fwd_bwd_T4096_ms", false, "<= 0.8x torch SDPA"}}},
   };
   return w;
 }

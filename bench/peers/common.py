@@ -11,13 +11,16 @@ import statistics
 import time
 
 WORKS = ("decoder_forward", "decoder_train_step", "scan_layers_compile", "cumsum_scan",
-         "mlp_train")
+         "mlp_train", "attention")
 
 # The seed decoder (Example 3): LAYERS x [Linear(DIM, DIM) -> exact GELU -> + residual], then
 # LayerNorm(DIM), on x [BATCH, SEQ, DIM] float32, as loom-bench's decoder benchmarks.
 LAYERS, DIM, BATCH, SEQ = 50, 512, 4, 512
 CUMSUM_N = 1000  # cumsum_scan: a scan over this many float32 scalars
 MLP_BATCH = 64   # mlp_train: 784-256-10, ReLU, cross entropy, SGD lr 0.01
+# attention: scaled dot-product attention forward + backward on [ATT_B, ATT_H, T, ATT_D]
+# float32, not causal, at each T of ATT_T
+ATT_B, ATT_H, ATT_D, ATT_T = 4, 8, 64, (1024, 4096)
 
 
 def parse_args(doc):

@@ -13,8 +13,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
 from torch_models import Decoder  # noqa: E402
-from common import (BATCH, CUMSUM_N, DIM, MLP_BATCH, SEQ, best_rate, emit,  # noqa: E402
-                    median_ms, parse_args)
+from common import (ATT_B, ATT_D, ATT_H, ATT_T, BATCH, CUMSUM_N, DIM, MLP_BATCH,  # noqa: E402
+                    SEQ, best_rate, emit, median_ms, parse_args)
 
 
 def main():
@@ -50,6 +50,20 @@ def main():
             emit("loop_compile_ms", first - median_ms(train_step, 3, 1))
         else:
             print("unsupported 1")
+    elif args.work == "attention":
+        if mode == "compile":  # torch.compile runs the same SDPA kernel
+            print("unsupported 1")
+            return
+        for T, reps in zip(ATT_T, (5, 3)):
+            torch.manual_seed(1)
+            q, k, v, w = (torch.randn(ATT_B, ATT_H, T, ATT_D) for _ in range(4))
+
+            def step():
+                leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+                y = nn.functional.scaled_dot_product_attention(*leaves)
+                (y * w).sum().backward()
+
+            emit(f"fwd_bwd_T{T}_ms", median_ms(step, reps, 1))
     elif args.work == "cumsum_scan":
         if mode == "compile":
             print("unsupported 1")

@@ -154,9 +154,12 @@ TEST(AttentionTest, GradientsMatchCentralDifferences) {
 // recomputing backward) against the reference backend (each score row in double).
 TEST(AttentionTest, BlockedKernelMatchesTheReferenceBackendAcrossBlocks) {
   const Case cases[] = {
-      {1, 2, 2, 200, 333, 16, 8},          {1, 2, 2, 300, 130, 8, 16, true},
-      {2, 4, 2, 129, 257, 8, 8},           {1, 2, 2, 150, 270, 8, 8, false, 1},
-      {1, 1, 1, 131, 260, 8, 8, false, 2}, {1, 2, 1, 70, 70, 16, 16, true},
+      {1, 2, 2, 200, 333, 16, 8},
+      {1, 2, 2, 300, 130, 8, 16, true},
+      {2, 4, 2, 129, 257, 8, 8},
+      {1, 2, 2, 150, 270, 8, 8, false, 1},
+      {1, 1, 1, 131, 260, 8, 8, false, 2},
+      {1, 2, 1, 70, 70, 16, 16, true},
       {1, 1, 1, 1, 1, 4, 4},
   };
   for (const Case& c : cases)

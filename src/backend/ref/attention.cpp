@@ -42,9 +42,7 @@ struct Walk {
     scores.push_back(S);
   }
   // The k/v batch of q's batch b: its head divided by the group.
-  int64_t kv_batch(int64_t b) const {
-    return (b / heads) * (heads / group) + (b % heads) / group;
-  }
+  int64_t kv_batch(int64_t b) const { return (b / heads) * (heads / group) + (b % heads) / group; }
   // Row i of batch b's scores, masked (-inf where a key is left out).
   void scores_row(int64_t b, int64_t i, const BroadcastIndex* mi, std::vector<double>& s) const {
     const int64_t kb = kv_batch(b);
