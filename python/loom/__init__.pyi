@@ -273,6 +273,11 @@ class Tensor:
 class TraceError(Error):
     """A misuse of tracing: a value read inside a traced body, a tensor used on another thread or outside its body, a changed loop structure."""
 
+class custom_vjp:
+    """A function with a user-defined backward, as ``jax.custom_vjp``::"""
+    def __call__(self, *args, **kwargs) -> Any: ...
+    def defvjp(self, fwd, bwd) -> Any: ...
+
 class device:
     """Where a tensor lives: always the host ('cpu'). device('cpu'), device('cpu:0') and"""
     def __eq__(self, other) -> Any: ...

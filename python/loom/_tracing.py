@@ -9,7 +9,7 @@ Python beyond that.
 """
 import functools
 
-from . import _loom
+from . import _creation, _loom
 
 __all__ = ["assume_pure", "compile", "scan", "while_loop", "fori_loop", "profile"]
 
@@ -112,6 +112,76 @@ def fori_loop(lower, upper, body_fn, *carried):
         raise TypeError(f"fori_loop: argument 'body_fn' must be callable, got "
                         f"{type(body_fn).__name__}")
     return _loom._fori_loop(lower, upper, body_fn, *carried)
+
+
+class custom_vjp:
+    """A function with a user-defined backward, as ``jax.custom_vjp``::
+
+        @loom.custom_vjp
+        def clip_gradient(x):
+            return x
+        def fwd(x):
+            return x, None                  # (output, residuals for bwd)
+        def bwd(res, g):
+            return (loom.clamp(g, -1, 1),)  # one gradient (or None) per positional argument
+        clip_gradient.defvjp(fwd, bwd)
+
+    ``fwd`` computes what the function does and returns ``(output, residuals)``, pytrees of
+    tensors; ``bwd(residuals, output_grad)`` returns a tuple with one gradient per positional
+    argument, of the argument's structure, or ``None`` for zeros. When an argument requires
+    grad (or inside a traced body), each call traces ``fwd`` and ``bwd`` once (``bwd`` runs then,
+    exactly once per use)
+    into one call whose backward is ``bwd``'s trace: legal inside ``scan``, ``while_loop``,
+    ``fori_loop``, ``assume_pure``, ``compile`` and other ``custom_vjp`` functions. Otherwise
+    the function runs plainly. ``fwd`` may not read a tensor that requires grad from outside
+    its arguments (a ``loom.TraceError`` says to pass it in).
+    """
+
+    def __init__(self, fn):
+        if not callable(fn):
+            raise TypeError(f"custom_vjp: argument 'fn' must be callable, got "
+                            f"{type(fn).__name__}")
+        self.fn = fn
+        self.fwd = self.bwd = None
+        functools.update_wrapper(self, fn)
+
+    def defvjp(self, fwd, bwd):
+        """Sets the forward (returning ``(output, residuals)``) and the backward."""
+        if not callable(fwd) or not callable(bwd):
+            raise TypeError("custom_vjp.defvjp: fwd and bwd must be callable")
+        self.fwd, self.bwd = fwd, bwd
+        return self
+
+    def __call__(self, *args, **kwargs):
+        if kwargs:
+            raise TypeError("custom_vjp: pass the arguments positionally (bwd returns one "
+                            "gradient per positional argument)")
+        if self.fwd is None:
+            raise TypeError(f"custom_vjp: {getattr(self.fn, '__name__', 'the function')} has "
+                            "no backward yet; call .defvjp(fwd, bwd) first")
+        bwd = self.bwd
+
+        def backward(res, g):
+            grads = bwd(res, g)
+            if not isinstance(grads, tuple) or len(grads) != len(args):
+                return grads  # the core says what is wrong
+            return tuple(_zeros_for_none(gk, ak) for gk, ak in zip(grads, args))
+
+        return _loom._custom_vjp_call(self.fn, self.fwd, backward, *args)
+
+
+def _zeros_for_none(grad, arg):
+    """``grad`` with a None in place of a tensor of ``arg`` replaced by zeros of its type."""
+    if isinstance(arg, _loom.Tensor):
+        return _creation.zeros(*arg.shape, dtype=arg.dtype) if grad is None else grad
+    if grad is None or isinstance(arg, (int, float, bool, str)):
+        return grad
+    if isinstance(arg, dict) and isinstance(grad, dict):
+        return {k: _zeros_for_none(grad.get(k), v) for k, v in arg.items()}
+    if isinstance(arg, (list, tuple)) and isinstance(grad, (list, tuple)) and \
+            len(arg) == len(grad):
+        return type(grad)(_zeros_for_none(g, a) for g, a in zip(grad, arg))
+    return grad
 
 
 class profile:

@@ -278,6 +278,61 @@ nb::object bind_to(nb::handle self, nb::handle obj, nb::handle) {
   return nb::steal(PyMethod_New(self.ptr(), obj.ptr()));
 }
 
+// ---- custom_vjp ------------------------------------------------------------------------------
+
+// fn(*args) with bwd as its backward: the positional arguments flattened (numbers and other
+// non-tensor leaves stay fixed), fwd's (out, residuals) and bwd's one gradient tree (or None)
+// per argument flattened against them.
+nb::object custom_vjp_call(nb::callable fn, nb::callable fwd, nb::callable bwd, nb::args args) {
+  std::vector<Tensor> leaves;
+  TreePtr def = flatten(args, &leaves);
+  std::vector<size_t> arg_leaves;  // tensor leaves per positional argument
+  for (nb::handle a : args) {
+    std::vector<Tensor> part;
+    flatten(a, &part);
+    arg_leaves.push_back(part.size());
+  }
+  std::shared_ptr<const void> out_like, res_like;
+  auto call_with = [&](nb::handle f, const std::vector<Tensor>& params) {
+    nb::tuple rebuilt = nb::borrow<nb::tuple>(unflatten(*def, params));
+    return f(*rebuilt);
+  };
+  detail::FlatFn plain = [&](const std::vector<Tensor>& p) {
+    return flat_result(call_with(fn, p), &out_like);
+  };
+  VjpForward forward = [&](const std::vector<Tensor>& p) {
+    nb::object r = call_with(fwd, p);
+    if (!PyTuple_Check(r.ptr()) || nb::len(r) != 2)
+      throw nb::type_error("custom_vjp: fwd must return a pair (output, residuals)");
+    std::pair<std::vector<Tensor>, std::vector<Tensor>> flat;
+    out_like = flatten(r[0], &flat.first);
+    res_like = flatten(r[1], &flat.second);
+    return flat;
+  };
+  VjpBackward backward = [&](const std::vector<Tensor>& res, const std::vector<Tensor>& gs) {
+    nb::object r = bwd(unflatten_like(res_like, res), unflatten_like(out_like, gs));
+    if (!PyTuple_Check(r.ptr()) || nb::len(r) != arg_leaves.size())
+      throw nb::type_error(detail::str_cat("custom_vjp: bwd must return a tuple of one gradient "
+                                           "(or None) per positional argument: ",
+                                           arg_leaves.size(), " here")
+                               .c_str());
+    std::vector<Tensor> grads;
+    for (size_t k = 0; k < arg_leaves.size(); ++k) {
+      std::vector<Tensor> part;
+      if (!r[k].is_none()) flatten(r[k], &part);
+      if (r[k].is_none()) part.resize(arg_leaves[k]);
+      if (part.size() != arg_leaves[k])
+        throw nb::type_error(detail::str_cat("custom_vjp: bwd's gradient ", k, " has ", part.size(),
+                                             " tensor(s); argument ", k, " has ", arg_leaves[k])
+                                 .c_str());
+      grads.insert(grads.end(), part.begin(), part.end());
+    }
+    return grads;
+  };
+  std::vector<Tensor> out = CustomVjp(plain, forward, backward, python_site())(leaves);
+  return unflatten_like(out_like, out);
+}
+
 }  // namespace
 
 void register_tracing(nb::module_& m) {
@@ -325,6 +380,7 @@ void register_tracing(nb::module_& m) {
         nb::arg("reverse") = false, nb::arg("length") = nb::none(), nb::arg("remat") = false);
   m.def("_while_loop", &while_loop, nb::arg("cond_fn"), nb::arg("body_fn"), nb::arg("carried"));
   m.def("_fori_loop", &fori_loop);
+  m.def("_custom_vjp_call", &custom_vjp_call);
   m.def(
       "_tree_structure",
       [](nb::handle tree) {

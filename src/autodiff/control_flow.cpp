@@ -82,7 +82,25 @@ Value zeros_or(ir::Builder& b, const Adjoint& a, const TensorType t) {
   return a ? *a : zeros(b, t);
 }
 
+// A custom VJP (call with a vjp region): the user's backward on the residuals and the
+// outputs' adjoints gives the arguments' adjoints; captures get none.
+std::vector<Adjoint> custom_call_vjp(ir::Builder& b, NodeId id, std::span<const Adjoint> radj) {
+  const Node n = b.graph().node(id);
+  const int64_t n_out = n.attrs.ints[0], n_args = n.attrs.ints[1], n_extra = n.attrs.ints[2];
+  std::vector<Value> ops;
+  for (uint32_t r = static_cast<uint32_t>(n_out); r < n.num_results(); ++r) ops.push_back({id, r});
+  for (uint32_t r = 0; r < static_cast<uint32_t>(n_out); ++r)
+    ops.push_back(zeros_or(b, radj[r], n.result_type(r)));
+  ops.insert(ops.end(), n.operands.end() - n_extra, n.operands.end());
+  std::vector<Value> res = b.make_region(OpKind::Call, ops, {}, {n.regions[1]});
+  std::vector<Adjoint> out(n.operands.size());
+  for (int64_t k = 0; k < n_args; ++k)
+    if (is_floating(b.type(n.operands[k]).dtype)) out[k] = res[k];
+  return out;
+}
+
 std::vector<Adjoint> call_vjp(ir::Builder& b, NodeId id, std::span<const Adjoint> radj) {
+  if (b.graph().node(id).regions.size() == 2) return custom_call_vjp(b, id, radj);
   const Node n = b.graph().node(id);
   std::vector<Value> ops(n.operands.begin(), n.operands.end());
   for (uint32_t r = 0; r < n.num_results(); ++r)

@@ -11,6 +11,7 @@
 #include "loom/core/config.h"
 #include "loom/core/hash.h"
 #include "loom/runtime/sync.h"
+#include "loom/trace/autograd.h"
 #include "trace/context.h"
 
 namespace loom::detail {
@@ -605,3 +606,90 @@ std::vector<Tensor> pure_call(PureCache& cache, CallKey key, const FlatFn& fn,
 }
 
 }  // namespace loom::detail
+
+namespace loom {
+
+using detail::Capture;
+using detail::ScopeKind;
+using detail::Site;
+using detail::Slot;
+using detail::Traced;
+
+// One call node with two regions: fwd's trace (the arguments, fwd's captures, then bwd's
+// captures as parameters it does not read) returning outputs and residuals, and bwd's trace
+// (residuals, output adjoints, bwd's captures) returning one adjoint per argument.
+std::vector<Tensor> CustomVjp::operator()(const std::vector<Tensor>& args) const {
+  bool differentiated = false;
+  for (size_t k = 0; k < args.size(); ++k) {
+    LOOM_CHECK_T(TraceError, args[k].defined(), "[custom_vjp] argument ", k,
+                 " is an undefined (default-constructed) Tensor");
+    differentiated = differentiated || args[k].requires_grad();
+  }
+  // A traced body's parameters carry no requires_grad: its VJP is built later, from the IR.
+  differentiated = differentiated || detail::TraceContext::get().in_scope();
+  if (!differentiated || !grad_enabled()) return fn_(args);
+  const Site fsite{"custom_vjp", "fwd", loc_}, bsite{"custom_vjp", "bwd", loc_};
+  std::vector<TensorType> types;
+  for (const Tensor& t : args) types.push_back({t.dtype(), t.shape()});
+  size_t n_out = 0;
+  Traced f = detail::trace(ScopeKind::Pure, fsite, false, types, [&](const std::vector<Tensor>& p) {
+    auto [outs, res] = fwd_(p);
+    LOOM_CHECK_T(TraceError, !outs.empty(), "[custom_vjp] fwd returned no outputs");
+    n_out = outs.size();
+    outs.insert(outs.end(), res.begin(), res.end());
+    return outs;
+  });
+  auto check_captures = [&](const Traced& t, const char* role) {
+    for (const Capture& c : t.captures)
+      LOOM_CHECK_T(TraceError, c.kind != Capture::Impl || !c.impl->requires_grad, "[custom_vjp] ",
+                   role, " reads a tensor ", t.graph->type(c.param),
+                   " that requires grad from outside its arguments; pass it as an argument, ",
+                   "so that bwd gives its gradient");
+  };
+  check_captures(f, "fwd");
+  std::vector<TensorType> btypes(f.out_types.begin() + static_cast<std::ptrdiff_t>(n_out),
+                                 f.out_types.end());
+  btypes.insert(btypes.end(), f.out_types.begin(),
+                f.out_types.begin() + static_cast<std::ptrdiff_t>(n_out));
+  const size_t n_res = f.out_types.size() - n_out;
+  Traced b =
+      detail::trace(ScopeKind::Pure, bsite, false, btypes, [&](const std::vector<Tensor>& p) {
+        std::vector<Tensor> res(p.begin(), p.begin() + static_cast<std::ptrdiff_t>(n_res));
+        std::vector<Tensor> gs(p.begin() + static_cast<std::ptrdiff_t>(n_res), p.end());
+        std::vector<Tensor> grads = bwd_(res, gs);
+        LOOM_CHECK_T(TraceError, grads.size() == args.size(), "[custom_vjp] bwd returned ",
+                     grads.size(), " gradient(s) for ", args.size(), " argument(s)");
+        for (size_t k = 0; k < grads.size(); ++k) {
+          if (!grads[k].defined()) {
+            grads[k] = zeros(types[k].shape, types[k].dtype);
+            continue;
+          }
+          const TensorType got{grads[k].dtype(), grads[k].shape()};
+          LOOM_CHECK_T(ShapeError, got == types[k], "[custom_vjp] bwd's gradient ", k, " is ", got,
+                       " but argument ", k, " is ", types[k]);
+        }
+        return grads;
+      });
+  check_captures(b, "bwd");
+  // fwd's region: its parameters, its captures, then bwd's captures (unread).
+  std::vector<Slot> fplan, bplan;
+  for (ir::Value p : f.params) fplan.push_back({p, f.graph->type(p)});
+  for (const Capture& c : f.captures) fplan.push_back({c.param, detail::capture_type(f, c)});
+  for (const Capture& c : b.captures)
+    fplan.push_back({ir::Value{detail::kNoNode, 0}, b.graph->type(c.param)});
+  for (ir::Value p : b.params) bplan.push_back({p, b.graph->type(p)});
+  for (const Capture& c : b.captures) bplan.push_back({c.param, detail::capture_type(b, c)});
+  detail::TraceContext& ctx = detail::TraceContext::get();
+  std::vector<ir::Value> operands;
+  for (const Tensor& t : args) operands.push_back(ctx.value_of(t));
+  for (const Capture& c : f.captures) operands.push_back(detail::capture_operand(ctx, c));
+  for (const Capture& c : b.captures) operands.push_back(detail::capture_operand(ctx, c));
+  ir::Attrs a;
+  a.ints = {static_cast<int64_t>(n_out), static_cast<int64_t>(args.size()),
+            static_cast<int64_t>(b.captures.size())};
+  std::vector<ir::Value> r = ctx.builder().make_region(
+      ir::OpKind::Call, operands, a, {detail::finalize(f, fplan), detail::finalize(b, bplan)});
+  return detail::wrap_all(ctx, r, n_out);
+}
+
+}  // namespace loom

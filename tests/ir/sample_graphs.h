@@ -156,7 +156,20 @@ inline Graph control_flow_graph() {
   ra.i = 4;
   ra.flag = true;
   Value rv = b.make_region(OpKind::Scan, std::span<const Value>(&x, 1), ra, {rev_body})[0];
-  g.outputs() = {sc[1], sc[0], c, rv};
+  // A custom VJP (custom_vjp): y = x * x with residual x, and a backward of 3 g x that also
+  // reads the extra operand s.
+  auto fwd = region({row, f32}, [](Builder& b, std::vector<Value> p) {
+    return std::vector<Value>{b.binary(OpKind::Mul, p[0], p[0]), p[0]};
+  });
+  auto bwd = region({row, row, f32}, [](Builder& b, std::vector<Value> p) {
+    Value three = b.binary(OpKind::Add, p[2], b.constant(3, float32));
+    return std::vector<Value>{b.binary(OpKind::Mul, b.binary(OpKind::Mul, p[1], p[0]), three)};
+  });
+  Attrs ca;
+  ca.ints = {1, 1, 1};
+  Value custom_ops[] = {call_ops[1], s};
+  Value cv = b.make_region(OpKind::Call, custom_ops, ca, {fwd, bwd})[0];
+  g.outputs() = {sc[1], sc[0], c, rv, cv};
   return g;
 }
 

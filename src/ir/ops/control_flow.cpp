@@ -64,8 +64,10 @@ std::vector<TensorType> operand_type_list(const Graph& g, std::span<const Value>
   return ts;
 }
 
-std::vector<TensorType> infer_call(const Graph& g, std::span<const Value> xs, Regions regions) {
-  const Graph& body = region("call", regions, 0, 1);
+std::vector<TensorType> infer_call(const Graph& g, std::span<const Value> xs, const Attrs& a,
+                                   Regions regions) {
+  const bool custom = regions.size() == 2;
+  const Graph& body = region("call", regions, 0, custom ? 2 : 1);
   // The common case (every call of a cached assume_pure function) compares in place; the
   // lists are built only for the message.
   bool same = body.params().size() == xs.size();
@@ -76,6 +78,34 @@ std::vector<TensorType> infer_call(const Graph& g, std::span<const Value> xs, Re
                  [](size_t k) { return str_cat("operand ", k); });
   std::vector<TensorType> outs = output_types("call", "body", body);
   LOOM_CHECK(!outs.empty(), "[call] body has no outputs; a call returns at least one value");
+  if (!custom) {
+    LOOM_CHECK(a.ints.empty(), "[call] counts are given only with a vjp region");
+    return outs;
+  }
+  // The custom VJP: (residuals, output adjoints) -> one adjoint per argument.
+  LOOM_CHECK(a.ints.size() == 3,
+             "[call] with a vjp region needs counts = [#outputs, #args, #extra]");
+  const int64_t n_out = a.ints[0], n_args = a.ints[1], n_extra = a.ints[2];
+  const int64_t num = static_cast<int64_t>(xs.size());
+  LOOM_CHECK(n_out >= 1 && n_out <= static_cast<int64_t>(outs.size()) && n_args >= 0 &&
+                 n_extra >= 0 && n_args + n_extra <= num,
+             "[call] counts [", n_out, ",", n_args, ",", n_extra, "] do not fit ", outs.size(),
+             " results and ", xs.size(), " operands");
+  const Graph& vjp = region("call", regions, 1, 2);
+  std::vector<TensorType> want(outs.begin() + n_out, outs.end());
+  want.insert(want.end(), outs.begin(), outs.begin() + n_out);
+  const std::vector<TensorType> ops = operand_type_list(g, xs);
+  want.insert(want.end(), ops.end() - n_extra, ops.end());
+  const size_t res = outs.size() - static_cast<size_t>(n_out);
+  check_params("call", "vjp", vjp, want, [res, n_out](size_t k) {
+    return k < res                                ? str_cat("residual ", k)
+           : k < res + static_cast<size_t>(n_out) ? str_cat("adjoint of output ", k - res)
+                                                  : str_cat("extra operand ", k - res - n_out);
+  });
+  std::vector<TensorType> grads = output_types("call", "vjp", vjp);
+  std::vector<TensorType> args = operand_type_list(g, xs.first(static_cast<size_t>(n_args)));
+  LOOM_CHECK(grads == args, "[call] the vjp region returns ", grads.size(),
+             " value(s) that must be one adjoint per argument, of the arguments' types");
   return outs;
 }
 
@@ -172,7 +202,7 @@ std::vector<TensorType> infer_region_types(const Graph& g, OpKind op,
     return detail::infer_attention(g, op, operands, attrs);
   }
   switch (op) {
-    case OpKind::Call: return infer_call(g, operands, regions);
+    case OpKind::Call: return infer_call(g, operands, attrs, regions);
     case OpKind::Scan: return infer_scan(g, operands, attrs, regions);
     case OpKind::While: return infer_while(g, operands, attrs, regions);
     default: break;
