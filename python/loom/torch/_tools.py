@@ -67,6 +67,50 @@ def _call_region(run, statics, tensors):
     return tuple(LoomTensor(o) for o in run(statics, [t._elem for t in tensors]))
 
 
+class _Drawn(torch.autograd.Function):
+    """out = fn(*inputs) for an fn that draws random numbers (attention's dropout), recorded
+    with loom's autograd; backward: loom's gradients of that recording, so the draw is the
+    forward's (_Region runs fn again, which would draw again)."""
+
+    @staticmethod
+    def forward(ctx, fn, name, *tensors):
+        leaves = [loom._loom._fresh_leaf(t._elem) if t._elem.dtype in _FLOATS and
+                  ctx.needs_input_grad[2 + i] else t._elem for i, t in enumerate(tensors)]
+        with loom.enable_grad():
+            out = fn(*leaves)
+        # Saved as torch saves tensors, so freed after the backward unless retain_graph: held
+        # longer, the recording's pending values would keep a loop that reads only
+        # loss.item() from ever dropping its pending graph.
+        ctx.save_for_backward(LoomTensor(out), *(LoomTensor(x) for x in leaves))
+        ctx.name = name
+        return LoomTensor(out.detach())
+
+    @staticmethod
+    def backward(ctx, grad):
+        out, *leaves = (t._elem for t in ctx.saved_tensors)
+        wrt = [x for x in leaves if x.requires_grad]
+        if not out.requires_grad:  # a sync ran loom's recording
+            raise loom.AutodiffError(f"[loom.torch] {ctx.name}: lt.sync() between the forward "
+                                     f"and the backward freed loom's record of its random "
+                                     f"draw; call backward before syncing")
+        with loom.enable_grad():
+            got = iter(loom._loom._functional_gradients((out * grad._elem).sum(), wrt))
+        back = [(lambda g: None if g is None else LoomTensor(g))(next(got))
+                if x.requires_grad else None for x in leaves]
+        return (None, None) + tuple(back)
+
+
+def fused(fn, *tensors, draws=None):
+    """fn (loom tensors -> one loom tensor), a torch call loom runs as one op, on LoomTensors,
+    differentiable through torch's autograd by loom's gradients of fn. draws: fn's name when
+    it draws random numbers (then a sync must not come between forward and backward)."""
+    if not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors)):
+        return LoomTensor(fn(*(t._elem for t in tensors)))
+    if draws:
+        return _Drawn.apply(fn, draws, *tensors)
+    return _Region.apply(lambda _, elems: [fn(*elems)], 0, *tensors)[0]
+
+
 def _split(flat):
     """The positions of the tensors among flat leaves, the tensors (moved to loom) and the
     other leaves."""
