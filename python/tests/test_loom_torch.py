@@ -296,6 +296,34 @@ def test_assume_pure_over_functional_call_traces_once_and_differentiates():
         torch.testing.assert_close(lt.to_torch(p.grad), q.grad, msg=lambda s: f"{name}: {s}")
 
 
+def test_assume_pure_cached_calls_follow_statics_outputs_and_gradients():
+    """Calls of tensors and numbers take a path without torch's pytree once seen: each
+    static value, output structure and gradient still as the function's own."""
+    def f(a, b, scale=1.0):
+        return a @ b * scale
+
+    def pair(a, b, k=1):
+        return a + b, a * k
+
+    g = torch.Generator().manual_seed(6)
+    a, b = torch.randn(3, 3, generator=g), torch.randn(3, 3, generator=g)
+    pure_f, pure_pair = lt.assume_pure(f), lt.assume_pure(pair)
+    for scale in (2.0, 2.0, 3, True, 2.0):
+        torch.testing.assert_close(lt.to_torch(pure_f(a.to(dev), b.to(dev), scale=scale)),
+                                   f(a, b, scale))
+    torch.testing.assert_close(lt.to_torch(pure_f(a.to(dev), b.to(dev))), f(a, b))
+    for k in (2, 2, 5):
+        got = lt.to_torch(pure_pair(a.to(dev), b.to(dev), k))
+        assert isinstance(got, tuple)
+        torch.testing.assert_close(got, pair(a, b, k))
+    for _ in range(2):
+        la = a.to(dev).requires_grad_()
+        pure_f(la, b.to(dev), scale=3.0).sum().backward()
+    ta = a.clone().requires_grad_()
+    f(ta, b, scale=3.0).sum().backward()
+    torch.testing.assert_close(lt.to_torch(la.grad), ta.grad)
+
+
 def test_scan_equals_the_python_loop_with_gradients():
     xs = torch.randn(6, 3, generator=torch.Generator().manual_seed(2))
     w = torch.full((3,), 0.1, requires_grad=True)

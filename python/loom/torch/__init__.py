@@ -156,8 +156,11 @@ class _BackwardFactories(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if not any(isinstance(a, LoomTensor) for a in args) and \
-                is_loom_device(kwargs.get("device")):
+        if any(isinstance(a, LoomTensor) for a in args):
+            # what func(*args) would reach through the subclass, without the round trip
+            # through torch's dispatcher (most of a backward's ops)
+            return _dispatch.dispatch(func, args, kwargs)
+        if is_loom_device(kwargs.get("device")):
             made = _factory_op(func, args, kwargs)
             if made is not None:
                 return made
