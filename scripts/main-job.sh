@@ -26,6 +26,10 @@ for ex in examples/torch/example*.py; do
   .venv/bin/python "$ex"
   echo
 done
+# A nanoGPT trained on loom.torch beside torch eager, from the same weights and batches.
+echo "== examples/torch/gpt.py"
+.venv/bin/python examples/torch/gpt.py
+echo
 .venv/bin/python examples/python/train_lm.py
 echo
 .venv/bin/python examples/python/seed_table.py

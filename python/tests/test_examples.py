@@ -99,3 +99,16 @@ def test_torch_examples_print_the_seed_values():
     assert "[1.0000],\n        [1.5000],\n        [2.0000],\n        [2.5000],\n        [3.0000]]" \
         in out
     assert "Result: tensor(13" in run_torch("example6_while_loop.py")
+
+
+def test_torch_gpt_trains_on_loom_as_on_eager():
+    out = run_torch("gpt.py", "30")
+    curve = [line.split() for line in out.splitlines() if line.split()[:1] and
+             line.split()[0].isdigit()]
+    assert [int(c[0]) for c in curve] == [0, 10, 20, 29], out
+    for _, got, want in curve:  # loom.torch beside torch eager, step by step
+        assert abs(float(got) - float(want)) <= 1e-4 * float(want), out
+    assert float(curve[-1][2]) < 0.75 * float(curve[0][2]), out  # it learns
+    assert float(out.split("max relative loss difference: ")[1].split()[0]) < 1e-4, out
+    compiled = out.split("loom: ")[1]
+    assert int(compiled.split()[0]) <= 2 and "in 30 steps, 0 after step 1" in compiled, out

@@ -22,6 +22,7 @@ gives CPU tensors, and a CPU copy of a module. torch.save stores loom tensors as
 An aten op the table does not lower raises loom.Error naming the op, its overload and its
 arguments; CPU tensors beside loom ones raise loom.Error too (CPU scalars and copy_ aside).
 
+F.scaled_dot_product_attention (torch >= 2.0) on loom tensors is loom's attention, one op.
 A write through a view (x[0].add_(1), x[:, 1] = v) reaches the base and its live views, as
 in torch (expand, split and as_strided views cannot be written: loom.Error).
 torch.compile(model, backend="loom") (torch >= 2.0) runs Dynamo's graphs on loom, training
@@ -39,12 +40,14 @@ from torch.utils._pytree import tree_map
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import loom
+import loom.nn.functional as LF
 
+from . import _dispatch
 from ._dispatch import TABLE, _STATS
 from ._tensor import (DEVICE, LoomTensor, is_loom_device, loom_dtype, move_module, to_loom,
                       to_torch, to_torch_tensor)
 from . import _compile
-from ._tools import assume_pure, compile, fori_loop, scan, scan_layers, while_loop
+from ._tools import assume_pure, compile, fori_loop, fused, scan, scan_layers, while_loop
 
 __all__ = ["device", "sync", "to_loom", "to_torch", "LoomTensor", "metrics", "metrics_report",
            "assume_pure", "scan", "scan_layers", "while_loop", "fori_loop", "compile",
@@ -153,8 +156,11 @@ class _BackwardFactories(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if not any(isinstance(a, LoomTensor) for a in args) and \
-                is_loom_device(kwargs.get("device")):
+        if any(isinstance(a, LoomTensor) for a in args):
+            # what func(*args) would reach through the subclass, without the round trip
+            # through torch's dispatcher (most of a backward's ops)
+            return _dispatch.dispatch(func, args, kwargs)
+        if is_loom_device(kwargs.get("device")):
             made = _factory_op(func, args, kwargs)
             if made is not None:
                 return made
@@ -200,13 +206,42 @@ def _grad(outputs, inputs, grad_outputs=None, *args, **kwargs):
     return _autograd_grad(outputs, inputs, grad_outputs, *args, **kwargs)
 
 
+def _attention(original):
+    """F.scaled_dot_product_attention (torch >= 2.0): on loom tensors, loom's attention as one
+    op (torch would decompose it into aten ops whose causal mask it makes on the meta device)."""
+    def scaled_dot_product_attention(*args, **kwargs):
+        q = args[0] if args else kwargs.get("query")
+        if type(q) is not LoomTensor:
+            return original(*args, **kwargs)
+        return _loom_attention(*args, **kwargs)
+    scaled_dot_product_attention.__wrapped__ = original
+    scaled_dot_product_attention.__doc__ = original.__doc__
+    return scaled_dot_product_attention
+
+
+def _loom_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
+                    scale=None, enable_gqa=False):
+    tensors = [query, key, value] + ([] if attn_mask is None else [attn_mask])
+    for t in tensors:
+        if not isinstance(t, LoomTensor):
+            _dispatch._unwrap_all([t])  # a CPU tensor: torch's device-mismatch error
+            raise loom.Error(f"[loom.torch] scaled_dot_product_attention: expected tensors on "
+                             f"loom's device, got {type(t).__name__}")
+
+    def run(q, k, v, mask=None):
+        return LF.scaled_dot_product_attention(q, k, v, mask, dropout_p, is_causal, scale,
+                                               enable_gqa)
+    return fused(run, *tensors, draws=dropout_p > 0 and "scaled_dot_product_attention")
+
+
 _installed = False
 
 
 def _install():
     """Routes the torch calls that name loom's device to loom: the factories, Tensor.to,
-    Module.to and Tensor.__setitem__ are wrapped (one check each; other calls are untouched,
-    unlike a TorchFunctionMode, which would add microseconds to every eager torch op)."""
+    Module.to, Tensor.__setitem__ and F.scaled_dot_product_attention are wrapped (one check
+    each; other calls are untouched, unlike a TorchFunctionMode, which would add microseconds
+    to every eager torch op)."""
     global _installed
     if _installed:
         return
@@ -220,6 +255,9 @@ def _install():
     torch.nn.Module.to = _module_to_device
     torch.autograd.backward = _backward
     torch.autograd.grad = _grad
+    sdpa = getattr(torch.nn.functional, "scaled_dot_product_attention", None)
+    if sdpa is not None:
+        torch.nn.functional.scaled_dot_product_attention = _attention(sdpa)
 
 
 def device():

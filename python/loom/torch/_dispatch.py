@@ -23,6 +23,7 @@ def lowers(*names):
     def put(fn):
         for n in names:
             TABLE[n] = fn
+        _PLANS.clear()
         return fn
     return put
 
@@ -71,22 +72,37 @@ def _wrap_out(x):
     return x
 
 
-def dispatch(func, args, kwargs):
+# id(aten overload) -> (overload, name, lowering or None, writes its first argument, a view
+# op): looked up once per overload, as the name and table lookups cost a tenth of a dispatch.
+# Keyed by id, since an overload hashes in Python; torch keeps its overloads for good.
+_PLANS = {}
+
+
+def _plan(func):
     name = func.overloadpacket.__name__
-    if name.startswith("_foreach_"):
-        return _foreach(func, name, args, kwargs)
-    if name == "copy_" and isinstance(args[1], torch.Tensor) and \
-            not isinstance(args[1], LoomTensor) and args[1].dim() > 0:
-        args = (args[0], LoomTensor(from_cpu(args[1]))) + tuple(args[2:])  # CPU -> loom
-    fn = TABLE.get(f"{name}.{func._overloadname}") or TABLE.get(name)
+    fn = None if name.startswith("_foreach_") else \
+        TABLE.get(f"{name}.{func._overloadname}") or TABLE.get(name)
+    plan = _PLANS[id(func)] = (func, name, fn, name.endswith("_") and fn not in _NO_WRITE,
+                               name in _VIEWS)
+    return plan
+
+
+def dispatch(func, args, kwargs):
+    plan = _PLANS.get(id(func))
+    if plan is None or plan[0] is not func:
+        plan = _plan(func)
+    _, name, fn, inplace, view = plan
     if fn is None:
+        if name.startswith("_foreach_"):
+            return _foreach(func, name, args, kwargs)
         raise loom.Error(f"[loom.torch] aten.{name}.{func._overloadname} has no lowering to "
                          f"loom (arguments: {_describe(args)}); loom.torch lowers "
                          f"{len(TABLE)} aten names")
+    if name == "copy_" and isinstance(args[1], torch.Tensor) and \
+            not isinstance(args[1], LoomTensor) and args[1].dim() > 0:
+        args = (args[0], LoomTensor(from_cpu(args[1]))) + tuple(args[2:])  # CPU -> loom
     _STATS["lowered"] += 1
-    inplace = name.endswith("_") and fn not in _NO_WRITE
-    if inplace and isinstance(args[0], LoomTensor) and any(
-            st == 0 and n > 1 for st, n in zip(args[0].stride(), args[0].shape)):
+    if inplace and isinstance(args[0], LoomTensor) and args[0]._overlaps:
         raise loom.Error(f"[loom.torch] aten.{name}.{func._overloadname}: unsupported operation: "
                          f"more than one element of the written-to tensor "
                          f"({_describe(args[:1])}, expanded) refers to a single memory location "
@@ -101,7 +117,7 @@ def dispatch(func, args, kwargs):
     if name == "expand" and isinstance(args[0], LoomTensor):
         return _expanded(args[0], out)
     wrapped = _wrap_out(out)
-    if name in _VIEWS and isinstance(args[0], LoomTensor):
+    if view and isinstance(args[0], LoomTensor):
         _link_views(args[0], wrapped, name, fn, rest[1:], kw, func)
     return wrapped
 
@@ -208,23 +224,33 @@ def _t_like(new, *args):
 
 
 def _link_views(base, wrapped, name, fn, rest, kw, func):
-    views = wrapped if isinstance(wrapped, (list, tuple)) else [wrapped]
+    """Links each view to its base, with the recipe its write-back and refresh are made from
+    when a write needs them (most views are never written: closures per view cost ~1 us)."""
     if name in ("alias", "detach"):  # the same loom tensor: writes are shared already
         return
+    views = wrapped if isinstance(wrapped, (list, tuple)) else [wrapped]
+    piece = len(views) > 1  # split, split_with_sizes, unbind: piece i
     for i, v in enumerate(views):
         if not isinstance(v, LoomTensor):
             continue
         v._view_base = base  # held: a view of a temporary view still reaches the root
-        v._view_of = (func, len(views) > 1 and i, rest, kw)
-        if len(views) > 1:  # split, split_with_sizes, unbind: piece i
-            v._view_inverse = _piece_inverse(name, rest, i)
-            v._view_forward = lambda b, fn=fn, i=i: fn(b, *rest, **kw)[i]
-        else:
-            v._view_inverse = _inverse(name, rest)
-            v._view_forward = lambda b, fn=fn: fn(b, *rest, **kw)
+        v._view_of = (func, piece and i, rest, kw, name, fn)
         if not hasattr(base, "_views"):
             base._views = weakref.WeakSet()
         base._views.add(v)
+
+
+def _view_inverse(v):
+    """base, new view value -> the base's new value; None where it cannot be written back."""
+    _, i, rest, _, name, _ = v._view_of
+    return _inverse(name, rest) if i is False else _piece_inverse(name, rest, i)
+
+
+def _view_forward(v, base):
+    """The view's value from its base's."""
+    _, i, rest, kw, _, fn = v._view_of
+    out = fn(base, *rest, **kw)
+    return out if i is False else out[i]
 
 
 def _assign(t, value, func, skip=None):
@@ -233,18 +259,16 @@ def _assign(t, value, func, skip=None):
     t._elem.copy_(value)
     base = getattr(t, "_view_base", None)
     if base is not None and base is not skip:
-        if t._view_inverse is None:
+        inverse = _view_inverse(t)
+        if inverse is None:
             raise loom.Error(f"[loom.torch] aten.{func.overloadpacket.__name__}."
                              f"{func._overloadname} writes into a view made by "
                              f"aten.{t._view_of[0].overloadpacket.__name__}, which loom.torch "
                              f"cannot write back to its base ({_describe([base])})")
-        _assign(base, t._view_inverse(base._elem, t._elem), func, skip=t)
+        _assign(base, inverse(base._elem, t._elem), func, skip=t)
     for v in list(getattr(t, "_views", ())):
-        if v is not skip and v._view_forward is not None:
-            _assign(v, v._view_forward(t._elem), func, skip=t)
-
-
-
+        if v is not skip:
+            _assign(v, _view_forward(v, t._elem), func, skip=t)
 
 
 _NO_WRITE = set()

@@ -12,6 +12,7 @@ _T2L = {torch.bool: loom.bool_, torch.int32: loom.int32, torch.int64: loom.int64
         torch.bfloat16: loom.bfloat16, torch.float16: loom.float16,
         torch.float32: loom.float32, torch.float64: loom.float64}
 _L2T = {v: k for k, v in _T2L.items()}
+_L2T_BY_ID = {id(v): k for k, v in _T2L.items()}  # loom's dtypes hash in Python (an Enum)
 # loom's tensors report 'meta', as torchax's do: privateuseone has no device guard without a C++
 # extension (torch's autograd and indexing abort the process on it, 1.13 and 2.9 alike). From
 # torch 2.1 privateuseone is renamed 'loom', so users can name the device 'loom'; a tensor
@@ -74,20 +75,23 @@ class LoomTensor(torch.Tensor):
     def __new__(cls, elem, requires_grad=False, strides=None):
         # strides: what torch's checks see (an expanded tensor's 0 strides); loom's own layout
         # is elem's.
-        t = torch.Tensor._make_wrapper_subclass(cls, tuple(elem.shape),
+        t = torch.Tensor._make_wrapper_subclass(cls, elem._shape(),  # a tuple, as .shape's
                                                 strides=strides,
-                                                dtype=torch_dtype(elem.dtype),
+                                                dtype=_L2T_BY_ID[id(elem.dtype)],
                                                 device=TENSOR_DEVICE,
                                                 requires_grad=requires_grad)
         t._elem = elem
+        if strides is not None:  # several elements at one place: torch refuses writes into it
+            t._overlaps = any(st == 0 and n > 1 for st, n in zip(strides, elem._shape()))
         return t
+
+    _overlaps = False
 
     __torch_function__ = torch._C._disabled_torch_function_impl
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
-        from ._dispatch import dispatch
-        return dispatch(func, args, kwargs or {})
+        return (_DISPATCH or _load_dispatch())(func, args, kwargs or {})
 
     def __repr__(self, *, tensor_contents=None):
         text = repr(to_torch(self.detach()))
@@ -102,6 +106,18 @@ class LoomTensor(torch.Tensor):
 
     def tolist(self):
         return self._elem.tolist()
+
+
+_DISPATCH = None
+
+
+def _load_dispatch():
+    """_dispatch.dispatch, imported on first use (it imports this module); an import statement
+    per op cost ~1 us of import machinery."""
+    global _DISPATCH
+    from ._dispatch import dispatch
+    _DISPATCH = dispatch
+    return dispatch
 
 
 def from_cpu(t):

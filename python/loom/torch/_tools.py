@@ -11,6 +11,7 @@ import loom
 from ._tensor import LoomTensor, to_loom
 
 _FLOATS = (loom.float16, loom.bfloat16, loom.float32, loom.float64)
+_PLAIN = (int, float, bool, str)  # pytree leaves on every torch version (None is not on 2.x)
 
 
 def _as_loom_tensor(x):
@@ -67,6 +68,50 @@ def _call_region(run, statics, tensors):
     return tuple(LoomTensor(o) for o in run(statics, [t._elem for t in tensors]))
 
 
+class _Drawn(torch.autograd.Function):
+    """out = fn(*inputs) for an fn that draws random numbers (attention's dropout), recorded
+    with loom's autograd; backward: loom's gradients of that recording, so the draw is the
+    forward's (_Region runs fn again, which would draw again)."""
+
+    @staticmethod
+    def forward(ctx, fn, name, *tensors):
+        leaves = [loom._loom._fresh_leaf(t._elem) if t._elem.dtype in _FLOATS and
+                  ctx.needs_input_grad[2 + i] else t._elem for i, t in enumerate(tensors)]
+        with loom.enable_grad():
+            out = fn(*leaves)
+        # Saved as torch saves tensors, so freed after the backward unless retain_graph: held
+        # longer, the recording's pending values would keep a loop that reads only
+        # loss.item() from ever dropping its pending graph.
+        ctx.save_for_backward(LoomTensor(out), *(LoomTensor(x) for x in leaves))
+        ctx.name = name
+        return LoomTensor(out.detach())
+
+    @staticmethod
+    def backward(ctx, grad):
+        out, *leaves = (t._elem for t in ctx.saved_tensors)
+        wrt = [x for x in leaves if x.requires_grad]
+        if not out.requires_grad:  # a sync ran loom's recording
+            raise loom.AutodiffError(f"[loom.torch] {ctx.name}: lt.sync() between the forward "
+                                     f"and the backward freed loom's record of its random "
+                                     f"draw; call backward before syncing")
+        with loom.enable_grad():
+            got = iter(loom._loom._functional_gradients((out * grad._elem).sum(), wrt))
+        back = [(lambda g: None if g is None else LoomTensor(g))(next(got))
+                if x.requires_grad else None for x in leaves]
+        return (None, None) + tuple(back)
+
+
+def fused(fn, *tensors, draws=None):
+    """fn (loom tensors -> one loom tensor), a torch call loom runs as one op, on LoomTensors,
+    differentiable through torch's autograd by loom's gradients of fn. draws: fn's name when
+    it draws random numbers (then a sync must not come between forward and backward)."""
+    if not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors)):
+        return LoomTensor(fn(*(t._elem for t in tensors)))
+    if draws:
+        return _Drawn.apply(fn, draws, *tensors)
+    return _Region.apply(lambda _, elems: [fn(*elems)], 0, *tensors)[0]
+
+
 def _split(flat):
     """The positions of the tensors among flat leaves, the tensors (moved to loom) and the
     other leaves."""
@@ -97,18 +142,37 @@ def assume_pure(fn):
         return [_loom_view(x) for x in leaves]
 
     pure = loom.assume_pure(body)
+    # Calls whose arguments are LoomTensors and numbers or strings only (no containers): their
+    # leaves are the arguments, so (positional count, keyword names, tensor positions) finds
+    # the full path's key without torch's pytree, which cost most of a cached call.
+    flat_keys = {}
 
     def call(*args, **kwargs):
-        flat, spec = tree_flatten((args, kwargs))
-        where, tensors, statics = _split(flat)
-        key = (str(spec), tuple(where))
-        specs[key] = (where, spec)
-
-        def run(statics_, elems):
-            return pure(key, *_merge(where, statics_, elems))
-
-        outs = _call_region(run, statics, tensors)
-        return tree_unflatten(list(outs), out_specs[key])
+        flat = (*args, *kwargs.values())
+        where = tuple(type(x) is LoomTensor for x in flat)
+        sig = (len(args), tuple(kwargs), where)
+        hit = flat_keys.get(sig)
+        if hit is not None and all(type(flat[i]) in _PLAIN for i in hit[3]):
+            key, single, at_tensors, at_statics = hit
+            tensors = [flat[i] for i in at_tensors]
+            statics = tuple(flat[i] for i in at_statics)
+        else:
+            leaves, spec = tree_flatten((args, kwargs))
+            full_where, tensors, statics = _split(leaves)
+            key = (str(spec), tuple(full_where))
+            specs[key] = (full_where, spec)
+            single = None
+        outs = _call_region(lambda statics_, elems: pure(key, *_merge(key[1], statics_, elems)),
+                            statics, tensors)
+        if single is None:
+            out = tree_unflatten(list(outs), out_specs[key])
+            if key[1] == where and all(w or type(x) in _PLAIN for x, w in zip(flat, where)) \
+                    and len(leaves) == len(flat) and all(a is b for a, b in zip(leaves, flat)):
+                flat_keys[sig] = (key, len(outs) == 1 and out is outs[0],
+                                  [i for i, w in enumerate(where) if w],
+                                  [i for i, w in enumerate(where) if not w])
+            return out
+        return outs[0] if single else tree_unflatten(list(outs), out_specs[key])
 
     call.__wrapped__ = fn
     return call
