@@ -20,7 +20,8 @@ loom::CustomVjp custom_sin(int* calls) {
   return loom::CustomVjp(
       [](const std::vector<Tensor>& a) { return std::vector<Tensor>{loom::sin(a[0])}; },
       [](const std::vector<Tensor>& a) {
-        return std::pair{std::vector<Tensor>{loom::sin(a[0])}, std::vector<Tensor>{loom::cos(a[0])}};
+        return std::pair{std::vector<Tensor>{loom::sin(a[0])},
+                         std::vector<Tensor>{loom::cos(a[0])}};
       },
       [calls](const std::vector<Tensor>& res, const std::vector<Tensor>& g) {
         ++*calls;
@@ -29,14 +30,14 @@ loom::CustomVjp custom_sin(int* calls) {
 }
 
 TEST(CustomVjpTest, TheUsersBackwardReplacesAutodiff) {
-  loom::CustomVjp sq(
-      [](const std::vector<Tensor>& a) { return std::vector<Tensor>{a[0] * a[0]}; },
-      [](const std::vector<Tensor>& a) {
-        return std::pair{std::vector<Tensor>{a[0] * a[0]}, std::vector<Tensor>{a[0]}};
-      },
-      [](const std::vector<Tensor>& res, const std::vector<Tensor>& g) {
-        return std::vector<Tensor>{g[0] * res[0] * 3.0};
-      });
+  loom::CustomVjp sq([](const std::vector<Tensor>& a) { return std::vector<Tensor>{a[0] * a[0]}; },
+                     [](const std::vector<Tensor>& a) {
+                       return std::pair{std::vector<Tensor>{a[0] * a[0]},
+                                        std::vector<Tensor>{a[0]}};
+                     },
+                     [](const std::vector<Tensor>& res, const std::vector<Tensor>& g) {
+                       return std::vector<Tensor>{g[0] * res[0] * 3.0};
+                     });
   Tensor x = loom::tensor(std::vector<double>{1, -2, 0.5}, {3}).requires_grad_();
   Tensor y = sq({x})[0];
   loom::sum(y).backward();
@@ -57,12 +58,10 @@ TEST(CustomVjpTest, InsideAScanEqualsTheUnrolledLoop) {
     Tensor h = h0.detach().requires_grad_(), w = ws.detach().requires_grad_();
     Tensor out;
     if (custom) {
-      out = loom::scan(
-                [&](const Tensor& c, const Tensor& wk) {
-                  return std::pair{s({c * wk})[0], c};
-                },
-                h, w)
-                .first;
+      out =
+          loom::scan(
+              [&](const Tensor& c, const Tensor& wk) { return std::pair{s({c * wk})[0], c}; }, h, w)
+              .first;
     } else {
       out = h;
       for (int64_t k = 0; k < 5; ++k) out = loom::sin(out * loom::select(w, 0, k));
