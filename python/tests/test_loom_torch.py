@@ -496,3 +496,37 @@ def test_split_pieces_write_back_and_gradients_accumulate_over_expands():
         return w.grad, y, a
     for got, want in zip(program(dev), program("cpu")):
         torch.testing.assert_close(lt.to_torch(got), want.detach())
+
+
+def test_an_lstm_trains_as_on_torch():
+    """nn.LSTM keeps its own list of weights (_flat_weights), which moving the module to loom's
+    device refreshes; output and every gradient against eager. (nn.GRU's backward uses
+    aten.transpose_, an in-place change of shape, not lowered.)"""
+    torch.manual_seed(0)
+    m = nn.LSTM(4, 6, num_layers=2, batch_first=True)
+    x = torch.randn(2, 5, 4)
+    ref = copy.deepcopy(m)
+    out_ref, _ = ref(x)
+    out_ref.square().sum().backward()
+    m.to(dev)
+    out, _ = m(x.to(dev))
+    out.square().sum().backward()
+    torch.testing.assert_close(lt.to_torch(out), out_ref, atol=1e-5, rtol=1e-5)
+    for (name, p), q in zip(m.named_parameters(), ref.parameters()):
+        torch.testing.assert_close(lt.to_torch(p.grad), q.grad, atol=1e-5, rtol=1e-5, msg=name)
+
+
+def test_a_boolean_mask_assignment_and_its_limits():
+    """nanoGPT's top-k filter, logits[logits < v] = -inf, as eager; other index_put forms say
+    what is lowered."""
+    torch.manual_seed(1)
+    x = torch.randn(3, 7)
+    v, _ = torch.topk(x, 2)
+    want = x.clone()
+    want[want < v[:, [-1]]] = -float("inf")
+    got = x.to(dev)
+    vv, _ = torch.topk(got, 2)
+    got[got < vv[:, [-1]]] = -float("inf")
+    torch.testing.assert_close(lt.to_torch(got), want)
+    with pytest.raises(loom.Error, match="only x\\[mask\\] = value"):
+        got[:, [0, 2]] = 1.0

@@ -612,3 +612,140 @@ def _bernoulli(probs, generator=None):
 @lowers("bernoulli.p", "bernoulli_.float", "bernoulli_.Tensor", "bernoulli_")
 def _bernoulli_p(x, p=0.5, generator=None):
     return loom.to(loom.rand(*x.shape, dtype=x.dtype) < p, x.dtype)
+
+
+# ---- more of torch's everyday ops (composites of loom's) ---------------------------------------
+
+@lowers("unsafe_split", "unsafe_split_with_sizes")
+def _unsafe_split(x, size, dim=0):
+    return list(loom.split(x, size, dim))
+
+
+@lowers("baddbmm")
+def _baddbmm(x, b1, b2, beta=1, alpha=1):
+    return _scaled(x, beta) + _scaled(loom.matmul(b1, b2), alpha)
+
+
+@lowers("cumsum")
+def _cumsum(x, dim, dtype=None):
+    return loom.cumsum(x, dim, dtype=None if dtype is None else loom_dtype(dtype))
+
+
+def _narrow(x, d, start, length):
+    return loom.slice(x, d, start, start + length, 1)
+
+
+def _flip1(x, d):
+    n = x.shape[d]
+    return loom.index_select(x, d, loom.arange(n - 1, -1, -1, dtype=loom.int64)) if n > 1 else x
+
+
+@lowers("flip")
+def _flip(x, dims):
+    for d in dims:
+        x = _flip1(x, d % max(x.ndim, 1))
+    return x
+
+
+@lowers("roll")
+def _roll(x, shifts, dims=()):
+    shifts = [shifts] if isinstance(shifts, int) else list(shifts)
+    if not dims:  # torch rolls the flattened tensor
+        return _roll(x.reshape(-1), shifts, [0]).reshape(*x.shape)
+    for s, d in zip(shifts, dims):
+        n = x.shape[d]
+        if n == 0:
+            continue
+        s %= n
+        if s:
+            x = loom.cat([_narrow(x, d, n - s, s), _narrow(x, d, 0, n - s)], d)
+    return x
+
+
+@lowers("repeat")
+def _repeat(x, repeats):
+    repeats = list(repeats)
+    shape = [1] * (len(repeats) - x.ndim) + list(x.shape)
+    x = x.reshape(*shape) if shape else x
+    grown, joined = [], []
+    for r, n in zip(repeats, shape):
+        grown += [r, n]
+        joined.append(r * n)
+    inter = []
+    for n in shape:
+        inter += [1, n]
+    return x.reshape(*inter).expand(*grown).reshape(*joined)
+
+
+@lowers("constant_pad_nd")
+def _constant_pad_nd(x, pad, value=0):
+    for k in range(len(pad) // 2):
+        d = x.ndim - 1 - k
+        before, after = pad[2 * k], pad[2 * k + 1]
+        if before < 0:
+            x = _narrow(x, d, -before, x.shape[d] + before)
+        if after < 0:
+            x = _narrow(x, d, 0, x.shape[d] + after)
+        parts = []
+        for width in (max(before, 0), None, max(after, 0)):
+            if width is None:
+                parts.append(x)
+            elif width:
+                shape = list(x.shape)
+                shape[d] = width
+                parts.append(loom.full(shape, value, dtype=x.dtype))
+        if len(parts) > 1:
+            x = loom.cat(parts, d)
+    return x
+
+
+@lowers("nan_to_num")
+def _nan_to_num(x, nan=0.0, posinf=None, neginf=None):
+    if not x.is_floating_point():
+        return x
+    big = 65504.0 if x.dtype == loom.float16 else (
+        3.3895313892515355e38 if x.dtype == loom.bfloat16 else (
+            3.4028234663852886e38 if x.dtype == loom.float32 else 1.7976931348623157e308))
+    x = loom.where(x != x, loom.full([], nan, dtype=x.dtype), x)
+    x = loom.where(x == math.inf, loom.full([], big if posinf is None else posinf,
+                                            dtype=x.dtype), x)
+    return loom.where(x == -math.inf, loom.full([], -big if neginf is None else neginf,
+                                                dtype=x.dtype), x)
+
+
+@lowers("silu")
+def _silu(x):
+    return x * loom.sigmoid(x)
+
+
+@lowers("silu_backward")
+def _silu_backward(grad, x):
+    s = loom.sigmoid(x)
+    return grad * s * (1 + x * (1 - s))
+
+
+@lowers("leaky_relu")
+def _leaky_relu(x, negative_slope=0.01):
+    return loom.where(x > 0, x, x * negative_slope)
+
+
+@lowers("leaky_relu_backward")
+def _leaky_relu_backward(grad, x, negative_slope, self_is_result):
+    return loom.where(x > 0, grad, grad * negative_slope)
+
+
+@lowers("index_select")
+def _index_select(x, dim, index):
+    return loom.index_select(x, dim, index.reshape(-1) if index.ndim == 0 else index)
+
+
+@lowers("index_put", "index_put_")
+def _index_put(x, indices, values, accumulate=False):
+    """``x[mask] = v`` with one boolean mask over x's leading dims (nanoGPT's top-k filter)."""
+    idx = [i for i in indices]
+    if accumulate or len(idx) != 1 or idx[0] is None or idx[0].dtype != loom.bool_ or \
+            idx[0].ndim > x.ndim or values.numel() != 1:
+        raise loom.Error("[loom.torch] aten.index_put: only x[mask] = value, one boolean mask "
+                         "and one value, is lowered; use torch.where or masked_fill")
+    mask = idx[0].reshape(*idx[0].shape, *([1] * (x.ndim - idx[0].ndim)))
+    return loom.where(mask, loom.to(values.reshape([]), x.dtype), x)

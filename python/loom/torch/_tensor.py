@@ -149,6 +149,8 @@ def move_module(module, convert):
                     new = convert(t.detach())
                     memo[id(t)] = torch.nn.Parameter(new, t.requires_grad) if is_param else new
                 table[name] = memo[id(t)]
+        if hasattr(mod, "_flat_weights_names"):  # nn.LSTM/GRU/RNN keep a list of their weights
+            mod._flat_weights = [getattr(mod, n, None) for n in mod._flat_weights_names]
     return module
 
 
