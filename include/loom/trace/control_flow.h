@@ -472,16 +472,9 @@ Pure<std::decay_t<Fn>> assume_pure(Fn&& fn, PureOptions opts = {},
   }
 }
 
-// custom_vjp: fn with a user-defined backward (as jax.custom_vjp), over lists of tensors.
-//     loom::CustomVjp f(fn, fwd, bwd);   std::vector<Tensor> y = f({x, w});
-// fwd(args) returns {outputs, residuals} and computes what fn does; bwd(residuals, adjoints of
-// the outputs) returns one adjoint per argument (an undefined Tensor: zeros). When an argument
-// requires grad (or inside a traced body), each call traces fwd and bwd once into one call
-// node whose VJP is bwd's
-// trace: legal inside scan, while and fori_loop bodies, assume_pure, compile and other
-// custom_vjp functions, and bwd runs exactly once per use, at tracing. Otherwise fn runs
-// plainly. fwd may not read a tensor that requires grad from outside its arguments (its
-// gradient would be lost): a TraceError says to pass it in.
+// custom_vjp (as jax.custom_vjp, over lists of tensors): fwd(args) -> {outputs, residuals},
+// bwd(residuals, output adjoints) -> one adjoint per argument (undefined: zeros). Each use
+// traces both into one call whose VJP is bwd's trace (README, docs/architecture.md).
 using VjpForward = std::function<std::pair<std::vector<Tensor>, std::vector<Tensor>>(
     const std::vector<Tensor>& args)>;
 using VjpBackward = std::function<std::vector<Tensor>(const std::vector<Tensor>& residuals,
