@@ -88,7 +88,7 @@ std::vector<TensorType> infer_call(const Graph& g, std::span<const Value> xs, co
   const int64_t n_out = a.ints[0], n_args = a.ints[1], n_extra = a.ints[2];
   const int64_t num = static_cast<int64_t>(xs.size());
   LOOM_CHECK(n_out >= 1 && n_out <= static_cast<int64_t>(outs.size()) && n_args >= 0 &&
-                 n_extra >= 0 && n_args + n_extra <= num,
+                 n_extra >= 0 && n_args <= num && n_extra <= num - n_args,
              "[call] counts [", n_out, ",", n_args, ",", n_extra, "] do not fit ", outs.size(),
              " results and ", xs.size(), " operands");
   const Graph& vjp = region("call", regions, 1, 2);
