@@ -16,6 +16,7 @@
 #include "loom/runtime/metrics.h"
 #include "loom/trace/attention.h"
 #include "loom/trace/autograd.h"
+#include "loom/trace/callback.h"
 #include "loom/trace/compile.h"
 #include "loom/trace/control_flow.h"
 #include "loom/trace/ops.h"

@@ -19,7 +19,8 @@ from ._loom import (Tensor, dtype, Error, LoomWarning, ShapeError, DTypeError, T
                     flatten, cat, stack, slice, select, index_select, index_add, gather, layer_norm,
                     embedding, dropout, cross_entropy, mse_loss)
 from ._autograd import grad, value_and_grad, tree_flatten
-from ._tracing import assume_pure, compile, custom_vjp, scan, while_loop, fori_loop, profile
+from ._tracing import (assume_pure, compile, custom_vjp, pure_callback, scan, while_loop,
+                       fori_loop, profile)
 from ._creation import (tensor, as_tensor, zeros, ones, full, zeros_like, ones_like, full_like,
                         arange, randn, rand, randn_like, rand_like)
 from ._ops import (Size, sum, mean, amax, amin, argmax, argmin, max, min, reshape, view,

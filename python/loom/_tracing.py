@@ -11,7 +11,8 @@ import functools
 
 from . import _creation, _loom
 
-__all__ = ["assume_pure", "compile", "scan", "while_loop", "fori_loop", "profile"]
+__all__ = ["assume_pure", "compile", "scan", "while_loop", "fori_loop", "custom_vjp",
+           "pure_callback", "profile"]
 
 
 def _wrap(wrapper, fn):
@@ -182,6 +183,192 @@ def _zeros_for_none(grad, arg):
             len(arg) == len(grad):
         return type(grad)(_zeros_for_none(g, a) for g, a in zip(grad, arg))
     return grad
+
+
+def _flatten(tree, leaf, path="args"):
+    """The leaves of a pytree (tuple, list, dict, None) as ``leaf(x, path)`` makes them, and a
+    hashable description of its structure."""
+    if tree is None:
+        return [], None
+    if isinstance(tree, (tuple, list)):
+        leaves, parts = [], []
+        for k, x in enumerate(tree):
+            sub, d = _flatten(x, leaf, f"{path}[{k}]")
+            leaves += sub
+            parts.append(d)
+        return leaves, (type(tree), tuple(parts))
+    if isinstance(tree, dict):
+        leaves, parts = [], []
+        for k in tree:
+            sub, d = _flatten(tree[k], leaf, f"{path}[{k!r}]")
+            leaves += sub
+            parts.append((k, d))
+        return leaves, (dict, tuple(parts))
+    return [leaf(tree, path)], "*"
+
+
+def _unflatten(desc, leaves):
+    """The pytree of ``desc`` (from _flatten) with the next leaves of the iterator ``leaves``."""
+    if desc is None:
+        return None
+    if desc == "*":
+        return next(leaves)
+    kind, parts = desc
+    if kind is dict:
+        return {k: _unflatten(d, leaves) for k, d in parts}
+    items = [_unflatten(d, leaves) for d in parts]
+    return kind(*items) if hasattr(kind, "_fields") else kind(items)
+
+
+_DTYPES = {"bool": "bool_", "int32": "int32", "int64": "int64", "float16": "float16",
+           "float32": "float32", "float64": "float64", "bfloat16": "bfloat16"}
+
+
+def _result_spec(x, path):
+    """(shape, loom dtype) of a declared result: anything with .shape and .dtype."""
+    if not hasattr(x, "shape") or not hasattr(x, "dtype"):
+        raise TypeError(f"pure_callback: result_shape_dtypes{path} must have .shape and "
+                        f".dtype (a numpy array, a loom Tensor, numpy.empty(shape, dtype)), got "
+                        f"{type(x).__name__}")
+    dt = x.dtype
+    if not isinstance(dt, _loom.dtype):
+        name = str(dt).replace("torch.", "")
+        if name not in _DTYPES:
+            import numpy as np
+            name = np.dtype(dt).name
+        if name not in _DTYPES:
+            raise TypeError(f"pure_callback: result_shape_dtypes{path} has dtype {dt}; "
+                            f"loom has {', '.join(_DTYPES)}")
+        dt = getattr(_loom.dtype, _DTYPES[name])
+    if dt == _loom.dtype.bfloat16:
+        raise TypeError(f"pure_callback: result_shape_dtypes{path} is bfloat16, which "
+                        "numpy has no type for; declare float32 and convert the result")
+    return (tuple(int(d) for d in x.shape), dt)
+
+
+def _arg_tensor(x, path):
+    t = x if isinstance(x, _loom.Tensor) else _creation.tensor(x)
+    if t.dtype == _loom.dtype.bfloat16:
+        raise TypeError(f"pure_callback: {path} is bfloat16, which numpy has no type for; "
+                        "pass it as float32")
+    return t
+
+
+_host_callbacks = {}
+
+
+def _host_callback(fn, args_desc, results_desc, kind):
+    """The registered host callback that calls fn on numpy arrays in the structure args_desc
+    and returns the leaves of its result (in the structure results_desc). Registered once per
+    function and structures: its id is part of every graph that calls it."""
+    key = (id(fn), args_desc, results_desc, kind)
+    hit = _host_callbacks.get(key)
+    if hit is not None:
+        return hit[1]
+    import numpy as np
+    name = getattr(fn, "__name__", None) or type(fn).__name__
+
+    def host(arrays):
+        out = fn(*_unflatten(args_desc, iter(arrays)))
+        if kind == "vjp":  # one gradient per positional argument, None for zeros
+            primal = _unflatten(args_desc, iter(arrays))[0]
+            if not isinstance(out, tuple) or len(out) != len(primal):
+                raise TypeError(f"pure_callback: the vjp {name} must return a tuple of one "
+                                f"gradient (or None) per argument of the callback, "
+                                f"{len(primal)}, got {type(out).__name__}")
+            out = tuple(_zeros_tree(a) if g is None else g for g, a in zip(out, primal))
+        leaves, _ = _flatten(out, lambda x, p: x)
+        return [np.asarray(x) for x in leaves]
+
+    cb = _loom._HostCallback(name, host)
+    _host_callbacks[key] = (fn, cb)  # holds fn: its id stays its own
+    return cb
+
+
+def _zeros_tree(tree):
+    import numpy as np
+    leaves, desc = _flatten(tree, lambda x, p: np.zeros_like(np.asarray(x)))
+    return _unflatten(desc, iter(leaves))
+
+
+def _call_host(fn, result_shape_dtypes, args, kind="call"):
+    specs, results_desc = _flatten(result_shape_dtypes, _result_spec, "")
+    if not specs:
+        raise TypeError("pure_callback: result_shape_dtypes declares no results; a callback "
+                        "returns at least one array")
+    leaves, args_desc = _flatten(tuple(args), _arg_tensor)
+    cb = _host_callback(fn, args_desc, results_desc, kind)
+    return _unflatten(results_desc, iter(_loom._pure_callback(cb, specs, leaves)))
+
+
+def pure_callback(callback, result_shape_dtypes, *args, vjp=None):
+    """Calls host code from loom programs, as ``jax.pure_callback``::
+
+        def np_sort(x):                       # numpy arrays in, numpy arrays out
+            return np.sort(x, axis=-1)
+        y = loom.pure_callback(np_sort, x, x) # the result is declared like x
+
+    ``result_shape_dtypes`` is a pytree (tuple, list, dict) of anything with ``.shape`` and
+    ``.dtype`` (a numpy array, a loom Tensor, ``np.empty(shape, dtype)``); the result has its
+    structure, and ``callback`` must return arrays of exactly those shapes and dtypes (else a
+    ``loom.ExecError`` naming the callback and both types). ``args`` are pytrees of tensors
+    (numpy arrays and numbers become tensors); ``callback`` gets numpy copies. The call is an
+    op of the traced graph: legal inside ``scan``, ``while_loop``, ``assume_pure``,
+    ``compile`` and ``custom_vjp`` bodies, run when the graph runs, on the thread that runs
+    it, with the GIL. An exception ``callback`` raises propagates as itself, and the tensors
+    that depend on the call raise it again when read; everything else stays usable.
+
+    ``callback`` must be pure: loom may drop a call whose result is unused or merge two with
+    the same arguments, and it must not use loom. Each function is registered once (the graph
+    names it): pass the same function every step, not a new lambda, or every step compiles.
+
+    ``vjp`` makes the call differentiable: ``vjp(args, out, out_grad)``, numpy in, returns a
+    tuple with one gradient (or ``None`` for zeros) per positional argument; it runs as a
+    second callback in the backward. Without it a gradient through the call is a
+    ``loom.AutodiffError``.
+    """
+    if not callable(callback):
+        raise TypeError(f"pure_callback: argument 'callback' must be callable, got "
+                        f"{type(callback).__name__}")
+    if vjp is None:
+        return _call_host(callback, result_shape_dtypes, args)
+    if not callable(vjp):
+        raise TypeError(f"pure_callback: argument 'vjp' must be callable, got "
+                        f"{type(vjp).__name__}")
+    f = _vjp_functions.get((id(callback), id(vjp)))
+    if f is None:
+        f = _callback_with_vjp(callback, vjp)
+        _vjp_functions[(id(callback), id(vjp))] = f
+    return f(result_shape_dtypes, *args)
+
+
+_vjp_functions = {}
+
+
+def _callback_with_vjp(callback, vjp):
+    def backward_host(args, out, g):
+        return vjp(args, out, g)
+    backward_host.__qualname__ = getattr(vjp, "__qualname__", "vjp")
+
+    def call(specs, *args):
+        @custom_vjp
+        def f(*a):
+            return _call_host(callback, specs, a)
+
+        def fwd(*a):
+            out = _call_host(callback, specs, a)
+            return out, (a, out)
+
+        def bwd(res, g):
+            a, out = res
+            grads = _call_host(backward_host, tuple(a), (a, out, g), kind="vjp")
+            return tuple(grads)
+
+        f.defvjp(fwd, bwd)
+        return f(*args)
+
+    call._keep = (callback, vjp, backward_host)
+    return call
 
 
 class profile:

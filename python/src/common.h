@@ -4,6 +4,10 @@
 
 #include <loom/loom.h>
 #include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+
+#include <memory>
+#include <string>
 
 namespace loom::py {
 
@@ -42,7 +46,30 @@ Tensor as_tensor(const Operand& o, const Tensor& other);
 // Python's dims argument: None (every dim), an int, or a sequence of ints.
 std::vector<int64_t> dims_of(nb::handle dims);
 
+// numpy and DLPack arrays (interop.cpp): loom's dtype of theirs and back, the shape, whether the
+// layout is row-major, and a copy of the elements (itemsize isz) into row-major memory.
+using Array = nb::ndarray<nb::device::cpu>;
+nb::dlpack::dtype dl_dtype(DType d);
+DType loom_dtype(nb::dlpack::dtype t, const char* op);
+bool c_contiguous(const Array& a);
+Shape shape_of(const Array& a);
+void copy_elements(const Array& a, void* to, int64_t isz);
+
+// A Python exception raised inside a host callback (pure_callback), carried through loom's C++
+// (the tensors it poisons hold it) and raised again, as itself, at every read.
+class CallbackError : public std::exception {
+ public:
+  explicit CallbackError(nb::python_error& e);
+  void restore() const noexcept;  // sets it as the current Python error; repeatable
+  const char* what() const noexcept override { return what_.c_str(); }
+
+ private:
+  std::shared_ptr<PyObject> type_, value_;
+  std::string what_;
+};
+
 void register_errors(nb::module_& m);
+void register_callbacks(nb::module_& m);
 void register_tensor(nb::module_& m);
 void register_ops(nb::module_& m);
 void register_interop(nb::module_& m);

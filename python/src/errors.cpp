@@ -25,6 +25,8 @@ PyObject* make(nb::module_& m, const char* name, const char* doc, PyObject* base
 void translate(const std::exception_ptr& p, void*) {
   try {
     std::rethrow_exception(p);
+  } catch (const CallbackError& e) {
+    e.restore();
   } catch (const ShapeError& e) {
     PyErr_SetString(classes.shape, e.what());
   } catch (const DTypeError& e) {
@@ -80,6 +82,8 @@ void set_python_error() noexcept {
   try {
     throw;
   } catch (nb::python_error& e) {
+    e.restore();
+  } catch (const CallbackError& e) {
     e.restore();
   } catch (const nb::builtin_exception& e) {
     PyErr_SetString(builtin_class(e.type()), e.what());

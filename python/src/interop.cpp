@@ -12,9 +12,6 @@
 #include "tree.h"
 
 namespace loom::py {
-namespace {
-
-using Array = nb::ndarray<nb::device::cpu>;
 
 nb::dlpack::dtype dl_dtype(DType d) {
   using nb::dlpack::dtype_code;
@@ -62,6 +59,8 @@ Shape shape_of(const Array& a) {
   return Shape(s);
 }
 
+namespace {
+
 // The ndarray (and the producer it references) kept alive by a Buffer; released with the GIL.
 std::shared_ptr<void> keep_alive(const Array& a) {
   return std::shared_ptr<void>(new Array(a), [](void* p) {
@@ -76,7 +75,15 @@ Tensor copy_array(const Array& a, const char* op) {
   Shape shape = shape_of(a);
   int64_t n = shape.numel(), isz = itemsize(dt);
   Buffer b = Buffer::allocate_uninitialized(static_cast<size_t>(n * isz));
-  auto* dst = static_cast<char*>(b.data());
+  copy_elements(a, b.data(), isz);
+  return tensor_from_buffer(std::move(b), std::move(shape), dt);
+}
+
+}  // namespace
+
+void copy_elements(const Array& a, void* to, int64_t isz) {
+  const int64_t n = shape_of(a).numel();
+  auto* dst = static_cast<char*>(to);
   const auto* src = static_cast<const char*>(a.data());
   if (c_contiguous(a)) {
     if (n) std::memcpy(dst, src, static_cast<size_t>(n * isz));
@@ -92,8 +99,9 @@ Tensor copy_array(const Array& a, const char* op) {
       }
     }
   }
-  return tensor_from_buffer(std::move(b), std::move(shape), dt);
 }
+
+namespace {
 
 // Shares when it can (C-contiguous, element-aligned), else copies.
 Tensor share_array(const Array& a, const char* op) {

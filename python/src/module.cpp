@@ -22,6 +22,7 @@ NB_MODULE(_loom, m) {
   loom::py::register_ops(m);
   loom::py::register_torch_ops(m);
   loom::py::register_interop(m);
+  loom::py::register_callbacks(m);
   loom::py::register_transforms(m);
   loom::py::register_tracing(m);
   loom::py::register_io(m);

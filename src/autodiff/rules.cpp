@@ -9,6 +9,7 @@
 
 #include "autodiff/autodiff_impl.h"
 #include "loom/core/error.h"
+#include "loom/core/host_callback.h"
 
 namespace loom::autodiff {
 
@@ -379,6 +380,19 @@ std::vector<Adjoint> vjp(ir::Builder& b, ir::NodeId id, std::span<const Adjoint>
   const RuleKind kind = rule_kind(n.op);
   // Before the dtype test: a loop's first result may be an integer counter beside float ones.
   if (kind == RuleKind::ControlFlow) return detail::control_flow_vjp(b, id, result_adjoints);
+  if (n.op == OpKind::PureCallback) {
+    // Host code has no derivative loom can see: its VJP is the user's (custom_vjp, which
+    // pure_callback's vjp= builds); reaching the bare op with a gradient is an error.
+    bool needed = false, floating = false;
+    for (const Adjoint& a : result_adjoints) needed = needed || a.has_value();
+    for (Value v : n.operands) floating = floating || is_floating(b.type(v).dtype);
+    if (needed && floating)
+      throw AutodiffError(loom::detail::str_cat(
+          "[pure_callback] the host callback '", loom::detail::host_callback_name(n.attrs.i),
+          "' has no VJP: give pure_callback a vjp (vjp= in Python, "
+          "CallbackOptions::vjp in C++) or wrap it in custom_vjp"));
+    return std::vector<Adjoint>(n.operands.size());
+  }
   if (kind == RuleKind::NotDifferentiable || !is_floating(n.type.dtype))
     return std::vector<Adjoint>(n.operands.size());
   if (ir::has_trait(n.op, ir::kMultiResult)) return attention_rule(b, id, result_adjoints);

@@ -281,6 +281,11 @@ class TraceContext {
   [[noreturn]] void poison(const std::vector<TensorImpl*>& impls, const ExecError& e,
                            const std::vector<uint32_t>& slot_ids,
                            const std::vector<uint8_t>& donated);
+  [[noreturn]] void poison(const std::vector<TensorImpl*>& impls, std::exception_ptr error,
+                           const std::string& op, const std::vector<uint32_t>& slot_ids,
+                           const std::vector<uint8_t>& donated);
+  std::vector<ir::NodeId> failing_nodes(const std::vector<TensorImpl*>& impls,
+                                        const std::string& op);
   // The input buffers of a cut; `donated`, when given, marks those of dead tensors.
   std::vector<Buffer> bind(const std::vector<uint32_t>& slot_ids, std::vector<uint8_t>* donated);
   bool full_sync(const std::vector<TensorImpl*>& impls) const;

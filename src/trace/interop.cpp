@@ -20,6 +20,8 @@ Buffer tensor_buffer(const Tensor& t, std::source_location loc) {
   detail::TensorImpl& impl = *t.impl();
   auto& ctx = detail::TraceContext::get();
   ctx.check_readable("tensor_buffer");
+  if (impl.error) [[unlikely]]
+    std::rethrow_exception(impl.error);  // its run failed: the error again, not a zero buffer
   if (impl.pending() && !impl.buffer.defined()) {
     runtime::SyncSite site(detail::user_site(loc));
     ctx.materialize({&impl});

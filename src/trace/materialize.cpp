@@ -204,6 +204,11 @@ void TraceContext::materialize(const std::vector<TensorImpl*>& requested, bool a
     out = runtime::run_sync(hit, inputs, donated);
   } catch (const ExecError& e) {
     poison(impls, e, hit.plan->slots, donated);
+  } catch (...) {
+    // A host callback's own exception (a Python error): it propagates as itself, held by the
+    // tensors that depend on the callback, as an ExecError would be.
+    if (failing_nodes(impls, "pure_callback").empty()) throw;
+    poison(impls, std::current_exception(), "pure_callback", hit.plan->slots, donated);
   }
   write_back(impls, out, full);
   if (!full) warn_growth();
@@ -290,30 +295,41 @@ void TraceContext::warn_growth() {
 void TraceContext::poison(const std::vector<TensorImpl*>& impls, const ExecError& e,
                           const std::vector<uint32_t>& slot_ids,
                           const std::vector<uint8_t>& donated) {
-  std::string_view what = e.what();
   const std::string& op = e.op();
-  std::vector<ir::Value> roots;
-  for (TensorImpl* p : impls) roots.push_back(p->value);
-  // The failing nodes: ops of that name, and the loops whose bodies hold one with a site.
-  std::vector<ir::NodeId> failing;
-  std::vector<uint8_t> in_cut(graph_.size(), 0);
-  for (ir::NodeId id : collect(roots)) {
-    in_cut[id] = 1;
-    if (!op.empty() && ir::op_name(graph_.node(id).op) == op) failing.push_back(id);
-  }
-  for (const TraceSite& s : sites_)
-    if (!op.empty() && s.op == op && in_cut[s.node] &&
-        std::find(failing.begin(), failing.end(), s.node) == failing.end())
-      failing.push_back(s.node);
   std::string sites;
-  for (ir::NodeId id : failing)
+  for (ir::NodeId id : failing_nodes(impls, op))
     for (const TraceSite& s : sites_)
       if (s.node == id && s.op == op && sites.find(file_line(s.loc)) == std::string::npos)
         sites += (sites.empty() ? "" : ", ") + file_line(s.loc);
-  std::string msg = str_cat(what, " (in the graph '", runtime::current_graph_name(), "'");
+  std::string msg = str_cat(e.what(), " (in the graph '", runtime::current_graph_name(), "'");
   if (!sites.empty()) msg += str_cat("; the ", op, " was traced at ", sites);
   msg += ")";
-  auto error = std::make_exception_ptr(ExecError(op, msg));
+  poison(impls, std::make_exception_ptr(ExecError(op, msg)), op, slot_ids, donated);
+}
+
+// The nodes of op `op` in what impls read, and the loops whose bodies hold one with a site.
+std::vector<ir::NodeId> TraceContext::failing_nodes(const std::vector<TensorImpl*>& impls,
+                                                    const std::string& op) {
+  std::vector<ir::Value> roots;
+  for (TensorImpl* p : impls) roots.push_back(p->value);
+  std::vector<ir::NodeId> failing;
+  if (op.empty()) return failing;
+  std::vector<uint8_t> in_cut(graph_.size(), 0);
+  for (ir::NodeId id : collect(roots)) {
+    in_cut[id] = 1;
+    if (ir::op_name(graph_.node(id).op) == op) failing.push_back(id);
+  }
+  for (const TraceSite& s : sites_)
+    if (s.op == op && in_cut[s.node] &&
+        std::find(failing.begin(), failing.end(), s.node) == failing.end())
+      failing.push_back(s.node);
+  return failing;
+}
+
+void TraceContext::poison(const std::vector<TensorImpl*>& impls, std::exception_ptr error,
+                          const std::string& op, const std::vector<uint32_t>& slot_ids,
+                          const std::vector<uint8_t>& donated) {
+  const std::vector<ir::NodeId> failing = failing_nodes(impls, op);
   std::vector<TensorImpl*> hit;
   if (failing.empty()) {
     hit = impls;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "ir/region_util.h"
+#include "loom/core/host_callback.h"
 #include "loom/ir/builder.h"
 
 namespace loom::ir::testing {
@@ -226,6 +227,26 @@ inline Graph attention_graph() {
   return g;
 }
 
+// A host callback (several results of declared types, no regions): its first operand back
+// and a zero count. The callback is registered once per process.
+inline Graph callback_graph() {
+  static const int64_t id =
+      loom::detail::register_host_callback("sample_callback", [](const std::vector<HostArray>& a) {
+        return std::vector<HostArray>{a[0], HostArray::zeros({int64, {}})};
+      });
+  Graph g;
+  Builder b(g);
+  Value x = b.parameter({float32, {2, 3}});
+  Value n = b.parameter({int64, {}});
+  Attrs a;
+  a.i = id;
+  a.ints = {static_cast<int64_t>(float32), 2, 2, 3, static_cast<int64_t>(int64), 0};
+  Value args[] = {b.unary(OpKind::Exp, x), n};
+  std::vector<Value> r = b.make_region(OpKind::PureCallback, args, a, {});
+  g.outputs() = {r[0], r[1]};
+  return g;
+}
+
 inline std::vector<Graph> sample_graphs() {
   std::vector<Graph> gs;
   gs.push_back(elementwise_graph());
@@ -235,6 +256,7 @@ inline std::vector<Graph> sample_graphs() {
   gs.push_back(control_flow_graph());
   gs.push_back(collective_graph());
   gs.push_back(attention_graph());
+  gs.push_back(callback_graph());
   gs.push_back(Graph());  // no parameters, no outputs
   return gs;
 }

@@ -338,7 +338,8 @@ std::set<std::string> public_ops() {
 // `or`: no forward op emits them today (pow's VJP uses `and`; bool + bool is issue 13's).
 // The collectives need a communicator: reached through loom/trace/collective.h and tested
 // against closed forms and finite differences in tests/dist/. attention_grad is the VJP of
-// attention: the attention rows' VJP checks run it.
+// attention: the attention rows' VJP checks run it. pure_callback runs host code:
+// loom/trace/callback.h, tested in tests/trace/pure_callback_test.cpp.
 const std::set<std::string> kNotReachedFromOpsH = {"call",
                                                    "scan",
                                                    "while",
@@ -352,7 +353,8 @@ const std::set<std::string> kNotReachedFromOpsH = {"call",
                                                    "reduce_scatter_sum",
                                                    "dist_broadcast",
                                                    "grad_all_reduce",
-                                                   "attention_grad"};
+                                                   "attention_grad",
+                                                   "pure_callback"};
 
 TEST_F(OpHarness, RegistryEveryPublicOpHasARowAndEveryIrOpIsReached) {
   std::set<std::string> rows;

@@ -75,8 +75,8 @@ TEST(OpRegistry, EveryOpHasAReferenceKernel) {
 }
 
 // Each differentiable node of the sample graphs gets an adjoint of its operand's type for
-// every floating operand; kNoGrad ops give none; while loops and attention_grad (no second
-// derivative) refuse.
+// every floating operand; kNoGrad ops give none; while loops, attention_grad (no second
+// derivative) and pure_callback (host code: its VJP is the user's, through custom_vjp) refuse.
 TEST(OpRegistry, EveryDifferentiableOpHasAVjpRule) {
   std::set<OpKind> checked;
   // The samples and every region graph in them (a call may sit only inside a loop body).
@@ -112,7 +112,8 @@ TEST(OpRegistry, EveryDifferentiableOpHasAVjpRule) {
                                             : autodiff::Adjoint{});
       }
       const std::string what(ir::op_name(node.op));
-      if (node.op == OpKind::While || node.op == OpKind::AttentionGrad || holds_while(node)) {
+      if (node.op == OpKind::While || node.op == OpKind::AttentionGrad ||
+          node.op == OpKind::PureCallback || holds_while(node)) {
         EXPECT_THROW(autodiff::vjp(b, id, radj), AutodiffError) << what;
         continue;
       }
@@ -134,7 +135,8 @@ TEST(OpRegistry, EveryDifferentiableOpHasAVjpRule) {
     }
   }
   for (OpKind op : all_ops()) {
-    if (ir::has_trait(op, ir::kNoGrad) || op == OpKind::While || op == OpKind::AttentionGrad)
+    if (ir::has_trait(op, ir::kNoGrad) || op == OpKind::While || op == OpKind::AttentionGrad ||
+        op == OpKind::PureCallback)
       continue;
     EXPECT_TRUE(checked.count(op))
         << ir::op_name(op) << ": no float sample node was differentiated";

@@ -65,6 +65,7 @@ Lowering lowering(OpKind op, DType dt) {
     case OpKind::Attention:  // blocks of scores between products: attention.cpp
     case OpKind::AttentionGrad:
       return dt == DType::Float32 || dt == DType::Float64 ? Lowering::Native : Lowering::Fallback;
+    case OpKind::PureCallback: return Lowering::Native;  // the host function: callback.cpp
     case OpKind::AllReduceSum:  // the reference kernels call the dist::Communicator
     case OpKind::AllReduceMax:
     case OpKind::AllReduceMin:

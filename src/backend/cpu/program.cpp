@@ -422,6 +422,7 @@ bool attention_step(const Program& p, const Step& st) {
 }  // namespace
 
 void run_native(const Program& p, const Step& st, void* const* ptr, bool parallel) {
+  if (p.graph.node(st.node).op == ir::OpKind::PureCallback) return run_callback(p, st, ptr);
   if (!attention_step(p, st)) return run_index(p, st, ptr, parallel);
   if (parallel) return run_attention(p, st, ptr, 0, 0);
   run_attention(p, st, ptr, 0, 1);
@@ -430,6 +431,7 @@ int64_t native_tasks(const Program& p, const Step& st) {
   return attention_step(p, st) ? attention_tasks(p, st) : 1;
 }
 void run_native_task(const Program& p, const Step& st, void* const* ptr, int64_t t, int64_t tasks) {
+  if (p.graph.node(st.node).op == ir::OpKind::PureCallback) return run_callback(p, st, ptr);
   if (!attention_step(p, st)) return run_index(p, st, ptr, /*parallel=*/false);
   run_attention(p, st, ptr, t, tasks);
 }

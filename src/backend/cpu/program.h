@@ -95,7 +95,8 @@ void run_kernel(const CompiledKernel& k, void* const* ptr);
 void run_matmul(const Program& p, const Step& st, void* const* ptr);
 // Runs a Loop step's loop; `scratch` holds l.scratch_bytes (64-byte aligned).
 void run_loop(const LoopProgram& l, void* const* ptr, char* scratch);
-// Runs a Native step of p: an indexing op (run_index) or attention (run_attention), across
+// Runs a Native step of p: an indexing op (run_index), attention (run_attention) or a host
+// callback (run_callback), across
 // the pool when `parallel`, else on this thread.
 void run_native(const Program& p, const Step& st, void* const* ptr, bool parallel);
 // A Native step as tasks 0..n-1 of the step graph (an indexing op is one task).
@@ -108,6 +109,9 @@ void run_index(const Program& p, const Step& st, void* const* ptr, bool parallel
 // thread), or across the pool when tasks is 0. attention_tasks: the step graph's split.
 void run_attention(const Program& p, const Step& st, void* const* ptr, int64_t t, int64_t tasks);
 int64_t attention_tasks(const Program& p, const Step& st);
+// A pure_callback step (callback.cpp): the host function on this thread, which is the thread
+// that runs the program (step_graph.cpp keeps such programs off the step graph).
+void run_callback(const Program& p, const Step& st, void* const* ptr);
 
 // A kernel or MatMul step as tasks 0..n-1 that may run in any order on any threads (the step
 // graph (step_graph.h, run by cpu_backend.cpp) schedules them itself; they never use the pool). n

@@ -52,6 +52,9 @@ bool step_access(const Program& prog, size_t si, std::vector<int>* reads, std::v
       *pooled = *pooled || *tasks > 1;
       break;
     case Step::Native:
+      // A host callback runs on the thread that runs the program (an interpreter's lock may
+      // be held around it): such programs run step by step, as collectives do.
+      if (prog.graph.node(st.node).op == ir::OpKind::PureCallback) return false;
       for (const ir::Value& v : prog.graph.node(st.node).operands)
         reads->push_back(plan.buf_of[v.node]);
       *writes = st.outs;

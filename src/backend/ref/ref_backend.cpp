@@ -24,6 +24,7 @@ const KernelTable& kernel_table() {
     register_control_flow_kernels(t);
     register_collective_kernels(t);
     register_attention_kernels(t);
+    register_callback_kernels(t);
     return t;
   }();
   return table;

@@ -114,5 +114,6 @@ void register_random_kernels(KernelTable& t);        // random.cpp
 void register_control_flow_kernels(KernelTable& t);  // control_flow.cpp: call scan while
 void register_collective_kernels(KernelTable& t);    // collective.cpp: dist::Communicator
 void register_attention_kernels(KernelTable& t);     // attention.cpp: attention, its gradient
+void register_callback_kernels(KernelTable& t);      // callback.cpp: pure_callback
 
 }  // namespace loom::detail::ref

@@ -199,6 +199,7 @@ std::vector<TensorType> infer_region_types(const Graph& g, OpKind op,
   }
   if (has_trait(op, kMultiResult)) {
     LOOM_CHECK(regions.empty(), "[", name, "] takes no regions");
+    if (op == OpKind::PureCallback) return detail::infer_pure_callback(g, operands, attrs);
     return detail::infer_attention(g, op, operands, attrs);
   }
   switch (op) {

@@ -22,5 +22,8 @@ TensorType infer_linalg(const Graph& g, OpKind op, std::span<const Value> xs, co
 // attention and attention_grad (kMultiResult): every result's type.
 std::vector<TensorType> infer_attention(const Graph& g, OpKind op, std::span<const Value> xs,
                                         const Attrs& a);
+// pure_callback (kMultiResult): the declared result types.
+std::vector<TensorType> infer_pure_callback(const Graph& g, std::span<const Value> xs,
+                                            const Attrs& a);
 
 }  // namespace loom::ir::detail
