@@ -1,10 +1,12 @@
 // `loom-bench --peers`: the peer workloads (decoder_forward, decoder_train_step,
-// scan_layers_compile, cumsum_scan, mlp_train, attention) run by JAX, PyTorch/XLA, torch.compile
-// and PyTorch eager in the same run, each figure beside loom's as a ratio, in rounds of loom and
-// every peer back to back (LOOM_BENCH_PEER_ROUNDS, default 3): medians of the rounds' ratios. The
-// peers live in venvs outside the repository (LOOM_PEER_JAX, LOOM_PEER_TORCH_XLA, LOOM_PEER_TORCH;
-// recipe in ../shared/reference/peers_setup.md); their scripts are bench/peers/*.py.
+// scan_layers_compile, cumsum_scan, mlp_train, attention, gpt) run by JAX, PyTorch/XLA,
+// torch.compile and PyTorch eager (and gpt by loom's Python package) in the same run, each figure
+// beside loom's as a ratio, in rounds of loom and every peer back to back (LOOM_BENCH_PEER_ROUNDS,
+// default 3): medians of the rounds' ratios. The peers live in venvs outside the repository
+// (LOOM_PEER_JAX, LOOM_PEER_TORCH_XLA, LOOM_PEER_TORCH; recipe in
+// ../shared/reference/peers_setup.md); their scripts are bench/peers/*.py.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -27,6 +29,10 @@ struct Pair {
 struct Work {
   const char* name;
   std::vector<Pair> pairs;
+  // Figures every program must reproduce (the same training run's losses): each program's
+  // relative difference from loom's, in the figures and the table.
+  std::vector<const char*> agree = {};
+  int max_rounds = 0;  // > 0: at most this many rounds (a long work)
 };
 
 const std::vector<Work>& works() {
@@ -46,17 +52,26 @@ const std::vector<Work>& works() {
       {"attention",
        {{"fwd_bwd_T1024_ms", "fwd_bwd_T1024_ms", false, "<= 0.8x torch SDPA"},
         {"fwd_bwd_T4096_ms", "fwd_bwd_T4096_ms", false, "<= 0.8x torch SDPA"}}},
+      // ~30 s per program and round: one round (the step time is a median of 30 steps).
+      {"gpt",
+       {{"step_ms", "step_ms", false, "<= 0.8x best"},
+        {"peak_rss_mb", "peak_rss_mb", false, "<= 0.7x best"},
+        {"first_step_ms", "first_step_ms", false, "<= 1/10 fastest"}},
+       {"loss_0", "loss_30"},
+       1},
   };
   return w;
 }
 
 struct Peer {
-  const char* name;    // as printed
-  const char* id;      // figure prefix
-  const char* env;     // the interpreter's variable
-  const char* script;  // under bench/peers
-  const char* args;    // after the work's name
-  const char* vars;    // the peer's own environment
+  const char* name;            // as printed
+  const char* id;              // figure prefix
+  const char* env;             // the interpreter's variable
+  const char* script;          // under bench/peers
+  const char* args;            // after the work's name
+  const char* vars;            // the peer's own environment
+  const char* only = nullptr;  // runs only this work
+  bool is_loom = false;        // loom itself (its Python package): no peer for "best peer"
 };
 
 const std::vector<Peer>& peers() {
@@ -66,6 +81,7 @@ const std::vector<Peer>& peers() {
        "PJRT_DEVICE=CPU"},
       {"torch.compile", "torch_compile", "LOOM_PEER_TORCH", "torch_peer.py", "--mode compile", ""},
       {"torch eager", "torch_eager", "LOOM_PEER_TORCH", "torch_peer.py", "--mode eager", ""},
+      {"loom Python", "loom_python", "LOOM_PEER_LOOM_PYTHON", "loom_peer.py", "", "", "gpt", true},
   };
   return p;
 }
@@ -78,6 +94,13 @@ struct PeerRun {
 PeerRun run_peer(const Peer& peer, const std::string& work) {
   PeerRun r;
   const char* py = std::getenv(peer.env);
+  std::string vars = peer.vars;
+#ifdef LOOM_BENCH_PYTHON  // loom's own package: the build's interpreter and build/python
+  if (peer.is_loom && (!py || !*py)) {
+    py = LOOM_BENCH_PYTHON;
+    vars += " PYTHONPATH='" LOOM_BENCH_PYTHONPATH "'";
+  }
+#endif
   if (!py || !*py) {
     r.why = std::string("not measured: set ") + peer.env +
             "=path/to/venv/bin/python (recipe: ../shared/reference/peers_setup.md)";
@@ -92,7 +115,7 @@ PeerRun run_peer(const Peer& peer, const std::string& work) {
   const std::string cmd = std::string(
                               "env -u XLA_PERSISTENT_CACHE_PATH -u "
                               "JAX_COMPILATION_CACHE_DIR ") +
-                          peer.vars + " '" + py + "' '" + script + "' " + work + " " + peer.args +
+                          vars + " '" + py + "' '" + script + "' " + work + " " + peer.args +
                           " 2>&1";
   int rc = 0;
   r.output = command_output(cmd, &rc);
@@ -118,6 +141,7 @@ struct Row {
   double loom = -1;
   std::map<std::string, double> peer;
   std::vector<double> vs_best;  // each round's loom / its best peer
+  double max_rel_diff = -1;     // an `agree` row: the largest |peer / loom - 1|
 };
 std::vector<Row>& rows() {
   static std::vector<Row> r;
@@ -177,8 +201,13 @@ void add_peer_figures(const std::string& benchmark, std::vector<Figure>& figs) {
   for (const Work& w : works())
     if (benchmark == w.name) work = &w;
   if (!work) return;
-  const size_t np = work->pairs.size();
-  const int rounds = peer_rounds();
+  // The pairs, then the figures that must agree (as pairs without a goal).
+  std::vector<Pair> pairs = work->pairs;
+  for (const char* key : work->agree)
+    pairs.push_back({key, key, false, "the same as loom's (same weights and batches)"});
+  const size_t np = pairs.size();
+  const int rounds =
+      work->max_rounds > 0 ? std::min(peer_rounds(), work->max_rounds) : peer_rounds();
   // [pair][round] of loom's figure; [peer][pair][round] of each peer's (-1: not measured).
   std::vector<std::vector<double>> loom(np);
   std::map<std::string, std::vector<std::vector<double>>> theirs;
@@ -191,9 +220,10 @@ void add_peer_figures(const std::string& benchmark, std::vector<Figure>& figs) {
       out = command_output("'" + self_path() + "' --child figures " + benchmark + " 2>/dev/null");
     }
     for (size_t i = 0; i < np; ++i)
-      loom[i].push_back(r == 0 ? value_of(figs, work->pairs[i].loom_key)
-                               : figure_in(out, work->pairs[i].loom_key));
+      loom[i].push_back(r == 0 ? value_of(figs, pairs[i].loom_key)
+                               : figure_in(out, pairs[i].loom_key));
     for (const Peer& peer : peers()) {
+      if (peer.only && benchmark != peer.only) continue;
       std::fprintf(stderr, "loom-bench: %s on %s (round %d of %d)...\n", benchmark.c_str(),
                    peer.name, r + 1, rounds);
       const PeerRun run = run_peer(peer, benchmark);
@@ -202,7 +232,7 @@ void add_peer_figures(const std::string& benchmark, std::vector<Figure>& figs) {
       if (!run.why.empty()) why[peer.name] = run.why;
       if (!run.version.empty()) who[peer.name] = std::string(peer.name) + " " + run.version;
       for (size_t i = 0; i < np; ++i)
-        v[i].push_back(run.why.empty() ? figure_in(run.output, work->pairs[i].peer_key) : -1);
+        v[i].push_back(run.why.empty() ? figure_in(run.output, pairs[i].peer_key) : -1);
     }
   }
   auto measured = [](const std::vector<double>& v) {
@@ -212,9 +242,11 @@ void add_peer_figures(const std::string& benchmark, std::vector<Figure>& figs) {
     return m;
   };
   for (size_t i = 0; i < np; ++i) {
-    const Pair& p = work->pairs[i];
+    const Pair& p = pairs[i];
+    const bool agree = i >= work->pairs.size();
     Row row;
-    row.label = benchmark + ": " + p.loom_key + " vs " + p.peer_key;
+    row.label = benchmark + ": " + p.loom_key +
+                (agree ? " (each program)" : " vs " + std::string(p.peer_key));
     row.goal = p.goal;
     row.higher_is_better = p.higher_is_better;
     std::vector<double> lm = measured(loom[i]);
@@ -225,6 +257,7 @@ void add_peer_figures(const std::string& benchmark, std::vector<Figure>& figs) {
     for (int r = 0; r < rounds; ++r) {
       double best = -1;
       for (const Peer& peer : peers()) {
+        if (peer.is_loom || !theirs.count(peer.name)) continue;
         const double v = theirs[peer.name][i][static_cast<size_t>(r)];
         if (v > 0 && (best < 0 || (p.higher_is_better ? v > best : v < best))) best = v;
       }
@@ -232,6 +265,7 @@ void add_peer_figures(const std::string& benchmark, std::vector<Figure>& figs) {
       if (best > 0 && l > 0) row.vs_best.push_back(l / best);
     }
     for (const Peer& peer : peers()) {
+      if (!theirs.count(peer.name)) continue;
       const std::vector<double>& v = theirs[peer.name][i];
       std::vector<double> pm = measured(v), ratios;
       if (pm.empty()) {  // no round measured it: say why once
@@ -240,9 +274,17 @@ void add_peer_figures(const std::string& benchmark, std::vector<Figure>& figs) {
         continue;
       }
       row.peer[peer.name] = median(pm);
+      const std::string key = std::string(peer.id) + "_" + p.peer_key;
+      if (agree) {  // the same run's figure: its relative difference from loom's
+        if (row.loom <= 0) continue;
+        const double d = std::fabs(median(pm) / row.loom - 1);
+        row.max_rel_diff = std::max(row.max_rel_diff, d);
+        figs.push_back({key, median(pm), "", "same run: " + who[peer.name]});
+        figs.push_back({key + "_rel_diff", d, "", "|peer / loom - 1|: the same curve"});
+        continue;
+      }
       for (size_t r = 0; r < v.size(); ++r)
         if (v[r] > 0 && loom[i][r] > 0) ratios.push_back(loom[i][r] / v[r]);
-      const std::string key = std::string(peer.id) + "_" + p.peer_key;
       if (value_of(figs, key) < 0)
         figs.push_back({key, median(pm), "", "same run: " + who[peer.name] + " " + range_note(pm)});
       if (!ratios.empty())
@@ -263,16 +305,21 @@ void print_peer_table() {
   for (size_t i = 0; i < peers().size(); ++i) std::printf("---|");
   std::printf("---|---|\n");
   for (const Row& r : rows()) {
-    std::printf("| %s | %.4g |", r.label.c_str(), r.loom);
+    const char* format = r.max_rel_diff >= 0 ? " %.7g |" : " %.4g |";
+    std::printf("| %s |", r.label.c_str());
+    std::printf(format, r.loom);
     for (const Peer& p : peers()) {
       auto it = r.peer.find(p.name);
       if (it == r.peer.end())
         std::printf(" — |");
       else
-        std::printf(" %.4g |", it->second);
+        std::printf(format, it->second);
     }
-    // The median of the rounds' own ratios (each against that round's best peer).
-    if (!r.vs_best.empty())
+    // The median of the rounds' own ratios (each against that round's best peer); figures that
+    // must agree: the largest relative difference from loom's.
+    if (r.max_rel_diff >= 0)
+      std::printf(" max rel. diff %.2g |", r.max_rel_diff);
+    else if (!r.vs_best.empty())
       std::printf(" %.3g %s |", median(r.vs_best), range_text(r.vs_best).c_str());
     else
       std::printf(" — |");

@@ -14,8 +14,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import numpy as np  # noqa: E402
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
-from common import (BATCH, CUMSUM_N, DIM, MLP_BATCH, SEQ, best_rate, emit,  # noqa: E402
-                    median_ms, parse_args)
+from common import (BATCH, CUMSUM_N, DIM, GPT_BETAS, GPT_EPS, GPT_HEADS,  # noqa: E402
+                    GPT_LAYERS, GPT_LR, GPT_WEIGHT_DECAY, MLP_BATCH, SEQ, best_rate, emit,
+                    gpt_batches, gpt_params, median_ms, parse_args, run_gpt)
 
 
 def layer(h, w, b):
@@ -53,6 +54,61 @@ def decoder(layers):
     return (loop, (ws, bs, norm)), (scan, (w, b, norm)), x
 
 
+def gpt_loss(p, idx, targets):
+    """nanoGPT's forward (no dropout) and mean cross entropy; p by common.gpt_params' names,
+    the LM head tied to wte."""
+    B, T = idx.shape
+    x = p["wte.weight"][idx] + p["wpe.weight"][:T]
+    C = x.shape[-1]
+    for i in range(GPT_LAYERS):
+        h = lambda name: p[f"h.{i}.{name}"]  # noqa: E731
+        qkv = layer_norm(x, h("ln_1.weight"), h("ln_1.bias")) @ h("attn.c_attn.weight").T
+        q, k, v = jnp.split((qkv + h("attn.c_attn.bias")).reshape(B, T, 3 * GPT_HEADS, -1), 3,
+                            axis=2)
+        y = jax.nn.dot_product_attention(q, k, v, is_causal=True).reshape(B, T, C)
+        x = x + y @ h("attn.c_proj.weight").T + h("attn.c_proj.bias")
+        u = layer_norm(x, h("ln_2.weight"), h("ln_2.bias")) @ h("mlp.c_fc.weight").T
+        u = jax.nn.gelu(u + h("mlp.c_fc.bias"), approximate=False)
+        x = x + u @ h("mlp.c_proj.weight").T + h("mlp.c_proj.bias")
+    logits = layer_norm(x, p["ln_f.weight"], p["ln_f.bias"]) @ p["wte.weight"].T
+    logp = jax.nn.log_softmax(logits.reshape(B * T, -1))
+    return -jnp.mean(jnp.take_along_axis(logp, targets.reshape(-1, 1), 1))
+
+
+def gpt_step(p, m, v, t, x, y):
+    """A training step: value_and_grad, then AdamW as torch.optim.AdamW's (decay on the
+    matrices only, as nanoGPT's configure_optimizers)."""
+    loss, g = jax.value_and_grad(gpt_loss)(p, x, y)
+    (b1, b2), t = GPT_BETAS, t + 1
+    bc1, bc2 = 1 - b1 ** t, 1 - b2 ** t
+    for n in p:
+        wd = GPT_WEIGHT_DECAY if p[n].ndim >= 2 else 0.0
+        m[n] = b1 * m[n] + (1 - b1) * g[n]
+        v[n] = b2 * v[n] + (1 - b2) * g[n] * g[n]
+        p[n] = p[n] * (1 - GPT_LR * wd) - (GPT_LR / bc1) * m[n] / (
+            jnp.sqrt(v[n]) / jnp.sqrt(bc2) + GPT_EPS)
+    return p, m, v, t, loss
+
+
+def gpt():
+    """The whole training step under one jax.jit (parameters and moments donated)."""
+    batches, vocab = gpt_batches()
+    put = jax.device_put
+    init = gpt_params(vocab)
+    state = {"p": {n: put(a) for n, a in init},
+             "m": {n: put(np.zeros_like(a)) for n, a in init},
+             "v": {n: put(np.zeros_like(a)) for n, a in init}, "t": put(np.float32(0))}
+    step = jax.jit(gpt_step, donate_argnums=(0, 1, 2))
+
+    def run(x, y):
+        s = state
+        s["p"], s["m"], s["v"], s["t"], loss = step(s["p"], s["m"], s["v"], s["t"], put(x),
+                                                    put(y))
+        return float(loss)
+
+    run_gpt(run, batches)
+
+
 def train(fn):
     return jax.grad(lambda params, x: fn(params, x).mean())
 
@@ -67,6 +123,9 @@ def compile_ms(fn, *args):
 def main():
     args = parse_args(__doc__)
     print("version", jax.__version__)
+    if args.work == "gpt":
+        gpt()
+        return
     if args.work == "attention":  # only torch's SDPA is the attention issue's peer
         print("unsupported 1")
         return

@@ -12,9 +12,39 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
-from torch_models import Decoder  # noqa: E402
-from common import (ATT_B, ATT_D, ATT_H, ATT_T, BATCH, CUMSUM_N, DIM, MLP_BATCH,  # noqa: E402
-                    SEQ, best_rate, emit, median_ms, parse_args)
+from torch_models import GPT, Decoder  # noqa: E402
+from common import (ATT_B, ATT_D, ATT_H, ATT_T, BATCH, CUMSUM_N, DIM, GPT_BETAS,  # noqa: E402
+                    GPT_DIM, GPT_EPS, GPT_HEADS, GPT_LAYERS, GPT_LR, GPT_T, GPT_WEIGHT_DECAY,
+                    MLP_BATCH, SEQ, best_rate, emit, gpt_batches, gpt_params, median_ms,
+                    parse_args, run_gpt)
+
+
+def gpt(wrap):
+    """nanoGPT's training step (forward through `wrap`, as nanoGPT compiles the model; backward,
+    AdamW with decay on the matrices, as its configure_optimizers) from common's weights and
+    batches."""
+    batches, vocab = gpt_batches()
+    model = GPT(vocab, GPT_DIM, GPT_HEADS, GPT_LAYERS, GPT_T)
+    params = dict(model.named_parameters())  # lm_head.weight is wte.weight: listed once
+    init = gpt_params(vocab)
+    assert sorted(params) == sorted(n for n, _ in init), "torch_models.GPT's names changed"
+    with torch.no_grad():
+        for name, value in init:
+            params[name].copy_(torch.from_numpy(value))
+    groups = [{"params": [p for p in params.values() if p.dim() >= 2],
+               "weight_decay": GPT_WEIGHT_DECAY},
+              {"params": [p for p in params.values() if p.dim() < 2], "weight_decay": 0.0}]
+    opt = torch.optim.AdamW(groups, lr=GPT_LR, betas=GPT_BETAS, eps=GPT_EPS)
+    fn = wrap(model)
+
+    def step(x, y):
+        loss = fn(torch.from_numpy(x), torch.from_numpy(y))
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss.item()
+
+    run_gpt(step, batches)
 
 
 def main():
@@ -28,7 +58,9 @@ def main():
     args = parse_args(__doc__)
     print("version", torch.__version__)
     wrap = torch.compile if mode == "compile" else (lambda m: m)
-    if args.work in ("decoder_forward", "decoder_train_step", "scan_layers_compile"):
+    if args.work == "gpt":
+        gpt(wrap)
+    elif args.work in ("decoder_forward", "decoder_train_step", "scan_layers_compile"):
         torch.manual_seed(0)
         model = Decoder(DIM, args.layers)
         fn = wrap(model)
