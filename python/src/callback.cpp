@@ -61,10 +61,9 @@ nb::object numpy_copy(const HostArray& a) {
 HostArray host_copy(nb::handle h, const std::string& name, size_t k) {
   Array arr;
   if (!nb::try_cast(h, arr))
-    throw ExecError("pure_callback",
-                    detail::str_cat("[pure_callback] the callback '", name, "' returned ",
-                                    nb::inst_name(h).c_str(), " as result ", k,
-                                    "; expected a numpy array"));
+    throw ExecError("pure_callback", detail::str_cat("[pure_callback] the callback '", name,
+                                                     "' returned ", nb::inst_name(h).c_str(),
+                                                     " as result ", k, "; expected a numpy array"));
   DType dt;
   try {
     dt = loom_dtype(arr.dtype(), "pure_callback");

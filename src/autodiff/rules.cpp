@@ -270,6 +270,11 @@ std::vector<Adjoint> dist_rule(Ctx& c) {
       return {n.attrs.flag ? c.div(d, c.c(world)) : d};
     }
     case OpKind::ReduceScatterSum: return {make(OpKind::AllGather, c.g)};
+    case OpKind::Shard: {  // the adjoint takes the value's layout (a parameter's gradient too)
+      ir::Attrs at = n.attrs;
+      at.flag = false;
+      return {c.b.make(OpKind::Shard, std::span<const Value>(&c.g, 1), std::move(at))};
+    }
     case OpKind::GradAllReduce: {
       ir::Attrs at;
       at.i = n.attrs.i;

@@ -76,17 +76,17 @@ void call_host_callback(int64_t id, const std::vector<HostArray>& args,
   for (size_t k = 0; k < want.size(); ++k) {
     const HostArray& r = got[k];
     if (!(r.type == want[k]))
-      throw ExecError("pure_callback",
-                      str_cat("[pure_callback] the callback '", e->name, "' returned ", r.type,
-                              " as result ", k, "; expected ", want[k], " (results: ", types(),
-                              ")"));
+      throw ExecError(
+          "pure_callback",
+          str_cat("[pure_callback] the callback '", e->name, "' returned ", r.type, " as result ",
+                  k, "; expected ", want[k], " (results: ", types(), ")"));
     const size_t bytes = static_cast<size_t>(want[k].nbytes());
     if (bytes == 0) continue;
     if (r.buffer.nbytes() < bytes)
-      throw ExecError("pure_callback",
-                      str_cat("[pure_callback] the callback '", e->name, "' returned result ", k,
-                              " of type ", r.type, " with ", r.buffer.nbytes(),
-                              " bytes of data; it needs ", bytes));
+      throw ExecError(
+          "pure_callback",
+          str_cat("[pure_callback] the callback '", e->name, "' returned result ", k, " of type ",
+                  r.type, " with ", r.buffer.nbytes(), " bytes of data; it needs ", bytes));
     std::memcpy(outs[k], r.buffer.data(), bytes);
   }
 }

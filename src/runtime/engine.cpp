@@ -17,6 +17,7 @@
 #include "loom/core/error.h"
 #include "loom/core/fp_mode.h"
 #include "loom/core/profile.h"
+#include "loom/passes/partition.h"
 #include "loom/passes/pass.h"
 #include "loom/runtime/dist_check.h"
 #include "runtime/metrics_impl.h"
@@ -337,13 +338,21 @@ SyncHit find_sync(const Hash128& key) {
 SyncHit compile_sync(const Hash128* key, const ir::Graph& g, std::vector<uint32_t> slots,
                      std::vector<TensorType> slot_types) {
   SyncHit hit;
-  hit.exe = compile_cached(g);
+  std::shared_ptr<const passes::Partitioned> partition;
+  if (passes::has_shardings(g)) {
+    profile::Scope ps("compile", "partition");
+    partition = std::make_shared<passes::Partitioned>(passes::partition(g));
+    hit.exe = compile_cached(partition->graph);
+  } else {
+    hit.exe = compile_cached(g);
+  }
   SyncIndex& index = sync_index();
   if (key && index.plans.size() >= SyncIndex::kEntries) index.plans.clear();
   SyncPlan& plan = key ? index.plans[*key] : index.unkeyed;
   plan.exe = hit.exe;
   plan.slots = std::move(slots);
   plan.slot_types = std::move(slot_types);
+  plan.partition = std::move(partition);
   plan.nodes = static_cast<int64_t>(g.size());
 #ifndef NDEBUG
   plan.fingerprint = ir::fingerprint(g);

@@ -121,7 +121,7 @@ ir::Value GradTape::leaf_value(const std::shared_ptr<TensorImpl>& impl) {
     v = impl->value;
   } else if (impl->data_epoch == ctx_.epoch_ && state_.size() > impl->data_value.node &&
              state_[impl->data_value.node] == kActive) {
-    return impl->data_value;
+    return ctx_.stored_layout(*impl, impl->data_value);
   } else {
     // A slot of its own: a parameter node no other tensor shares (of a copy for memory the
     // user may write before the graph runs).
@@ -137,7 +137,7 @@ ir::Value GradTape::leaf_value(const std::shared_ptr<TensorImpl>& impl) {
     leaves_[v.node] = impl;
   }
   any_ = true;
-  return v;
+  return impl->pending() ? v : ctx_.stored_layout(*impl, v);
 }
 
 ir::Value GradTape::cut_gradient(ir::Value v) {

@@ -9,6 +9,7 @@ struct TensorBinding::Saved {
   std::shared_ptr<TensorImpl> impl;
   TensorType type;
   Buffer buffer;
+  std::shared_ptr<const ir::Sharding> sharding;
   ir::Value value, data_value;
   uint64_t data_epoch = 0;
   bool requires_grad = false, linked = false;
@@ -41,6 +42,7 @@ TensorBinding::TensorBinding(const std::vector<Tensor>& targets, const std::vect
     s->impl = targets[k].impl_ptr();
     s->type = t.type;
     s->buffer = t.buffer;
+    s->sharding = t.sharding;
     s->value = t.value;
     s->data_value = t.data_value;
     s->data_epoch = t.data_epoch;
@@ -56,6 +58,7 @@ TensorBinding::TensorBinding(const std::vector<Tensor>& targets, const std::vect
     }
     saved_.push_back(s);
     t.buffer = Buffer();
+    t.sharding = nullptr;
     t.value = values[k];
     t.data_epoch = 0;
     t.requires_grad = false;
@@ -74,6 +77,7 @@ TensorBinding::~TensorBinding() {
     if (t.linked.load(std::memory_order_relaxed) && !s.linked) ctx.unlink(&t);
     t.type = s.type;
     t.buffer = s.buffer;
+    t.sharding = s.sharding;
     t.value = s.shadow ? s.shadow->value : s.value;
     t.data_value = s.data_value;
     t.data_epoch = s.data_epoch;

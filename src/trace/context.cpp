@@ -78,7 +78,7 @@ ir::Value TraceContext::value_of_slow(const Tensor& t) {
     // a copy of its value now, as torch's eager op would have.
     ir::Value v = data(snapshot(impl.buffer), impl.type);
     slots_.back().owner = t.impl_ptr();
-    return v;
+    return stored_layout(impl, v);
   }
   if (mine && impl.data_epoch == epoch_) return impl.data_value;
   ir::Value v;
@@ -90,11 +90,20 @@ ir::Value TraceContext::value_of_slow(const Tensor& t) {
     v = data(impl.buffer, impl.type);
     slots_.back().owner = t.impl_ptr();
   }
+  v = stored_layout(impl, v);
   if (mine) {
     impl.data_value = v;
     impl.data_epoch = epoch_;
   }
   return v;
+}
+
+// A sharded tensor's data node: its block, as the stored layout of the global value.
+ir::Value TraceContext::stored_layout(const TensorImpl& impl, ir::Value param) {
+  if (!impl.sharding) [[likely]]
+    return param;
+  return builder().make(ir::OpKind::Shard, std::span<const ir::Value>(&param, 1),
+                        ir::encode_sharding(*impl.sharding, /*stored=*/true));
 }
 
 // Inside a body: its own tensors are its values; anything else (a tensor of an enclosing
@@ -306,6 +315,7 @@ void TraceContext::rebind(TensorImpl& impl, ir::Value v) {
     if (!grad_.enabled()) v = grad_.cut_gradient(v);
   }
   impl.buffer = Buffer();
+  impl.sharding = nullptr;
   impl.error = nullptr;  // a new value replaces a failed one
   impl.value = v;
   impl.updated_in_place = true;

@@ -22,6 +22,7 @@
 
 #include "loom/core/buffer.h"
 #include "loom/ir/builder.h"
+#include "loom/ir/sharding.h"
 #include "loom/runtime/sync.h"
 #include "loom/trace/control_flow.h"
 #include "loom/trace/ops.h"
@@ -35,7 +36,10 @@ inline constexpr uint32_t kOwnerExited = UINT32_MAX;  // TensorImpl::owner of a 
 
 struct TensorImpl : std::enable_shared_from_this<TensorImpl> {
   TensorType type;
-  Buffer buffer;                // the value, once materialized
+  Buffer buffer;  // the value, once materialized
+  // How `buffer` is laid out over a mesh of the ranks (this rank's block of the global value
+  // `type`); null: the whole value (loom/trace/sharding.h).
+  std::shared_ptr<const ir::Sharding> sharding;
   ir::Value value{kNoNode, 0};  // the pending value, while pending
   // While materialized: its Parameter node in the pending graph, valid for data_epoch.
   ir::Value data_value{kNoNode, 0};
@@ -194,6 +198,9 @@ class TraceContext {
   // renumbers its nodes: a caller that wraps several raw values one by one holds a
   // CompactionHold meanwhile (the values not yet wrapped would go stale).
   Tensor wrap(ir::Value v);
+  const std::shared_ptr<const passes::Partitioned>& last_partition() const {
+    return last_partition_;
+  }
   // Off while a hold lives; the next wrap after it compacts.
   class CompactionHold {
    public:
@@ -268,6 +275,9 @@ class TraceContext {
   TraceContext();
   static TraceContext& create();
   ir::Value value_of_slow(const Tensor& t);
+  // The partitioner's account of the last sharded graph this thread ran (sharding_report).
+  std::shared_ptr<const passes::Partitioned> last_partition_;
+  ir::Value stored_layout(const TensorImpl& impl, ir::Value param);
   ir::Value scoped_value(const std::shared_ptr<TensorImpl>& impl);
   [[noreturn]] void escaped(const TensorImpl& impl) const;
   [[noreturn]] void foreign(const TensorImpl& impl, const char* what) const;
@@ -289,7 +299,8 @@ class TraceContext {
   // The input buffers of a cut; `donated`, when given, marks those of dead tensors.
   std::vector<Buffer> bind(const std::vector<uint32_t>& slot_ids, std::vector<uint8_t>* donated);
   bool full_sync(const std::vector<TensorImpl*>& impls) const;
-  void write_back(const std::vector<TensorImpl*>& impls, const std::vector<Buffer>& out, bool all);
+  void write_back(const std::vector<TensorImpl*>& impls, const std::vector<Buffer>& out, bool all,
+                  const passes::Partitioned* partition);
   void link(TensorImpl* impl);
   void maybe_compact() {
     if (graph_.size() > gc_threshold_ || has_handoffs_.load(std::memory_order_relaxed)) [[unlikely]]

@@ -3,6 +3,7 @@
 
 #include "context.h"
 #include "loom/runtime/sync.h"
+#include "loom/trace/sharding.h"
 #include "ops_impl.h"
 
 namespace loom {
@@ -26,6 +27,8 @@ Buffer tensor_buffer(const Tensor& t, std::source_location loc) {
     runtime::SyncSite site(detail::user_site(loc));
     ctx.materialize({&impl});
   }
+  if (impl.sharding) [[unlikely]]
+    return dist::full(t).impl()->buffer;  // this rank holds a block: the whole value
   return impl.buffer;
 }
 

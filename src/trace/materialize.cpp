@@ -6,6 +6,7 @@
 
 #include "loom/core/half.h"
 #include "loom/ir/op_kind.h"
+#include "loom/passes/partition.h"
 #include "loom/runtime/metrics.h"
 #include "loom/runtime/sync.h"
 #include "trace/context.h"
@@ -210,7 +211,8 @@ void TraceContext::materialize(const std::vector<TensorImpl*>& requested, bool a
     if (failing_nodes(impls, "pure_callback").empty()) throw;
     poison(impls, std::current_exception(), "pure_callback", hit.plan->slots, donated);
   }
-  write_back(impls, out, full);
+  if (hit.plan->partition) last_partition_ = hit.plan->partition;
+  write_back(impls, out, full, hit.plan->partition.get());
   if (!full) warn_growth();
 }
 
@@ -386,10 +388,13 @@ bool TraceContext::full_sync(const std::vector<TensorImpl*>& impls) const {
 }
 
 void TraceContext::write_back(const std::vector<TensorImpl*>& impls, const std::vector<Buffer>& out,
-                              bool all) {
+                              bool all, const passes::Partitioned* partition) {
   std::vector<ir::Value> done_values;
   for (size_t k = 0; k < impls.size(); ++k) {
     TensorImpl* p = impls[k];
+    p->sharding = nullptr;
+    if (partition && partition->outputs[k])
+      p->sharding = std::make_shared<ir::Sharding>(*partition->outputs[k]);
     if (!all && kept_for_backward(*p)) {
       // A value backward() may still differentiate through: it keeps its node (and stays
       // pending), holding the computed buffer for reads.
@@ -415,6 +420,7 @@ void TraceContext::write_back(const std::vector<TensorImpl*>& impls, const std::
     if (v.node == kNoNode) continue;
     ir::Node& n = graph_.mutable_node(v.node);
     if (n.num_results() != 1 || n.op == ir::OpKind::Parameter) continue;
+    if (impls[k]->sharding) continue;  // a block is no data for the global node: recomputed
     uint32_t slot = static_cast<uint32_t>(slots_.size());
     slots_.push_back(DataSlot{out[k], n.type});
     slot_by_buffer_[out[k].id()] = slot;

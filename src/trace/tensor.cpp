@@ -7,6 +7,7 @@
 #include "loom/core/half.h"
 #include "loom/ir/builder.h"
 #include "loom/runtime/sync.h"
+#include "loom/trace/sharding.h"
 #include "trace/context.h"
 #include "trace/ops_impl.h"
 
@@ -44,7 +45,7 @@ int64_t load_i(const Buffer& b, DType dt, int64_t k) {
   }
 }
 
-const Buffer& materialized(const Tensor& t, const char* what) {
+Buffer materialized(const Tensor& t, const char* what) {
   TensorImpl& impl = checked(t, what);
   TraceContext::get().check_readable(what);
   TraceContext::get().check_owner(impl, what);
@@ -52,6 +53,8 @@ const Buffer& materialized(const Tensor& t, const char* what) {
     std::rethrow_exception(impl.error);  // its run failed
   // A value autograd may still differentiate stays pending with its buffer once computed.
   if (impl.pending() && !impl.buffer.defined()) TraceContext::get().materialize({&impl});
+  if (impl.sharding) [[unlikely]]
+    return dist::full(t).impl()->buffer;  // this rank holds a block: the whole value
   return impl.buffer;
 }
 
@@ -98,7 +101,7 @@ bool Tensor::is_pending() const { return checked(*this, "is_pending").pending();
 template <class T>
 std::vector<T> Tensor::to_vector(std::source_location loc) const {
   runtime::SyncSite site(detail::user_site(loc));  // names the graph this read may run
-  const Buffer& b = materialized(*this, "to_vector");
+  const Buffer b = materialized(*this, "to_vector");
   DType dt = dtype();
   int64_t n = numel();
   std::vector<T> out(static_cast<size_t>(n));

@@ -197,7 +197,20 @@ inline Graph collective_graph() {
   Value rs = one(OpKind::ReduceScatterSum, ag, {0}, false);
   Value bc = one(OpKind::DistBroadcast, x, {1}, false);
   Value ga = one(OpKind::GradAllReduce, x, {}, false);
-  g.outputs() = {s, r, mx, mn, mni, rs, bc, ga};
+  // mark_sharding's annotation (mesh [2, 1]: dim 0 over axis 0) and the partitioner's ops.
+  Attrs sh;
+  sh.ints = {2, 2, 1, 1, 0};
+  Value sd = b.make(OpKind::Shard, std::span<const Value>(&x, 1), sh);
+  auto mesh = [&](OpKind op, Value v, int64_t dim) {
+    Attrs a;
+    a.ints = {dim, 2, 1};
+    a.i = 1;
+    return b.make(op, std::span<const Value>(&v, 1), a);
+  };
+  Value ms = mesh(OpKind::MeshSlice, x, 0);
+  Value mg = mesh(OpKind::MeshAllGather, ms, 0);
+  Value mr = mesh(OpKind::MeshAllReduce, mg, 0);
+  g.outputs() = {s, r, mx, mn, mni, rs, bc, ga, sd, mr};
   return g;
 }
 

@@ -339,7 +339,8 @@ std::set<std::string> public_ops() {
 // The collectives need a communicator: reached through loom/trace/collective.h and tested
 // against closed forms and finite differences in tests/dist/. attention_grad is the VJP of
 // attention: the attention rows' VJP checks run it. pure_callback runs host code:
-// loom/trace/callback.h, tested in tests/trace/pure_callback_test.cpp.
+// loom/trace/callback.h, tested in tests/trace/pure_callback_test.cpp. shard and the mesh
+// collectives are mark_sharding's and the partitioner's: tests/dist/sharding_test.cpp.
 const std::set<std::string> kNotReachedFromOpsH = {"call",
                                                    "scan",
                                                    "while",
@@ -354,7 +355,11 @@ const std::set<std::string> kNotReachedFromOpsH = {"call",
                                                    "dist_broadcast",
                                                    "grad_all_reduce",
                                                    "attention_grad",
-                                                   "pure_callback"};
+                                                   "pure_callback",
+                                                   "shard",
+                                                   "mesh_all_reduce",
+                                                   "mesh_all_gather",
+                                                   "mesh_slice"};
 
 TEST_F(OpHarness, RegistryEveryPublicOpHasARowAndEveryIrOpIsReached) {
   std::set<std::string> rows;

@@ -70,15 +70,16 @@ TEST_P(PureCallbackTest, ResultsEqualTheSameFunctionInLoom) {
       for (int64_t c = 0; c < cols; ++c) {
         const double v = a[0].data<double>()[r * cols + c];
         sums.data<float>()[r] += static_cast<float>(v);
-        if (v > a[0].data<double>()[r * cols + best.data<int64_t>()[r]]) best.data<int64_t>()[r] = c;
+        if (v > a[0].data<double>()[r * cols + best.data<int64_t>()[r]])
+          best.data<int64_t>()[r] = c;
       }
     return std::vector<HostArray>{sums, best};
   });
   loom::manual_seed(1);
   Tensor x = loom::to(loom::randn({3, 5}), loom::DType::Float64);
   Tensor y = loom::pure_callback(s, {type_of(x)}, {x * 2.0})[0] + 1.0;
-  std::vector<Tensor> st = loom::pure_callback(
-      stats, {{loom::DType::Float32, {3}}, {loom::DType::Int64, {3}}}, {y});
+  std::vector<Tensor> st =
+      loom::pure_callback(stats, {{loom::DType::Float32, {3}}, {loom::DType::Int64, {3}}}, {y});
   const std::vector<double> want = dv(loom::sin(x * 2.0) + 1.0);
   const std::vector<double> got = dv(y);
   for (size_t i = 0; i < want.size(); ++i) EXPECT_DOUBLE_EQ(got[i], want[i]);
@@ -153,7 +154,8 @@ TEST_P(PureCallbackTest, InsideWhileAssumePureAndCompile) {
   EXPECT_EQ(calls, 2);
   // compile(trace_once): the same.
   auto step = loom::compile([&](const Tensor& a) { return hsin(a) - a; }, {.trace_once = true});
-  for (double v : {1.0, 2.0, 3.0}) EXPECT_DOUBLE_EQ(step(loom::tensor(v)).item<double>(), std::sin(v) - v);
+  for (double v : {1.0, 2.0, 3.0})
+    EXPECT_DOUBLE_EQ(step(loom::tensor(v)).item<double>(), std::sin(v) - v);
   EXPECT_EQ(calls, 5);
 }
 
@@ -171,8 +173,8 @@ TEST_P(PureCallbackTest, AResultOfTheWrongTypeIsAnExecError) {
   expect_error<loom::ExecError>([&] { z.to_vector<double>(); }, {"returned f32[2]", "f64[2]"});
   expect_error<loom::ShapeError>([&] { loom::pure_callback(wrong, {}, {x}); },
                                  {"declares no results"});
-  expect_error<loom::ShapeError>([&] { loom::pure_callback(wrong, {{loom::DType::Float32, {-1}}}, {x}); },
-                                 {"pure_callback"});
+  expect_error<loom::ShapeError>(
+      [&] { loom::pure_callback(wrong, {{loom::DType::Float32, {-1}}}, {x}); }, {"pure_callback"});
 }
 
 // An exception thrown by the callback reaches the caller as itself; the tensors that depend on

@@ -21,6 +21,7 @@
 
 #include "loom/core/communicator.h"
 #include "loom/trace/collective.h"
+#include "loom/trace/sharding.h"
 
 namespace loom::dist {
 

@@ -31,6 +31,9 @@
 namespace loom::backend {
 class Executable;  // opaque outside the runtime and the backends
 }
+namespace loom::passes {
+struct Partitioned;  // loom/passes/partition.h
+}
 
 namespace loom::runtime {
 
@@ -51,6 +54,9 @@ uint64_t cache_generation();
 struct SyncPlan {
   std::vector<uint32_t> slots;
   std::vector<TensorType> slot_types;
+  // A graph with shardings was partitioned (loom/passes/partition.h): how its outputs are
+  // laid out and what it inserted. Null otherwise.
+  std::shared_ptr<const passes::Partitioned> partition;
   int64_t nodes = 0;
   Hash128 fingerprint;  // debug builds: checked against a fresh cut on a hit
   std::weak_ptr<const backend::Executable> exe;  // owned by the compile cache

@@ -43,8 +43,7 @@ struct CallbackOptions {
 // ExecError naming the callback and both types; an exception fn throws propagates unchanged
 // and poisons only the tensors that depend on the call.
 std::vector<Tensor> pure_callback(const HostCallback& fn, std::vector<TensorType> result_types,
-                                  const std::vector<Tensor>& args,
-                                  const CallbackOptions& opts = {},
+                                  const std::vector<Tensor>& args, const CallbackOptions& opts = {},
                                   CallSite loc = std::source_location::current());
 
 }  // namespace loom

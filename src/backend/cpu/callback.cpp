@@ -16,8 +16,8 @@ void run_callback(const Program& p, const Step& st, void* const* ptr) {
   for (const ir::Value& v : n.operands) {
     const TensorType& t = p.graph.type(v);
     // Borrowed for the call: the function gets the program's own buffer, without a copy.
-    args.push_back(HostArray{t, Buffer::wrap(ptr[p.plan.buf_of[v.node]],
-                                             static_cast<size_t>(t.nbytes()), borrowed)});
+    args.push_back(HostArray{
+        t, Buffer::wrap(ptr[p.plan.buf_of[v.node]], static_cast<size_t>(t.nbytes()), borrowed)});
   }
   std::vector<TensorType> want;
   std::vector<void*> outs;

@@ -72,7 +72,11 @@ Lowering lowering(OpKind op, DType dt) {
     case OpKind::AllGather:
     case OpKind::ReduceScatterSum:
     case OpKind::DistBroadcast:
-    case OpKind::GradAllReduce: return Lowering::Fallback;
+    case OpKind::GradAllReduce:
+    case OpKind::Shard:  // partitioned away before a backend sees a graph
+    case OpKind::MeshAllReduce:
+    case OpKind::MeshAllGather:
+    case OpKind::MeshSlice: return Lowering::Fallback;
     case OpKind::Call:
     case OpKind::Scan:
     case OpKind::While: return Lowering::Loop;

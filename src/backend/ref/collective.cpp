@@ -6,6 +6,7 @@
 #include "backend/ref/ref_impl.h"
 #include "loom/core/communicator.h"
 #include "loom/core/error.h"
+#include "loom/ir/sharding.h"
 
 namespace loom::detail::ref {
 
@@ -106,6 +107,103 @@ void identity_kernel(const ir::Node&, std::span<const Array> in, Array& out) {
   copy_all(in[0], out);
 }
 
+// The partitioner's group collectives: the mesh and the group's axes, from node.attrs.
+struct Group {
+  std::vector<int64_t> mesh;
+  uint32_t axes = 0;
+  int64_t dim = 0;
+  dist::Communicator* comm = nullptr;
+  std::vector<int64_t> ranks;  // the calling rank's group, in block order
+  int64_t index = 0;           // the calling rank's block
+};
+
+Group group_of(const ir::Node& node) {
+  Group g;
+  g.dim = node.attrs.ints[0];
+  g.mesh.assign(node.attrs.ints.begin() + 1, node.attrs.ints.end());
+  g.axes = static_cast<uint32_t>(node.attrs.i);
+  g.comm = &dist::require(ir::op_name(node.op).data());
+  const int64_t world = ir::group_size(g.mesh, ~0u);
+  if (g.comm->size() != world)
+    throw DistError(str_cat("[", ir::op_name(node.op), "] partitioned for a mesh of ", world,
+                            " ranks, but the current communicator (", g.comm->kind(), ") has ",
+                            g.comm->size(), " (rank ", g.comm->rank(), ")"));
+  g.ranks = ir::group_ranks(g.mesh, g.axes, g.comm->rank());
+  g.index = ir::group_index(g.mesh, g.axes, g.comm->rank());
+  return g;
+}
+
+// Every rank's x (world * bytes): a group that is not the whole world reads its members' out
+// of the world's all_gather, so the communicators need no subgroups.
+std::vector<unsigned char> gather_world(const Group& g, const Array& x) {
+  std::vector<unsigned char> all(static_cast<size_t>(x.type.nbytes() * g.comm->size()));
+  g.comm->all_gather(x.buf.data(), all.data(), x.type.nbytes());
+  return all;
+}
+
+void mesh_all_reduce_kernel(const ir::Node& node, std::span<const Array> in, Array& out) {
+  const Group g = group_of(node);
+  copy_all(in[0], out);
+  if (static_cast<int64_t>(g.ranks.size()) == g.comm->size()) {
+    g.comm->all_reduce(out.buf.data(), out.numel(), out.dtype(),
+                       out.dtype() == DType::Bool ? dist::ReduceOp::Max : dist::ReduceOp::Sum);
+    return;
+  }
+  const std::vector<unsigned char> all = gather_world(g, in[0]);
+  const int64_t n = out.numel(), bytes = out.type.nbytes();
+  std::vector<Array> parts;
+  for (int64_t r : g.ranks) {
+    parts.push_back({out.type, Buffer::allocate(static_cast<size_t>(bytes))});
+    if (bytes)
+      std::memcpy(parts.back().buf.data(), all.data() + r * bytes, static_cast<size_t>(bytes));
+  }
+  // Summed in block order, so every member of the group gets the same bits.
+  for (int64_t i = 0; i < n; ++i) {
+    double f = 0;
+    int64_t k = 0;
+    for (const Array& part : parts) {
+      if (is_floating(out.dtype()))
+        f += part.get_f(i);
+      else
+        k += part.get_i(i);
+    }
+    if (is_floating(out.dtype()))
+      out.set_f(i, f);
+    else
+      out.set_i(i, out.dtype() == DType::Bool ? k != 0 : k);
+  }
+}
+
+void mesh_all_gather_kernel(const ir::Node& node, std::span<const Array> in, Array& out) {
+  const Group g = group_of(node);
+  const Array& x = in[0];
+  int64_t outer, inner_bytes;
+  split_at(x.shape(), g.dim, x.shape()[static_cast<size_t>(g.dim)], x.dtype(), &outer,
+           &inner_bytes);
+  const std::vector<unsigned char> all = gather_world(g, x);
+  const int64_t bytes = x.type.nbytes(), w = static_cast<int64_t>(g.ranks.size());
+  auto* dst = static_cast<unsigned char*>(out.buf.data());
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t k = 0; k < w; ++k)
+      std::memcpy(dst + (o * w + k) * inner_bytes,
+                  all.data() + g.ranks[k] * bytes + o * inner_bytes,
+                  static_cast<size_t>(inner_bytes));
+}
+
+void mesh_slice_kernel(const ir::Node& node, std::span<const Array> in, Array& out) {
+  const Group g = group_of(node);
+  const Array& x = in[0];
+  const int64_t w = static_cast<int64_t>(g.ranks.size());
+  int64_t outer, inner_bytes;
+  split_at(x.shape(), g.dim, x.shape()[static_cast<size_t>(g.dim)] / w, x.dtype(), &outer,
+           &inner_bytes);
+  const auto* src = static_cast<const unsigned char*>(x.buf.data());
+  auto* dst = static_cast<unsigned char*>(out.buf.data());
+  for (int64_t o = 0; o < outer; ++o)
+    std::memcpy(dst + o * inner_bytes, src + (o * w + g.index) * inner_bytes,
+                static_cast<size_t>(inner_bytes));
+}
+
 }  // namespace
 
 void register_collective_kernels(KernelTable& t) {
@@ -116,6 +214,10 @@ void register_collective_kernels(KernelTable& t) {
   t.set(OpKind::ReduceScatterSum, reduce_scatter_kernel);
   t.set(OpKind::DistBroadcast, broadcast_kernel);
   t.set(OpKind::GradAllReduce, identity_kernel);
+  t.set(OpKind::Shard, identity_kernel);  // the unpartitioned program's meaning
+  t.set(OpKind::MeshAllReduce, mesh_all_reduce_kernel);
+  t.set(OpKind::MeshAllGather, mesh_all_gather_kernel);
+  t.set(OpKind::MeshSlice, mesh_slice_kernel);
 }
 
 }  // namespace loom::detail::ref

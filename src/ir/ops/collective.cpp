@@ -1,12 +1,55 @@
 // Type rules of the dist family: all_reduce_*, all_gather, reduce_scatter_sum, dist_broadcast,
-// grad_all_reduce (ops.def, docs/ir.md).
+// grad_all_reduce, and the partitioner's shard, mesh_all_reduce, mesh_all_gather, mesh_slice
+// (ops.def, docs/ir.md).
 #include "ir/ops/infer_impl.h"
+#include "loom/ir/sharding.h"
 
 namespace loom::ir::detail {
+
+namespace {
+
+TensorType infer_mesh(OpKind op, const TensorType& x, const Attrs& a) {
+  const std::string_view name = op_name(op);
+  if (op == OpKind::Shard) {
+    const Sharding s = decode_sharding(a, x.shape.rank());
+    for (size_t d = 0; d < s.dims.size(); ++d)
+      LOOM_CHECK_T(ShapeError, x.shape[d] % s.shards(d) == 0, "[shard] dim ", d, " of ", x,
+                   " does not split evenly into ", s.shards(d), " blocks (", to_string(s), ")");
+    return x;
+  }
+  LOOM_CHECK(a.ints.size() >= 2 && a.ints.size() <= 17, "[", name,
+             "] expected mesh = [dim, mesh extents...]");
+  std::vector<int64_t> mesh(a.ints.begin() + 1, a.ints.end());
+  for (int64_t m : mesh)
+    LOOM_CHECK(m >= 1 && m <= (int64_t{1} << 24), "[", name, "] mesh extents must be in [1, 2^24]");
+  LOOM_CHECK(a.i >= 1 && a.i < (int64_t{1} << mesh.size()), "[", name,
+             "] group must be a non-empty mask of the mesh's ", mesh.size(), " axes, got ", a.i);
+  if (op == OpKind::MeshAllReduce) return x;
+  const int64_t dim = a.ints[0], n = group_size(mesh, static_cast<uint32_t>(a.i));
+  LOOM_CHECK_T(ShapeError, dim >= 0 && dim < x.shape.rank(), "[", name,
+               "] dim must be one dim of the operand ", x, ", got ", dim);
+  Shape s = x.shape;
+  const size_t d = static_cast<size_t>(dim);
+  if (op == OpKind::MeshAllGather) {
+    LOOM_CHECK_T(ShapeError, !__builtin_mul_overflow(s[d], n, &s[d]), "[", name, "] dim ", d,
+                 " of ", x, " gathered from ", n, " ranks overflows int64");
+  } else {
+    LOOM_CHECK_T(ShapeError, s[d] % n == 0, "[", name, "] dim ", d, " of ", x,
+                 " must split evenly into ", n, " blocks");
+    s[d] /= n;
+  }
+  check_shape(name.data(), s);
+  return {x.dtype, s};
+}
+
+}  // namespace
 
 TensorType infer_collective(const Graph& g, OpKind op, std::span<const Value> xs, const Attrs& a) {
   const std::string_view name = op_name(op);
   const TensorType& x = g.type(xs[0]);
+  if (op == OpKind::Shard || op == OpKind::MeshAllReduce || op == OpKind::MeshAllGather ||
+      op == OpKind::MeshSlice)
+    return infer_mesh(op, x, a);
   constexpr int64_t kMaxWorld = int64_t{1} << 24;
   LOOM_CHECK(a.i >= 1 && a.i <= kMaxWorld, "[", name, "] world must be in [1, ", kMaxWorld,
              "], got ", a.i);

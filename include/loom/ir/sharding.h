@@ -1,0 +1,52 @@
+// How a value is laid out over a mesh of ranks (GSPMD's sharding, torch_xla's spec form),
+// and its encoding in the attributes of a `shard` node (ops.def).
+//
+// A mesh of shape [m0, m1, ...] holds the ranks in row-major order: rank r has coordinate
+// c[a] on mesh axis a. A tensor dim sharded over a set of axes is split into prod(m[a])
+// blocks; the rank's block index ravels its coordinates on those axes in ascending axis order
+// (so a tuple of axes is always read in mesh order). `partial` marks axes over which the
+// ranks hold addends of the value (the sum over the axis is the value): a state inside the
+// partitioner, never a tensor's stored layout.
+//
+//   Sharding s{{2, 2}, {0b10, 0}};   // dim 0 split over mesh axis 1, dim 1 replicated
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "loom/ir/graph.h"
+
+namespace loom::ir {
+
+struct Sharding {
+  std::vector<int64_t> mesh;  // the mesh's shape
+  std::vector<uint32_t> dims; // per tensor dim: the mask of mesh axes it is split over
+  uint32_t partial = 0;       // mesh axes over which the value is a sum of the ranks' parts
+
+  // Replicated: no dim split and nothing partial.
+  bool replicated() const;
+  // The number of blocks along `dim` (the product of its axes' extents).
+  int64_t shards(size_t dim) const;
+  // The ranks of the mesh.
+  int64_t size() const;
+  friend bool operator==(const Sharding& a, const Sharding& b) = default;
+};
+
+// The blocks of a group of axes: their number, and this rank's index (`rank` in row-major
+// order of `mesh`).
+int64_t group_size(const std::vector<int64_t>& mesh, uint32_t axes);
+int64_t group_index(const std::vector<int64_t>& mesh, uint32_t axes, int64_t rank);
+// The ranks of the group of `rank` over `axes` (the same coordinates on every other axis), in
+// block order.
+std::vector<int64_t> group_ranks(const std::vector<int64_t>& mesh, uint32_t axes, int64_t rank);
+
+// A `shard` node's attributes: ints = [mesh rank, mesh..., dims...], flag = stored.
+Attrs encode_sharding(const Sharding& s, bool stored);
+Sharding decode_sharding(const Attrs& a, int64_t rank);
+// The local shape of a value of global shape `global` laid out by s.
+Shape local_shape(const Shape& global, const Sharding& s);
+// torch_xla's spelling: "{devices=[2,1] mesh=[2,2] ({1}, None)}" style text for messages.
+std::string to_string(const Sharding& s);
+
+}  // namespace loom::ir

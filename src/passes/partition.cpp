@@ -1,0 +1,482 @@
+// The partitioner (loom/passes/partition.h): forward propagation of shardings, op by op, into
+// a graph of local shapes with the resharding collectives inserted.
+#include "loom/passes/partition.h"
+
+#include <algorithm>
+
+#include "loom/core/error.h"
+#include "loom/ir/builder.h"
+#include "loom/ir/op_kind.h"
+
+namespace loom::passes {
+
+namespace {
+
+using ir::Node;
+using ir::NodeId;
+using ir::OpKind;
+using ir::Sharding;
+using ir::Value;
+
+// Every axis of `a` comes after every axis of `b` (a split by a refines a split by b).
+bool minor_to(uint32_t a, uint32_t b) {
+  if (!a || !b) return true;
+  return (31 - __builtin_clz(b)) < __builtin_ctz(a);
+}
+
+class Partitioner {
+ public:
+  explicit Partitioner(const ir::Graph& g) : g_(g), b_(out_.graph) {}
+
+  Partitioned run() {
+    find_mesh();
+    stored_.assign(g_.size(), std::nullopt);
+    for (NodeId id = 0; id < g_.size(); ++id) {
+      const Node& n = g_.node(id);
+      if (n.op == OpKind::Shard && n.attrs.flag) {
+        const Node& p = g_.node(n.operands[0].node);
+        LOOM_CHECK(p.op == OpKind::Parameter, "[partition] shard{stored} of a ", ir::op_name(p.op),
+                   ": a stored layout belongs to a parameter");
+        stored_[n.operands[0].node] = ir::decode_sharding(n.attrs, p.type.shape.rank());
+      }
+    }
+    local_.resize(g_.size());
+    state_.resize(g_.size());
+    out_.values.resize(g_.size());
+    for (NodeId id = 0; id < g_.size(); ++id) {
+      node_ = id;
+      lower(g_.node(id));
+      if (!state_[id].empty() && !state_[id][0].replicated()) out_.values[id] = state_[id][0];
+    }
+    for (Value v : g_.outputs()) {
+      node_ = v.node;
+      Sharding s = state(v);
+      Value lv = local(v);
+      if (s.partial) {
+        Sharding whole = s;
+        whole.partial = 0;
+        lv = reshard(lv, s, whole, g_.type(v));
+        s = whole;
+      }
+      out_.graph.outputs().push_back(lv);
+      out_.outputs.push_back(s.replicated() ? std::nullopt : std::optional<Sharding>(s));
+    }
+    return std::move(out_);
+  }
+
+ private:
+  void find_mesh() {
+    for (NodeId id = 0; id < g_.size(); ++id) {
+      const Node& n = g_.node(id);
+      if (n.op != OpKind::Shard) continue;
+      const Sharding s = ir::decode_sharding(n.attrs, g_.type(n.operands[0]).shape.rank());
+      if (mesh_.empty()) mesh_ = s.mesh;
+      LOOM_CHECK(mesh_ == s.mesh, "[mark_sharding] one graph uses two meshes (", to_string(s),
+                 " and one of ", mesh_.size(), " axes): annotate with one mesh per program");
+    }
+  }
+
+  Sharding replicated(int64_t rank) const {
+    Sharding s;
+    s.mesh = mesh_;
+    s.dims.assign(static_cast<size_t>(rank), 0);
+    return s;
+  }
+  const Sharding& state(Value v) const { return state_[v.node][v.index]; }
+  Value local(Value v) const { return local_[v.node][v.index]; }
+  void set(NodeId id, std::vector<Value> lv, std::vector<Sharding> s) {
+    local_[id] = std::move(lv);
+    state_[id] = std::move(s);
+  }
+
+  Value mesh_op(OpKind op, Value x, int64_t dim, uint32_t group) {
+    ir::Attrs a;
+    a.ints.push_back(dim);
+    for (int64_t m : mesh_) a.ints.push_back(m);
+    a.i = group;
+    Value y = b_.make(op, std::span<const Value>(&x, 1), std::move(a));
+    const TensorType& t = b_.type(op == OpKind::MeshAllGather ? y : x);
+    out_.collectives.push_back({op, group, t.nbytes(), node_});
+    return y;
+  }
+
+  // x (local, laid out as `from`) laid out as `to`: partial sums reduced, then the axes a dim
+  // loses gathered, then the axes a dim gains sliced locally.
+  Value reshard(Value x, const Sharding& from, const Sharding& to, const TensorType& global) {
+    (void)global;
+    if (from.partial & ~to.partial) x = mesh_op(OpKind::MeshAllReduce, x, 0, from.partial & ~to.partial);
+    std::vector<uint32_t> slice(from.dims.size(), 0);
+    for (size_t d = 0; d < from.dims.size(); ++d) {
+      const uint32_t f = from.dims[d], t = to.dims[d];
+      if (f == t) continue;
+      const uint32_t gained = t & ~f, lost = f & ~t;
+      if (!lost && minor_to(gained, f)) {
+        slice[d] = gained;
+      } else if (!gained && minor_to(lost, t)) {
+        x = mesh_op(OpKind::MeshAllGather, x, static_cast<int64_t>(d), lost);
+      } else {
+        x = mesh_op(OpKind::MeshAllGather, x, static_cast<int64_t>(d), f);
+        slice[d] = t;
+      }
+    }
+    for (size_t d = 0; d < slice.size(); ++d)
+      if (slice[d]) x = mesh_op(OpKind::MeshSlice, x, static_cast<int64_t>(d), slice[d]);
+    return x;
+  }
+  Value to_layout(Value v, const Sharding& to) { return reshard(local(v), state(v), to, g_.type(v)); }
+
+  // A dim mask usable on a dim of extent n: the axes split it evenly.
+  bool fits(int64_t n, uint32_t axes) const {
+    return n > 1 || !axes ? n % ir::group_size(mesh_, axes) == 0 : false;
+  }
+
+  void lower(const Node& n) {
+    const TensorType* given = ir::has_trait(n.op, ir::kTypeGiven) ? &n.type : nullptr;
+    switch (n.op) {
+      case OpKind::Parameter: {
+        TensorType t = n.type;
+        Sharding s = replicated(t.shape.rank());
+        if (stored_[node_]) {
+          s = *stored_[node_];
+          t.shape = ir::local_shape(t.shape, s);
+        }
+        set(node_, {b_.parameter(t, n.attrs.i)}, {s});
+        return;
+      }
+      case OpKind::Constant:
+      case OpKind::Iota:
+      case OpKind::RandUniform:
+      case OpKind::RandNormal: copy(n); return;
+      case OpKind::Shard: {
+        Sharding s = ir::decode_sharding(n.attrs, n.type.shape.rank());
+        for (size_t d = 0; d < s.dims.size(); ++d)
+          LOOM_CHECK_T(ShapeError, fits(n.type.shape[d], s.dims[d]), "[mark_sharding] dim ", d,
+                       " of ", n.type, " does not split evenly into ", s.shards(d), " blocks");
+        if (n.attrs.flag) {
+          set(node_, {local(n.operands[0])}, {state(n.operands[0])});
+          return;
+        }
+        set(node_, {to_layout(n.operands[0], s)}, {s});
+        return;
+      }
+      case OpKind::MatMul: matmul(n); return;
+      case OpKind::ReduceSum:
+      case OpKind::ReduceMax:
+      case OpKind::ReduceMin:
+      case OpKind::ArgMax: reduce(n); return;
+      case OpKind::Permute: {
+        const Sharding& in = state(n.operands[0]);
+        Sharding s = in;
+        for (size_t d = 0; d < n.attrs.ints.size(); ++d)
+          s.dims[d] = in.dims[static_cast<size_t>(n.attrs.ints[d])];
+        emit(n, {local(n.operands[0])}, s, n.attrs);
+        return;
+      }
+      case OpKind::Expand: expand(n); return;
+      case OpKind::Reshape: reshape(n); return;
+      case OpKind::Slice:
+      case OpKind::Concat:
+      case OpKind::IndexSelect: along_whole_axis(n); return;
+      case OpKind::Attention:
+      case OpKind::AttentionGrad: attention(n); return;
+      default: break;
+    }
+    if (ir::has_trait(n.op, ir::kElementwise) && n.regions.empty()) {
+      elementwise(n, given);
+      return;
+    }
+    replicate_all(n);
+  }
+
+  // A local node of op n.op over `operands`, laid out as s.
+  void emit(const Node& n, std::vector<Value> operands, const Sharding& s, ir::Attrs attrs) {
+    const TensorType* given = nullptr;
+    TensorType t;
+    if (ir::has_trait(n.op, ir::kTypeGiven)) {
+      t = {n.type.dtype, ir::local_shape(n.type.shape, s)};
+      given = &t;
+    }
+    set(node_, {b_.make(n.op, operands, std::move(attrs), given)}, {s});
+  }
+
+  void copy(const Node& n) {
+    std::vector<Value> xs;
+    for (Value v : n.operands) xs.push_back(local(v));
+    set(node_, {b_.make(n.op, xs, n.attrs, &n.type)}, {replicated(n.type.shape.rank())});
+  }
+
+  // Any op without a rule: replicated operands, the node as it is (its types are global).
+  void replicate_all(const Node& n) {
+    Node m = n;
+    for (Value& v : m.operands) v = to_layout(v, replicated(g_.type(v).shape.rank()));
+    const NodeId id = b_.add(std::move(m));
+    std::vector<Value> lv;
+    std::vector<Sharding> s;
+    for (uint32_t k = 0; k < n.num_results(); ++k) {
+      lv.push_back({id, k});
+      s.push_back(replicated(n.result_type(k).shape.rank()));
+    }
+    set(node_, std::move(lv), std::move(s));
+  }
+
+  // The out dims' masks taken from operands aligned to the right (numpy broadcasting): the
+  // first operand that splits a dim of full extent wins it; an axis is used once.
+  std::vector<uint32_t> broadcast_dims(const Shape& out, std::span<const Value> xs,
+                                       uint32_t used) const {
+    std::vector<uint32_t> dims(out.size(), 0);
+    for (Value v : xs) {
+      const Shape& s = g_.type(v).shape;
+      const size_t off = out.size() - s.size();
+      for (size_t d = 0; d < s.size(); ++d) {
+        const uint32_t m = state(v).dims[d];
+        if (!m || dims[off + d] || s[d] != out[off + d] || (m & used)) continue;
+        dims[off + d] = m;
+        used |= m;
+      }
+    }
+    return dims;
+  }
+  // The layout of operand v under an out layout of `dims` (broadcast dims replicated).
+  Sharding operand_layout(Value v, const Shape& out, const std::vector<uint32_t>& dims,
+                          uint32_t partial) const {
+    const Shape& s = g_.type(v).shape;
+    Sharding l = replicated(s.rank());
+    const size_t off = out.size() - s.size();
+    for (size_t d = 0; d < s.size(); ++d) l.dims[d] = s[d] == out[off + d] ? dims[off + d] : 0;
+    l.partial = partial;
+    return l;
+  }
+
+  void elementwise(const Node& n, const TensorType* given) {
+    // Linear ops keep partial sums: a sum of partials, a partial scaled by a whole value.
+    uint32_t keep = 0;
+    const auto p = [&](size_t k) { return state(n.operands[k]).partial; };
+    switch (n.op) {
+      case OpKind::Neg: keep = p(0); break;
+      case OpKind::Convert: keep = is_floating(n.type.dtype) ? p(0) : 0; break;
+      case OpKind::Add:
+      case OpKind::Sub: keep = p(0) == p(1) ? p(0) : 0; break;
+      case OpKind::Mul: keep = !p(0) ? p(1) : !p(1) ? p(0) : 0; break;
+      case OpKind::Div: keep = !p(1) ? p(0) : 0; break;
+      default: break;
+    }
+    std::vector<uint32_t> dims = broadcast_dims(n.type.shape, n.operands, keep);
+    std::vector<Value> xs;
+    for (size_t k = 0; k < n.operands.size(); ++k) {
+      const Value v = n.operands[k];
+      xs.push_back(to_layout(v, operand_layout(v, n.type.shape, dims, p(k) & keep)));
+    }
+    Sharding s = replicated(n.type.shape.rank());
+    s.dims = dims;
+    s.partial = keep;
+    TensorType t;
+    if (given) {
+      t = {n.type.dtype, ir::local_shape(n.type.shape, s)};
+      given = &t;
+    }
+    set(node_, {b_.make(n.op, xs, n.attrs, given)}, {s});
+  }
+
+  void reduce(const Node& n) {
+    const Value x = n.operands[0];
+    const Sharding& in = state(x);
+    std::vector<int64_t> axes;
+    if (n.op == OpKind::ArgMax)
+      axes.push_back(n.attrs.i);
+    else
+      axes.assign(n.attrs.ints.begin(), n.attrs.ints.end());
+    Sharding operand = in;
+    uint32_t partial = in.partial;
+    for (int64_t a : axes) {
+      const size_t d = static_cast<size_t>(a);
+      if (n.op == OpKind::ReduceSum) {
+        partial |= in.dims[d];
+      } else {
+        operand.dims[d] = 0;
+      }
+    }
+    if (n.op != OpKind::ReduceSum) {
+      operand.partial = 0;
+      partial = 0;
+    }
+    Sharding s = replicated(n.type.shape.rank());
+    s.partial = partial;
+    const bool keepdim = n.attrs.flag;
+    for (size_t d = 0, o = 0; d < in.dims.size(); ++d) {
+      const bool reduced = std::find(axes.begin(), axes.end(), static_cast<int64_t>(d)) != axes.end();
+      if (reduced && !keepdim) continue;
+      s.dims[o++] = reduced ? 0 : operand.dims[d];
+    }
+    emit(n, {to_layout(x, operand)}, s, n.attrs);
+  }
+
+  void matmul(const Node& n) {
+    const Value a = n.operands[0], b = n.operands[1];
+    const Shape &sa = g_.type(a).shape, &sb = g_.type(b).shape, &so = n.type.shape;
+    if (sa.size() < 2 || sb.size() < 2) {
+      replicate_all(n);
+      return;
+    }
+    const size_t ra = sa.size(), rb = sb.size(), ro = so.size();
+    const uint32_t ka = state(a).dims[ra - 1], kb = state(b).dims[rb - 2];
+    uint32_t k = ka == kb ? ka : !kb ? ka : !ka ? kb : 0;
+    if (!fits(sa[ra - 1], k)) k = 0;
+    uint32_t m = state(a).dims[ra - 2] & ~k;
+    uint32_t nn = state(b).dims[rb - 1] & ~k & ~m;
+    if (!fits(so[ro - 2], m)) m = 0;
+    if (!fits(so[ro - 1], nn)) nn = 0;
+    // Batch dims: broadcast over the out's leading dims, each axis used once.
+    const Shape batch(so.begin(), so.end() - 2);
+    std::vector<uint32_t> bd(batch.size(), 0);
+    uint32_t used = k | m | nn;
+    for (Value v : {a, b}) {
+      const Shape& s = g_.type(v).shape;
+      const size_t off = batch.size() - (s.size() - 2);
+      for (size_t d = 0; d + 2 < s.size(); ++d) {
+        const uint32_t mask = state(v).dims[d];
+        if (!mask || bd[off + d] || s[d] != batch[off + d] || (mask & used)) continue;
+        bd[off + d] = mask;
+        used |= mask;
+      }
+    }
+    auto operand = [&](Value v, uint32_t row, uint32_t col) {
+      const Shape& s = g_.type(v).shape;
+      Sharding l = replicated(s.rank());
+      const size_t off = batch.size() - (s.size() - 2);
+      for (size_t d = 0; d + 2 < s.size(); ++d) l.dims[d] = s[d] == batch[off + d] ? bd[off + d] : 0;
+      l.dims[s.size() - 2] = row;
+      l.dims[s.size() - 1] = col;
+      return l;
+    };
+    Sharding s = replicated(n.type.shape.rank());
+    for (size_t d = 0; d < bd.size(); ++d) s.dims[d] = bd[d];
+    s.dims[ro - 2] = m;
+    s.dims[ro - 1] = nn;
+    s.partial = k;
+    emit(n, {to_layout(a, operand(a, m, k)), to_layout(b, operand(b, k, nn))}, s, n.attrs);
+  }
+
+  void expand(const Node& n) {
+    const Value x = n.operands[0];
+    const Shape& in = g_.type(x).shape;
+    const Shape& out = n.type.shape;
+    Sharding s = replicated(out.rank());
+    s.partial = state(x).partial;
+    const size_t off = out.size() - in.size();
+    for (size_t d = 0; d < in.size(); ++d)
+      if (in[d] == out[off + d]) s.dims[off + d] = state(x).dims[d];
+    Sharding operand = operand_layout(x, out, s.dims, s.partial);
+    ir::Attrs at = n.attrs;
+    const Shape local = ir::local_shape(out, s);
+    at.ints.assign(local.begin(), local.end());
+    emit(n, {to_layout(x, operand)}, s, std::move(at));
+  }
+
+  // A split input dim carries to the output dim that starts at the same offset when it is the
+  // major part of it (a merge) or it is the major part of the input dim (a split).
+  void reshape(const Node& n) {
+    const Value x = n.operands[0];
+    const Shape& in = g_.type(x).shape;
+    const Shape& out = n.type.shape;
+    Sharding operand = state(x);
+    Sharding s = replicated(out.rank());
+    s.partial = operand.partial;
+    std::vector<int64_t> pout(out.size() + 1, 1);
+    for (size_t e = 0; e < out.size(); ++e) pout[e + 1] = pout[e] * out[e];
+    int64_t pin = 1;
+    for (size_t d = 0; d < in.size(); pin *= in[d], ++d) {
+      const uint32_t mask = operand.dims[d];
+      if (!mask) continue;
+      bool carried = false;
+      for (size_t e = 0; e < out.size() && !carried; ++e) {
+        if (pout[e] != pin || out[e] <= 1 || s.dims[e]) continue;
+        if ((out[e] % in[d] == 0 || in[d] % out[e] == 0) && fits(out[e], mask)) {
+          s.dims[e] = mask;
+          carried = true;
+        }
+      }
+      if (!carried) operand.dims[d] = 0;
+    }
+    ir::Attrs at = n.attrs;
+    const Shape local = ir::local_shape(out, s);
+    at.ints.assign(local.begin(), local.end());
+    emit(n, {to_layout(x, operand)}, s, std::move(at));
+  }
+
+  // slice, concat, index_select: the axis they work along is whole; other dims carry.
+  void along_whole_axis(const Node& n) {
+    const size_t axis = static_cast<size_t>(n.attrs.i);
+    const size_t data = n.op == OpKind::IndexSelect ? 1 : n.operands.size();
+    Sharding s = state(n.operands[0]);
+    s.dims[axis] = 0;
+    if (n.op != OpKind::Slice) s.partial = 0;
+    for (size_t k = 1; k < data; ++k)  // concat: a layout every operand takes
+      for (size_t d = 0; d < s.dims.size(); ++d)
+        if (!fits(g_.type(n.operands[k]).shape[d], s.dims[d])) s.dims[d] = 0;
+    std::vector<Value> xs;
+    for (size_t k = 0; k < n.operands.size(); ++k) {
+      const Value v = n.operands[k];
+      xs.push_back(to_layout(v, k < data ? s : replicated(g_.type(v).shape.rank())));
+    }
+    emit(n, std::move(xs), s, n.attrs);
+  }
+
+  // attention / attention_grad: the leading (batch, head) dims of q carry to every operand
+  // and result; the sequence and feature dims are whole.
+  void attention(const Node& n) {
+    const Value q = n.operands[0];
+    const Shape& sq = g_.type(q).shape;
+    const size_t batch = sq.size() - 2;
+    const size_t mask_at = n.op == OpKind::Attention ? 3 : 6;
+    std::vector<uint32_t> bd(batch, 0);
+    for (size_t d = 0; d < batch; ++d) bd[d] = state(q).dims[d];
+    for (size_t k = 0; k < n.operands.size() && k != mask_at; ++k) {
+      const Shape& s = g_.type(n.operands[k]).shape;
+      for (size_t d = 0; d < batch; ++d)
+        if (!fits(s[d], bd[d])) bd[d] = 0;
+    }
+    std::vector<Value> xs;
+    for (size_t k = 0; k < n.operands.size(); ++k) {
+      const Value v = n.operands[k];
+      const Shape& s = g_.type(v).shape;
+      Sharding l = replicated(s.rank());
+      if (k == mask_at) {  // broadcast to [..., H, L, S] from the right
+        const size_t off = sq.size() - s.size();
+        for (size_t d = 0; d < s.size(); ++d)
+          if (off + d < batch && s[d] == sq[off + d]) l.dims[d] = bd[off + d];
+      } else {
+        for (size_t d = 0; d < batch; ++d) l.dims[d] = bd[d];
+      }
+      xs.push_back(to_layout(v, l));
+    }
+    std::vector<Value> r = b_.make_region(n.op, xs, n.attrs, {});
+    std::vector<Sharding> s;
+    for (uint32_t k = 0; k < n.num_results(); ++k) {
+      Sharding l = replicated(n.result_type(k).shape.rank());
+      for (size_t d = 0; d < batch; ++d) l.dims[d] = bd[d];
+      s.push_back(l);
+    }
+    set(node_, std::move(r), std::move(s));
+  }
+
+  const ir::Graph& g_;
+  Partitioned out_;
+  ir::Builder b_;
+  std::vector<int64_t> mesh_;
+  std::vector<std::optional<Sharding>> stored_;
+  std::vector<std::vector<Value>> local_;
+  std::vector<std::vector<Sharding>> state_;
+  NodeId node_ = 0;
+};
+
+}  // namespace
+
+bool has_shardings(const ir::Graph& g) {
+  for (NodeId id = 0; id < g.size(); ++id)
+    if (g.node(id).op == OpKind::Shard) return true;
+  return false;
+}
+
+Partitioned partition(const ir::Graph& g) { return Partitioner(g).run(); }
+
+}  // namespace loom::passes

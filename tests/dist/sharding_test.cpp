@@ -1,0 +1,234 @@
+// mark_sharding and the partitioner: every sharded program's values and gradients equal the
+// single-process program's (the same program with no annotations, run on one rank), and the
+// collectives it inserts are the closed-form ones (a column-parallel product none, a row-
+// parallel one one all_reduce of the output's size). Ranks as threads, 2 and 4.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "dist/dist_util.h"
+#include "loom/ir/graph.h"
+#include "loom/loom.h"
+#include "loom/passes/partition.h"
+
+namespace loom {
+namespace {
+
+using dist::Mesh;
+using dist::ShardSpec;
+
+Tensor host(Shape s, double seed, double scale = 0.5) {
+  std::vector<float> v;
+  for (int64_t i = 0; i < s.numel(); ++i)
+    v.push_back(static_cast<float>(scale * std::sin(seed + 0.37 * i)));
+  return tensor(v, s);
+}
+
+void expect_close(const Tensor& got, const Tensor& want, const std::string& what) {
+  ASSERT_EQ(got.shape(), want.shape()) << what;
+  std::vector<float> a = got.to_vector<float>(), b = want.to_vector<float>();
+  double scale = 1;
+  for (float v : b) scale = std::max(scale, 1.0 + std::abs(v));
+  for (size_t i = 0; i < a.size(); ++i)
+    ASSERT_NEAR(a[i], b[i], 2e-5 * scale) << what << "[" << i << "]";
+}
+
+// Runs fn on n in-process ranks; fails the test with each rank's exception.
+void ranks(int n, const std::function<void(int)>& fn) {
+  auto errors = dist::run_in_process(n, fn);
+  for (size_t r = 0; r < errors.size(); ++r) {
+    if (!errors[r]) continue;
+    try {
+      std::rethrow_exception(errors[r]);
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "rank " << r << ": " << e.what();
+    }
+  }
+}
+
+// An MLP with its weights annotated Megatron-style: up split by rows (column parallel), down
+// by columns (row parallel); x [batch, d].
+struct Mlp {
+  Tensor up, down, bu, bd;
+  Mlp(int64_t d, double seed) {
+    up = host({4 * d, d}, seed);
+    down = host({d, 4 * d}, seed + 1);
+    bu = host({4 * d}, seed + 2);
+    bd = host({d}, seed + 3);
+    for (Tensor* t : {&up, &down, &bu, &bd}) t->requires_grad_(true);
+  }
+  Tensor operator()(const Tensor& x) const {
+    return matmul(gelu(matmul(x, transpose(up, 0, 1)) + bu), transpose(down, 0, 1)) + bd;
+  }
+};
+
+TEST(ShardingTest, MegatronMlpMatchesTheUnshardedProgram) {
+  const int64_t d = 8;
+  Tensor x = host({6, d}, 0.3);
+  Mlp ref(d, 1.0);
+  Tensor y_ref = ref(x);
+  Tensor loss_ref = sum(y_ref * y_ref);
+  loss_ref.backward();
+  loom::sync();
+  for (int n : {2, 4}) {
+    ranks(n, [&](int) {
+      Mlp m(d, 1.0);
+      Mesh mesh({n}, {"model"});
+      dist::mark_sharding(m.up, mesh, {{"model"}, {}});
+      dist::mark_sharding(m.bu, mesh, {{"model"}});
+      dist::mark_sharding(m.down, mesh, {{}, {"model"}});
+      EXPECT_EQ(dist::sharding_of(m.up).value_or(""), "mesh=[" + std::to_string(n) + "] (0, None)");
+      Tensor xl = host({6, d}, 0.3);
+      Tensor y = m(xl);
+      Tensor loss = sum(y * y);
+      loss.backward();
+      expect_close(y, y_ref, "y");
+      expect_close(m.up.grad(), ref.up.grad(), "up.grad");
+      expect_close(m.down.grad(), ref.down.grad(), "down.grad");
+      expect_close(m.bu.grad(), ref.bu.grad(), "bu.grad");
+      expect_close(m.bd.grad(), ref.bd.grad(), "bd.grad");
+      // Gradients take their parameters' layouts.
+      EXPECT_EQ(dist::sharding_of(m.up.grad()), dist::sharding_of(m.up));
+      EXPECT_EQ(dist::sharding_of(m.down.grad()), dist::sharding_of(m.down));
+    });
+  }
+}
+
+TEST(ShardingTest, SgdStepsKeepTheLayoutAndMatch) {
+  const int64_t d = 8;
+  auto train = [&](Mlp& m, const std::function<void()>& annotate) {
+    annotate();
+    std::vector<float> losses;
+    for (int step = 0; step < 3; ++step) {
+      Tensor x = host({4, d}, 0.1 * step);
+      Tensor y = m(x);
+      Tensor loss = mean(y * y);
+      loss.backward();
+      {
+        NoGradGuard g;
+        for (Tensor* p : {&m.up, &m.down, &m.bu, &m.bd}) {
+          p->copy_(*p - p->grad() * 0.05);
+          p->reset_grad();
+        }
+      }
+      losses.push_back(loss.item<float>());
+    }
+    return losses;
+  };
+  Mlp ref(d, 2.0);
+  const std::vector<float> want = train(ref, [] {});
+  loom::sync();
+  ranks(2, [&](int) {
+    Mlp m(d, 2.0);
+    Mesh mesh({2}, {"model"});
+    std::vector<float> got = train(m, [&] {
+      dist::mark_sharding(m.up, mesh, {{"model"}, {}});
+      dist::mark_sharding(m.down, mesh, {{}, {"model"}});
+    });
+    for (size_t k = 0; k < want.size(); ++k) EXPECT_NEAR(got[k], want[k], 1e-5 * (1 + want[k]));
+    EXPECT_EQ(dist::sharding_of(m.up).value_or(""), "mesh=[2] (0, None)");
+    EXPECT_EQ(dist::sharding_of(m.down).value_or(""), "mesh=[2] (None, 0)");
+    expect_close(dist::full(m.up), ref.up, "up after 3 steps");
+    expect_close(m.down, ref.down, "down after 3 steps (read whole)");
+  });
+}
+
+TEST(ShardingTest, TwoDimensionalMeshAndPartialReplication) {
+  Tensor a = host({8, 12}, 0.5), b = host({12, 4}, 1.5);
+  Tensor want = relu(matmul(a, b)) * 2.0;
+  loom::sync();
+  ranks(4, [&](int) {
+    Mesh mesh({2, 2}, {"data", "model"});
+    Tensor al = host({8, 12}, 0.5), bl = host({12, 4}, 1.5);
+    dist::mark_sharding(al, mesh, {{"data"}, {"model"}});  // rows over data, contraction over model
+    dist::mark_sharding(bl, mesh, {{"model"}, {}});        // replicated over data
+    Tensor y = relu(matmul(al, bl)) * 2.0;
+    expect_close(y, want, "2-d mesh product");
+    Tensor c = host({8, 12}, 0.7);
+    dist::mark_sharding(c, mesh, {{"data", "model"}, {}});  // one dim over both axes
+    expect_close(c * 3.0, host({8, 12}, 0.7) * 3.0, "dim over (data, model)");
+    Tensor e = host({4, 6, 8}, 0.9);
+    dist::mark_sharding(e, mesh, {{}, {"model"}, {"data"}});
+    const Tensor eh = host({4, 6, 8}, 0.9);
+    expect_close(sum(e, {2}) + sum(unsqueeze(mean(e, {1}), 1), {2}),
+                 sum(eh, {2}) + sum(unsqueeze(mean(eh, {1}), 1), {2}),
+                 "3-d reductions over split dims");
+  });
+}
+
+TEST(ShardingTest, InPlaceAddOnAShardedTensor) {
+  ranks(2, [&](int) {
+    Mesh mesh({2});
+    Tensor w = host({4, 6}, 0.2);
+    dist::mark_sharding(w, mesh, {{0}, {}});
+    w.add_(host({4, 6}, 0.4));
+    expect_close(w, host({4, 6}, 0.2) + host({4, 6}, 0.4), "add_");
+    EXPECT_EQ(dist::sharding_of(w).value_or(""), "mesh=[2] (0, None)");
+  });
+}
+
+TEST(ShardingTest, ReshapesAndPermutesKeepWholeSplitDims) {
+  Tensor x = host({4, 6, 8}, 0.6);
+  Tensor want = sum(permute(reshape(transpose(reshape(x, {4, 48}), 0, 1), {6, 8, 4}), {2, 0, 1}), {1});
+  loom::sync();
+  ranks(2, [&](int) {
+    Tensor xl = host({4, 6, 8}, 0.6);
+    dist::mark_sharding(xl, Mesh({2}), {{0}, {}, {}});
+    expect_close(sum(permute(reshape(transpose(reshape(xl, {4, 48}), 0, 1), {6, 8, 4}), {2, 0, 1}), {1}), want,
+                 "reshape/permute chain");
+  });
+}
+
+// The closed-form collective counts, on the partitioner alone.
+TEST(ShardingTest, InsertedCollectivesHaveTheClosedFormCounts) {
+  auto count = [](const std::string& text, ir::OpKind op) {
+    passes::Partitioned p = passes::partition(ir::parse(text));
+    int64_t n = 0, bytes = 0;
+    for (const passes::InsertedCollective& c : p.collectives)
+      if (c.op == op) ++n, bytes += c.bytes;
+    return std::pair<int64_t, int64_t>{n, bytes};
+  };
+  // Column parallel: x replicated, w [out, in] split by rows: y's columns split, no collective.
+  const std::string column =
+      "graph(%0: f32[6,8], %1: f32[32,8]) {\n"
+      "  %2 = shard(%1) {sharding=[1,2,1,0], stored=true} : f32[32,8]\n"
+      "  %3 = permute(%2) {perm=[1,0]} : f32[8,32]\n"
+      "  %4 = matmul(%0, %3) : f32[6,32]\n"
+      "  return %4\n}";
+  passes::Partitioned p = passes::partition(ir::parse(column));
+  EXPECT_TRUE(p.collectives.empty());
+  ASSERT_TRUE(p.outputs[0].has_value());
+  EXPECT_EQ(ir::to_string(*p.outputs[0]), "mesh=[2] (None, 0)");
+  // Row parallel: w [out, in] split by columns: one all_reduce of the output's size.
+  const std::string row =
+      "graph(%0: f32[6,32], %1: f32[8,32]) {\n"
+      "  %2 = shard(%1) {sharding=[1,2,0,1], stored=true} : f32[8,32]\n"
+      "  %3 = permute(%2) {perm=[1,0]} : f32[32,8]\n"
+      "  %4 = matmul(%0, %3) : f32[6,8]\n"
+      "  return %4\n}";
+  EXPECT_EQ(count(row, ir::OpKind::MeshAllReduce), (std::pair<int64_t, int64_t>{1, 6 * 8 * 4}));
+  EXPECT_EQ(count(row, ir::OpKind::MeshAllGather).first, 0);
+  EXPECT_EQ(count(row, ir::OpKind::MeshSlice).first, 1);  // x's columns: a local slice
+}
+
+TEST(ShardingTest, BadSpecsAreClearErrors) {
+  ranks(2, [&](int) {
+    Tensor w = host({4, 6}, 0.2);
+    Mesh mesh({2}, {"model"});
+    EXPECT_THROW(dist::mark_sharding(w, mesh, {{"model"}}), ShapeError);          // rank
+    EXPECT_THROW(dist::mark_sharding(w, mesh, {{"data"}, {}}), ShapeError);       // axis
+    EXPECT_THROW(dist::mark_sharding(w, mesh, {{"model"}, {"model"}}), ShapeError);  // twice
+    Tensor odd = host({3, 6}, 0.2);
+    EXPECT_THROW(dist::mark_sharding(odd, mesh, {{"model"}, {}}), ShapeError);    // divides
+    EXPECT_THROW(dist::mark_sharding(w, Mesh({4}), {{0}, {}}), DistError);         // world
+    try {
+      dist::mark_sharding(odd, mesh, {{"model"}, {}});
+    } catch (const ShapeError& e) {
+      EXPECT_NE(std::string(e.what()).find("does not split evenly into 2"), std::string::npos)
+          << e.what();
+    }
+  });
+}
+
+}  // namespace
+}  // namespace loom
