@@ -104,7 +104,8 @@ class Partitioner {
   // loses gathered, then the axes a dim gains sliced locally.
   Value reshard(Value x, const Sharding& from, const Sharding& to, const TensorType& global) {
     (void)global;
-    if (from.partial & ~to.partial) x = mesh_op(OpKind::MeshAllReduce, x, 0, from.partial & ~to.partial);
+    if (from.partial & ~to.partial)
+      x = mesh_op(OpKind::MeshAllReduce, x, 0, from.partial & ~to.partial);
     std::vector<uint32_t> slice(from.dims.size(), 0);
     for (size_t d = 0; d < from.dims.size(); ++d) {
       const uint32_t f = from.dims[d], t = to.dims[d];
@@ -123,7 +124,9 @@ class Partitioner {
       if (slice[d]) x = mesh_op(OpKind::MeshSlice, x, static_cast<int64_t>(d), slice[d]);
     return x;
   }
-  Value to_layout(Value v, const Sharding& to) { return reshard(local(v), state(v), to, g_.type(v)); }
+  Value to_layout(Value v, const Sharding& to) {
+    return reshard(local(v), state(v), to, g_.type(v));
+  }
 
   // A dim mask usable on a dim of extent n: the axes split it evenly.
   bool fits(int64_t n, uint32_t axes) const {
@@ -303,7 +306,8 @@ class Partitioner {
     s.partial = partial;
     const bool keepdim = n.attrs.flag;
     for (size_t d = 0, o = 0; d < in.dims.size(); ++d) {
-      const bool reduced = std::find(axes.begin(), axes.end(), static_cast<int64_t>(d)) != axes.end();
+      const bool reduced =
+          std::find(axes.begin(), axes.end(), static_cast<int64_t>(d)) != axes.end();
       if (reduced && !keepdim) continue;
       s.dims[o++] = reduced ? 0 : operand.dims[d];
     }
@@ -343,7 +347,8 @@ class Partitioner {
       const Shape& s = g_.type(v).shape;
       Sharding l = replicated(s.rank());
       const size_t off = batch.size() - (s.size() - 2);
-      for (size_t d = 0; d + 2 < s.size(); ++d) l.dims[d] = s[d] == batch[off + d] ? bd[off + d] : 0;
+      for (size_t d = 0; d + 2 < s.size(); ++d)
+        l.dims[d] = s[d] == batch[off + d] ? bd[off + d] : 0;
       l.dims[s.size() - 2] = row;
       l.dims[s.size() - 1] = col;
       return l;
@@ -478,5 +483,15 @@ bool has_shardings(const ir::Graph& g) {
 }
 
 Partitioned partition(const ir::Graph& g) { return Partitioner(g).run(); }
+
+std::string describe(const Partitioned& p) {
+  std::string out;
+  for (NodeId id = 0; id < p.values.size(); ++id)
+    if (p.values[id]) out += detail::str_cat("%", id, ": ", ir::to_string(*p.values[id]), "\n");
+  for (const InsertedCollective& c : p.collectives)
+    out += detail::str_cat(ir::op_name(c.op), " over mesh axes mask ", c.group, ": ", c.bytes,
+                           " bytes per rank (for %", c.node, ")\n");
+  return out;
+}
 
 }  // namespace loom::passes

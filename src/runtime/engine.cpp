@@ -338,11 +338,17 @@ SyncHit find_sync(const Hash128& key) {
 SyncHit compile_sync(const Hash128* key, const ir::Graph& g, std::vector<uint32_t> slots,
                      std::vector<TensorType> slot_types) {
   SyncHit hit;
-  std::shared_ptr<const passes::Partitioned> partition;
+  std::shared_ptr<PartitionInfo> partition;
   if (passes::has_shardings(g)) {
-    profile::Scope ps("compile", "partition");
-    partition = std::make_shared<passes::Partitioned>(passes::partition(g));
-    hit.exe = compile_cached(partition->graph);
+    passes::Partitioned p;
+    {
+      profile::Scope ps("compile", "partition");
+      p = passes::partition(g);
+    }
+    partition = std::make_shared<PartitionInfo>();
+    partition->outputs = std::move(p.outputs);
+    partition->report = passes::describe(p);
+    hit.exe = compile_cached(p.graph);
   } else {
     hit.exe = compile_cached(g);
   }

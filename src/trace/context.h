@@ -198,7 +198,7 @@ class TraceContext {
   // renumbers its nodes: a caller that wraps several raw values one by one holds a
   // CompactionHold meanwhile (the values not yet wrapped would go stale).
   Tensor wrap(ir::Value v);
-  const std::shared_ptr<const passes::Partitioned>& last_partition() const {
+  const std::shared_ptr<const runtime::PartitionInfo>& last_partition() const {
     return last_partition_;
   }
   // Off while a hold lives; the next wrap after it compacts.
@@ -276,7 +276,7 @@ class TraceContext {
   static TraceContext& create();
   ir::Value value_of_slow(const Tensor& t);
   // The partitioner's account of the last sharded graph this thread ran (sharding_report).
-  std::shared_ptr<const passes::Partitioned> last_partition_;
+  std::shared_ptr<const runtime::PartitionInfo> last_partition_;
   ir::Value stored_layout(const TensorImpl& impl, ir::Value param);
   ir::Value scoped_value(const std::shared_ptr<TensorImpl>& impl);
   [[noreturn]] void escaped(const TensorImpl& impl) const;
@@ -300,7 +300,7 @@ class TraceContext {
   std::vector<Buffer> bind(const std::vector<uint32_t>& slot_ids, std::vector<uint8_t>* donated);
   bool full_sync(const std::vector<TensorImpl*>& impls) const;
   void write_back(const std::vector<TensorImpl*>& impls, const std::vector<Buffer>& out, bool all,
-                  const passes::Partitioned* partition);
+                  const runtime::PartitionInfo* partition);
   void link(TensorImpl* impl);
   void maybe_compact() {
     if (graph_.size() > gc_threshold_ || has_handoffs_.load(std::memory_order_relaxed)) [[unlikely]]

@@ -6,7 +6,6 @@
 
 #include "loom/core/half.h"
 #include "loom/ir/op_kind.h"
-#include "loom/passes/partition.h"
 #include "loom/runtime/metrics.h"
 #include "loom/runtime/sync.h"
 #include "trace/context.h"
@@ -388,7 +387,7 @@ bool TraceContext::full_sync(const std::vector<TensorImpl*>& impls) const {
 }
 
 void TraceContext::write_back(const std::vector<TensorImpl*>& impls, const std::vector<Buffer>& out,
-                              bool all, const passes::Partitioned* partition) {
+                              bool all, const runtime::PartitionInfo* partition) {
   std::vector<ir::Value> done_values;
   for (size_t k = 0; k < impls.size(); ++k) {
     TensorImpl* p = impls[k];

@@ -6,7 +6,6 @@
 
 #include "loom/core/communicator.h"
 #include "loom/ir/sharding.h"
-#include "loom/passes/partition.h"
 #include "loom/trace/autograd.h"
 #include "trace/ops_impl.h"
 
@@ -43,9 +42,10 @@ ir::Sharding resolve(const Tensor& t, const Mesh& mesh, const ShardSpec& spec) {
   Communicator* c = current();
   const int64_t world = c ? c->size() : 1;
   if (mesh.size() != world)
-    throw DistError(str_cat("[", op, "] the mesh ", axes_text(mesh), " holds ", mesh.size(),
-                            " ranks but the world has ", world,
-                            c ? "" : " (no communicator: call dist::init or run under loom-launch)"));
+    throw DistError(
+        str_cat("[", op, "] the mesh ", axes_text(mesh), " holds ", mesh.size(),
+                " ranks but the world has ", world,
+                c ? "" : " (no communicator: call dist::init or run under loom-launch)"));
   ir::Sharding s;
   s.mesh = mesh.shape();
   uint32_t used = 0;
@@ -72,8 +72,8 @@ ir::Sharding resolve(const Tensor& t, const Mesh& mesh, const ShardSpec& spec) {
     }
     const int64_t n = ir::group_size(s.mesh, mask);
     LOOM_CHECK_T(ShapeError, type.shape[d] % n == 0 && (type.shape[d] > 0 || n == 1), "[", op,
-                 "] dim ", d, " of ", type, " (", type.shape[d], ") does not split evenly into ",
-                 n, " blocks over mesh ", axes_text(mesh), " (loom does not pad: make the dim a ",
+                 "] dim ", d, " of ", type, " (", type.shape[d], ") does not split evenly into ", n,
+                 " blocks over mesh ", axes_text(mesh), " (loom does not pad: make the dim a ",
                  "multiple of ", n, ")");
     s.dims.push_back(mask);
   }
@@ -84,18 +84,18 @@ ir::Sharding resolve(const Tensor& t, const Mesh& mesh, const ShardSpec& spec) {
 
 Mesh::Mesh(std::vector<int64_t> shape, std::vector<std::string> names)
     : shape_(std::move(shape)), names_(std::move(names)) {
-  LOOM_CHECK_T(ShapeError, !shape_.empty() && shape_.size() <= 16, "[Mesh] expected 1 to 16 axes, got ",
-               shape_.size());
+  LOOM_CHECK_T(ShapeError, !shape_.empty() && shape_.size() <= 16,
+               "[Mesh] expected 1 to 16 axes, got ", shape_.size());
   for (int64_t m : shape_)
     LOOM_CHECK_T(ShapeError, m >= 1 && m <= (int64_t{1} << 24), "[Mesh] axis extents must be ",
                  "at least 1, got ", m);
   if (names_.empty()) names_.assign(shape_.size(), "");
-  LOOM_CHECK_T(ShapeError, names_.size() == shape_.size(), "[Mesh] ", shape_.size(),
-               " axes but ", names_.size(), " names");
+  LOOM_CHECK_T(ShapeError, names_.size() == shape_.size(), "[Mesh] ", shape_.size(), " axes but ",
+               names_.size(), " names");
   for (size_t a = 0; a < names_.size(); ++a)
     for (size_t b = 0; b < a; ++b)
-      LOOM_CHECK_T(ShapeError, names_[a].empty() || names_[a] != names_[b],
-                   "[Mesh] axis name '", names_[a], "' given twice");
+      LOOM_CHECK_T(ShapeError, names_[a].empty() || names_[a] != names_[b], "[Mesh] axis name '",
+                   names_[a], "' given twice");
   LOOM_CHECK_T(ShapeError, size() <= (int64_t{1} << 24), "[Mesh] more than 2^24 ranks");
 }
 
@@ -162,14 +162,7 @@ Tensor full(const Tensor& t) {
 
 std::string sharding_report() {
   const auto& p = TraceContext::get().last_partition();
-  if (!p) return "";
-  std::string out;
-  for (ir::NodeId id = 0; id < p->values.size(); ++id)
-    if (p->values[id]) out += str_cat("%", id, ": ", ir::to_string(*p->values[id]), "\n");
-  for (const passes::InsertedCollective& c : p->collectives)
-    out += str_cat(ir::op_name(c.op), " over axes mask ", c.group, ": ", c.bytes,
-                   " bytes (for %", c.node, ")\n");
-  return out;
+  return p ? p->report : "";
 }
 
 }  // namespace loom::dist

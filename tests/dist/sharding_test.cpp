@@ -169,13 +169,15 @@ TEST(ShardingTest, InPlaceAddOnAShardedTensor) {
 
 TEST(ShardingTest, ReshapesAndPermutesKeepWholeSplitDims) {
   Tensor x = host({4, 6, 8}, 0.6);
-  Tensor want = sum(permute(reshape(transpose(reshape(x, {4, 48}), 0, 1), {6, 8, 4}), {2, 0, 1}), {1});
+  Tensor want =
+      sum(permute(reshape(transpose(reshape(x, {4, 48}), 0, 1), {6, 8, 4}), {2, 0, 1}), {1});
   loom::sync();
   ranks(2, [&](int) {
     Tensor xl = host({4, 6, 8}, 0.6);
     dist::mark_sharding(xl, Mesh({2}), {{0}, {}, {}});
-    expect_close(sum(permute(reshape(transpose(reshape(xl, {4, 48}), 0, 1), {6, 8, 4}), {2, 0, 1}), {1}), want,
-                 "reshape/permute chain");
+    expect_close(
+        sum(permute(reshape(transpose(reshape(xl, {4, 48}), 0, 1), {6, 8, 4}), {2, 0, 1}), {1}),
+        want, "reshape/permute chain");
   });
 }
 
@@ -215,12 +217,12 @@ TEST(ShardingTest, BadSpecsAreClearErrors) {
   ranks(2, [&](int) {
     Tensor w = host({4, 6}, 0.2);
     Mesh mesh({2}, {"model"});
-    EXPECT_THROW(dist::mark_sharding(w, mesh, {{"model"}}), ShapeError);          // rank
-    EXPECT_THROW(dist::mark_sharding(w, mesh, {{"data"}, {}}), ShapeError);       // axis
+    EXPECT_THROW(dist::mark_sharding(w, mesh, {{"model"}}), ShapeError);             // rank
+    EXPECT_THROW(dist::mark_sharding(w, mesh, {{"data"}, {}}), ShapeError);          // axis
     EXPECT_THROW(dist::mark_sharding(w, mesh, {{"model"}, {"model"}}), ShapeError);  // twice
     Tensor odd = host({3, 6}, 0.2);
-    EXPECT_THROW(dist::mark_sharding(odd, mesh, {{"model"}, {}}), ShapeError);    // divides
-    EXPECT_THROW(dist::mark_sharding(w, Mesh({4}), {{0}, {}}), DistError);         // world
+    EXPECT_THROW(dist::mark_sharding(odd, mesh, {{"model"}, {}}), ShapeError);  // divides
+    EXPECT_THROW(dist::mark_sharding(w, Mesh({4}), {{0}, {}}), DistError);      // world
     try {
       dist::mark_sharding(odd, mesh, {{"model"}, {}});
     } catch (const ShapeError& e) {

@@ -20,9 +20,9 @@
 namespace loom::ir {
 
 struct Sharding {
-  std::vector<int64_t> mesh;  // the mesh's shape
-  std::vector<uint32_t> dims; // per tensor dim: the mask of mesh axes it is split over
-  uint32_t partial = 0;       // mesh axes over which the value is a sum of the ranks' parts
+  std::vector<int64_t> mesh;   // the mesh's shape
+  std::vector<uint32_t> dims;  // per tensor dim: the mask of mesh axes it is split over
+  uint32_t partial = 0;        // mesh axes over which the value is a sum of the ranks' parts
 
   // Replicated: no dim split and nothing partial.
   bool replicated() const;

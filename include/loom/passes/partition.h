@@ -19,6 +19,7 @@
 #pragma once
 
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "loom/ir/graph.h"
@@ -27,10 +28,10 @@
 namespace loom::passes {
 
 struct InsertedCollective {
-  ir::OpKind op;       // mesh_all_reduce, mesh_all_gather or mesh_slice
-  uint32_t group = 0;  // the mesh axes it runs over
-  int64_t bytes = 0;   // the rank's bytes in (all_reduce, slice) or out (all_gather)
-  ir::NodeId node = 0; // the global node whose operand it reshards (or the output's node)
+  ir::OpKind op;        // mesh_all_reduce, mesh_all_gather or mesh_slice
+  uint32_t group = 0;   // the mesh axes it runs over
+  int64_t bytes = 0;    // the rank's bytes in (all_reduce, slice) or out (all_gather)
+  ir::NodeId node = 0;  // the global node whose operand it reshards (or the output's node)
 };
 
 struct Partitioned {
@@ -45,5 +46,8 @@ struct Partitioned {
 bool has_shardings(const ir::Graph& g);
 // Throws ShapeError for a split that does not divide a dim, Error for two meshes in a graph.
 Partitioned partition(const ir::Graph& g);
+// The layout of every split value ("%12: mesh=[2] (0, None)") and every inserted
+// collective with its bytes, one per line.
+std::string describe(const Partitioned& p);
 
 }  // namespace loom::passes

@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <source_location>
 #include <span>
 #include <string>
@@ -26,13 +27,11 @@
 #include "loom/core/buffer.h"
 #include "loom/core/hash.h"
 #include "loom/ir/graph.h"
+#include "loom/ir/sharding.h"
 #include "loom/runtime/diagnostics.h"
 
 namespace loom::backend {
 class Executable;  // opaque outside the runtime and the backends
-}
-namespace loom::passes {
-struct Partitioned;  // loom/passes/partition.h
 }
 
 namespace loom::runtime {
@@ -51,12 +50,18 @@ uint64_t cache_generation();
 
 // What a sync of some outputs compiled to: the data slots its inputs are bound from (input k
 // is slot slots[k], of type slot_types[k]) and the cut's size.
+// What the partitioner made of a graph with shardings (loom/passes/partition.h).
+struct PartitionInfo {
+  std::vector<std::optional<ir::Sharding>> outputs;  // per output; nullopt: replicated
+  std::string report;  // every split value's layout and every inserted collective, by line
+};
+
 struct SyncPlan {
   std::vector<uint32_t> slots;
   std::vector<TensorType> slot_types;
   // A graph with shardings was partitioned (loom/passes/partition.h): how its outputs are
   // laid out and what it inserted. Null otherwise.
-  std::shared_ptr<const passes::Partitioned> partition;
+  std::shared_ptr<const PartitionInfo> partition;
   int64_t nodes = 0;
   Hash128 fingerprint;  // debug builds: checked against a fresh cut on a hit
   std::weak_ptr<const backend::Executable> exe;  // owned by the compile cache
