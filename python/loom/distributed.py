@@ -27,7 +27,8 @@ from .nn.module import Module, Parameter
 __all__ = ["init", "finalize", "is_initialized", "rank", "world_size", "barrier", "all_reduce",
            "all_gather", "reduce_scatter", "broadcast", "grad_all_reduce", "shard",
            "DataParallel", "ColumnParallelLinear", "RowParallelLinear",
-           "ShardedCausalSelfAttention"]
+           "ShardedCausalSelfAttention", "Mesh", "mark_sharding", "sharding_of", "full",
+           "gather_to", "from_local", "sharding_report"]
 
 
 def _check(fn, t):
@@ -128,6 +129,120 @@ def shard(n, rank=None, world_size=None):
         raise ValueError(f"shard(): rank {rank} is not in a world of {world_size}")
     per = n // world_size
     return rank * per, (rank + 1) * per
+
+
+class Mesh:
+    """A mesh of the launched ranks, as torch_xla's `Mesh(device_ids, mesh_shape, axis_names)`:
+    the ranks in row-major order over `mesh_shape` (rank r has coordinates
+    `np.unravel_index(r, mesh_shape)`). Its size must be the world size when it is used.
+
+        mesh = dist.Mesh((2, 2), ("data", "model"))
+        dist.mark_sharding(w, mesh, (None, "model"))
+
+    `device_ids`, when given, must be `range(size)` in order (loom places rank r at position r).
+    """
+
+    def __init__(self, mesh_shape, axis_names=None, device_ids=None):
+        shape = tuple(int(m) for m in (mesh_shape if isinstance(mesh_shape, (tuple, list))
+                                      else (mesh_shape,)))
+        if not shape or any(m < 1 for m in shape):
+            raise ValueError(f"Mesh(): mesh_shape must be positive extents, got {mesh_shape}")
+        names = tuple("" if n is None else str(n) for n in (axis_names or ("",) * len(shape)))
+        if len(names) != len(shape):
+            raise ValueError(f"Mesh(): {len(shape)} axes but {len(names)} axis names")
+        size = int(np.prod(shape))
+        if device_ids is not None and [int(d) for d in np.asarray(device_ids).ravel()] != \
+                list(range(size)):
+            raise ValueError("Mesh(): device_ids must be range(size) in order: rank r is "
+                             "position r of the mesh")
+        self.mesh_shape, self.axis_names = shape, names
+
+    @property
+    def size(self):
+        return int(np.prod(self.mesh_shape))
+
+    def shape(self):
+        """{axis name: extent}, as torch_xla's Mesh.shape()."""
+        return {n or i: m for i, (n, m) in enumerate(zip(self.axis_names, self.mesh_shape))}
+
+    def __repr__(self):
+        return f"Mesh({self.mesh_shape}, {self.axis_names})"
+
+
+def _spec(fn, spec):
+    if not isinstance(spec, (tuple, list)):
+        raise TypeError(f"{fn}(): the spec must be a tuple with one entry per dim (a mesh axis "
+                        f"name or index, a tuple of them, or None), got {type(spec).__name__}")
+    out = []
+    for d, e in enumerate(spec):
+        axes = () if e is None else tuple(e) if isinstance(e, (tuple, list)) else (e,)
+        for a in axes:
+            if not isinstance(a, (int, str)) or isinstance(a, bool):
+                raise TypeError(f"{fn}(): spec entry {d} must name mesh axes by name or index, "
+                                f"got {a!r}")
+        out.append(list(axes))
+    return out
+
+
+def _mesh(fn, mesh):
+    if not isinstance(mesh, Mesh):
+        raise TypeError(f"{fn}(): expected a loom.distributed.Mesh, got {type(mesh).__name__}")
+    return list(mesh.mesh_shape), list(mesh.axis_names)
+
+
+def mark_sharding(tensor, mesh, partition_spec):
+    """Lays `tensor` out over `mesh`, in place, with torch_xla's spec form: one entry per dim,
+    a mesh axis name or index, a tuple of axes (split over all of them, in mesh order), or
+    None (replicated). The program stays written at global shapes: the partitioner propagates
+    the layouts through each graph and inserts the collectives (a product over a split
+    contracting dim leaves partial sums: one all_reduce where they are needed). Materialized
+    data is resharded at once (each rank keeps its block; `shape` stays the global one); a
+    pending value is annotated. Reading a sharded tensor (numpy(), item(), print) gathers it.
+    Gradients take their tensors' layouts, and an optimizer step keeps them.
+
+    Errors (on every rank): ShapeError for a spec whose length is not the tensor's rank, an
+    axis not in the mesh or used twice, a dim its axes do not divide (loom does not pad);
+    DistError for a mesh whose size is not the world size. Returns `tensor`."""
+    _check("mark_sharding", tensor)
+    shape, names = _mesh("mark_sharding", mesh)
+    _loom._mark_sharding(tensor, shape, names, _spec("mark_sharding", partition_spec))
+    return tensor
+
+
+def sharding_of(tensor):
+    """How `tensor` is laid out, as text ("mesh=[2] (None, 0)": dim 1 split over mesh axis 0),
+    or None when it is replicated (or pending without an annotation: its layout is decided
+    when its graph runs)."""
+    _check("sharding_of", tensor)
+    return _loom._sharding_of(tensor)
+
+
+def full(tensor):
+    """The whole value of a sharded tensor on every rank (an all_gather of its blocks);
+    `tensor` itself when it is replicated."""
+    _check("full", tensor)
+    return _loom._full(tensor)
+
+
+def gather_to(tensor, rank=0):
+    """The whole value on `rank` (None on the other ranks); every rank must call it."""
+    _check("gather_to", tensor)
+    whole = _loom._full(tensor)
+    return whole if _loom._dist_rank() == int(rank) else None
+
+
+def from_local(piece, mesh, partition_spec):
+    """The sharded tensor whose block on this rank is `piece` (DTensor's from_local): its global
+    shape is piece's with each split dim multiplied by its number of blocks."""
+    _check("from_local", piece)
+    shape, names = _mesh("from_local", mesh)
+    return _loom._from_local(piece, shape, names, _spec("from_local", partition_spec))
+
+
+def sharding_report():
+    """The partitioner's account of the last graph this thread ran with shardings: the layout
+    of every split value and every inserted collective with its bytes, one per line."""
+    return _loom._sharding_report()
 
 
 class DataParallel(Module):

@@ -3,6 +3,7 @@
 // the GIL, as sync does.
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/variant.h>
 #include <nanobind/stl/vector.h>
 
 #include "common.h"
@@ -35,9 +36,27 @@ void init(std::optional<int> rank, std::optional<int> world_size, std::optional<
   dist::init(o);
 }
 
+dist::Mesh mesh_of(const std::vector<int64_t>& shape, const std::vector<std::string>& names) {
+  return dist::Mesh(shape, names);
+}
+
 }  // namespace
 
 void register_dist(nb::module_& m) {
+  // Sharding annotations (loom/trace/sharding.h); loom.distributed.Mesh holds the mesh.
+  m.def(
+      "_mark_sharding",
+      [](const Tensor& t, const std::vector<int64_t>& shape, const std::vector<std::string>& names,
+         const dist::ShardSpec& spec) { dist::mark_sharding(t, mesh_of(shape, names), spec); },
+      nb::arg("tensor"), nb::arg("mesh_shape"), nb::arg("axis_names"), nb::arg("spec"));
+  m.def(
+      "_from_local",
+      [](const Tensor& t, const std::vector<int64_t>& shape, const std::vector<std::string>& names,
+         const dist::ShardSpec& spec) { return dist::from_local(t, mesh_of(shape, names), spec); },
+      nb::arg("piece"), nb::arg("mesh_shape"), nb::arg("axis_names"), nb::arg("spec"));
+  m.def("_sharding_of", &dist::sharding_of, nb::arg("tensor"));
+  m.def("_full", &dist::full, nb::arg("tensor"));
+  m.def("_sharding_report", &dist::sharding_report);
   m.def("_dist_init", &init, nb::arg("rank").none(), nb::arg("world_size").none(),
         nb::arg("store").none(), nb::arg("address").none(), nb::arg("timeout").none());
   m.def("_dist_finalize", [] {

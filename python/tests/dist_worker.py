@@ -243,10 +243,108 @@ def tensor_parallel():
           "sharded blocks through scan_layers: layer 2 proj grad")
 
 
+class Mlp(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.fc1 = nn.Linear(d, 4 * d)
+        self.fc2 = nn.Linear(4 * d, d)
+
+    def forward(self, x):
+        return self.fc2(F.gelu(self.fc1(x)))
+
+
+def sharded_training(annotate, steps=3):
+    """3 SGD steps of the Mlp (same seed on every rank), the annotations applied first; returns
+    the losses, the model, and the last step's sharding report."""
+    loom.manual_seed(7)
+    model = Mlp(8).to(loom.float64)
+    annotate(model)
+    opt = loom.optim.SGD(model.parameters(), lr=0.1)
+    losses = []
+    for step in range(steps):
+        rng = np.random.default_rng(step)
+        x = loom.tensor(rng.standard_normal((8, 8)))
+        y = loom.tensor(rng.standard_normal((8, 8)))
+        annotate_batch = getattr(annotate, "batch", None)
+        if annotate_batch:
+            annotate_batch(x, y)
+        loss = ((model(x) - y) ** 2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses, model, dist.sharding_report()
+
+
+def sharding():
+    """mark_sharding against the unannotated program on the same weights and batches, float64:
+    Megatron-style weights (column then row) and data parallel written as a batch annotation;
+    losses, final weights, layouts kept by the optimizer, the inserted collectives."""
+    w = dist.world_size()
+    mesh = dist.Mesh((w,), ("model",))
+    want, ref, _ = sharded_training(lambda m: None)
+
+    def megatron(m):
+        dist.mark_sharding(m.fc1.weight, mesh, ("model", None))
+        dist.mark_sharding(m.fc1.bias, mesh, ("model",))
+        dist.mark_sharding(m.fc2.weight, mesh, (None, "model"))
+
+    got, model, report = sharded_training(megatron)
+    np.testing.assert_allclose(got, want, rtol=1e-10, err_msg="megatron losses")
+    for name, p in model.state_dict().items():
+        close(p, ref.state_dict()[name], f"megatron {name} after 3 steps")
+    assert dist.sharding_of(model.fc1.weight) == f"mesh=[{w}] (0, None)", \
+        dist.sharding_of(model.fc1.weight)
+    assert dist.sharding_of(model.fc2.weight) == f"mesh=[{w}] (None, 0)"
+    assert dist.sharding_of(model.fc2.bias) is None
+    assert "mesh_all_reduce" in report, report
+
+    data_mesh = dist.Mesh((w,), ("data",))
+
+    def batch(x, y):
+        dist.mark_sharding(x, data_mesh, ("data", None))
+        dist.mark_sharding(y, data_mesh, ("data", None))
+
+    def dp(m):
+        pass
+    dp.batch = batch
+    got, model, report = sharded_training(dp)
+    np.testing.assert_allclose(got, want, rtol=1e-10, err_msg="batch-annotated losses")
+    for name, p in model.state_dict().items():
+        close(p, ref.state_dict()[name], f"batch-annotated {name} after 3 steps")
+        assert dist.sharding_of(p) is None, name  # weights stay replicated
+
+    # Pieces in and out: from_local, full, gather_to.
+    piece = loom.tensor(np.arange(6.0).reshape(2, 3) + 10 * dist.rank())
+    t = dist.from_local(piece, mesh, ("model", None))
+    assert t.shape == (2 * w, 3), t.shape
+    whole = np.concatenate([np.arange(6.0).reshape(2, 3) + 10 * r for r in range(w)])
+    np.testing.assert_array_equal(dist.full(t).numpy(), whole)
+    np.testing.assert_array_equal((t * 2).numpy(), whole * 2)
+    g = dist.gather_to(t, 0)
+    assert (g is None) == (dist.rank() != 0)
+
+    # Errors: the same on every rank.
+    for bad, err in [(lambda: dist.mark_sharding(loom.zeros(4, 6), mesh, ("model",)),
+                      loom.ShapeError),
+                     (lambda: dist.mark_sharding(loom.zeros(4, 6), mesh, ("data", None)),
+                      loom.ShapeError),
+                     (lambda: dist.mark_sharding(loom.zeros(3, 6), mesh, ("model", None)),
+                      loom.ShapeError),
+                     (lambda: dist.mark_sharding(loom.zeros(4, 6), dist.Mesh((w + 1,)),
+                                                 (0, None)), loom.DistError)]:
+        try:
+            bad()
+        except err as e:
+            assert "mark_sharding" in str(e), e
+        else:
+            raise AssertionError(f"no {err.__name__}")
+
+
 if __name__ == "__main__":
     mode = sys.argv[1]
     dist.init()
     {"collectives": collectives, "data_parallel": lambda: data_parallel(sys.argv[2]),
      "different_graphs": different_graphs, "skipped_collective": skipped_collective,
-     "dead_rank": dead_rank, "tensor_parallel": tensor_parallel}[mode]()
+     "dead_rank": dead_rank, "tensor_parallel": tensor_parallel, "sharding": sharding}[mode]()
     print("ok")

@@ -63,6 +63,17 @@ def test_tensor_parallel_equals_the_unsharded_layers(ranks):
         assert f"[rank {k}] ok" in r.stdout
 
 
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_mark_sharding_equals_the_unannotated_program(ranks):
+    """Megatron-style weight annotations and a batch-dim annotation (data parallel), 3 SGD
+    steps: losses and weights equal the unannotated program's; layouts kept; pieces in and
+    out; bad specs raise the same error on every rank."""
+    r, _ = launch(ranks, WORKER, "sharding")
+    assert r.returncode == 0, r.stdout + r.stderr
+    for k in range(ranks):
+        assert f"[rank {k}] ok" in r.stdout
+
+
 def test_data_parallel_equals_one_rank_with_the_whole_batch(tmp_path):
     """2 ranks x 8 rows each, 20 SGD steps, against one process with all 16 rows."""
     out = tmp_path / "dp.npz"

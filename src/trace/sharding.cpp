@@ -116,11 +116,12 @@ void mark_sharding(const Tensor& t, const Mesh& mesh, const ShardSpec& spec) {
   const ir::Sharding s = resolve(t, mesh, spec);
   TraceContext& ctx = TraceContext::get();
   loom::detail::TensorImpl& impl = *t.impl();
-  if (impl.pending() || ctx.current_scope() != 0) {
+  if (ctx.current_scope() != 0 || (impl.pending() && !impl.requires_grad)) {
     Tensor a = record_shard(t, s, false);
     ctx.rebind(impl, ctx.value_of(a));  // an annotation of the value, in place
     return;
   }
+  if (impl.pending()) loom::materialize({t});  // a leaf (a parameter): its data is resharded
   if (impl.sharding ? *impl.sharding == s : s.replicated()) return;
   // Materialized data: resharded now, each rank keeping its block.
   NoGradGuard g;
@@ -158,6 +159,35 @@ Tensor full(const Tensor& t) {
   Tensor r = record_shard(t, whole, false);
   loom::materialize({r});
   return r;
+}
+
+Tensor from_local(const Tensor& piece, const Mesh& mesh, const ShardSpec& spec) {
+  const TensorType& pt = loom::detail::type_of(piece, "from_local");
+  LOOM_CHECK_T(ShapeError, static_cast<int64_t>(spec.size()) == pt.shape.rank(),
+               "[from_local] the spec has ", spec.size(), " entries but the piece ", pt, " has ",
+               pt.shape.rank(), " dims");
+  // The global shape first (resolve checks the spec against it), then the block.
+  Shape global = pt.shape;
+  for (size_t d = 0; d < spec.size(); ++d) {
+    uint32_t mask = 0;
+    for (const MeshAxis& ax : spec[d]) {
+      const int* i = std::get_if<int>(&ax);
+      const int a = i ? *i : mesh.axis(std::get<std::string>(ax));
+      LOOM_CHECK_T(ShapeError, a >= 0 && a < static_cast<int>(mesh.shape().size()),
+                   "[from_local] dim ", d, " names mesh axis ", a, ", but the mesh has axes ",
+                   axes_text(mesh));
+      mask |= 1u << a;
+    }
+    global[d] *= ir::group_size(mesh.shape(), mask);
+  }
+  Tensor g = zeros(global, pt.dtype);
+  const ir::Sharding s = resolve(g, mesh, spec);
+  loom::materialize({piece});
+  auto impl = loom::detail::new_tensor_impl();
+  impl->type = {pt.dtype, global};
+  impl->buffer = piece.impl()->buffer;
+  if (!s.replicated()) impl->sharding = std::make_shared<ir::Sharding>(s);
+  return Tensor(std::move(impl));
 }
 
 std::string sharding_report() {

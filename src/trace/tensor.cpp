@@ -216,7 +216,9 @@ Tensor Tensor::detach() const {
     if (self.scope != 0) return ctx.wrap(ctx.value_of(*this));
     return ctx.wrap(ctx.grad().cut_gradient(self.value));
   }
-  return detail::from_buffer(self.buffer, self.type);
+  Tensor d = detail::from_buffer(self.buffer, self.type);
+  d.impl()->sharding = self.sharding;  // the same block of the same global value
+  return d;
 }
 
 // ---- factories -------------------------------------------------------------------------

@@ -61,6 +61,10 @@ void mark_sharding(const Tensor& t, const Mesh& mesh, const ShardSpec& spec);
 std::optional<std::string> sharding_of(const Tensor& t);
 // t's whole value on every rank (an all_gather of its blocks; t itself when replicated).
 Tensor full(const Tensor& t);
+// The sharded tensor whose block on this rank is `piece` (DTensor's from_local): its global
+// shape is piece's with each split dim multiplied by its block count. Every rank passes its
+// own piece, of the same shape.
+Tensor from_local(const Tensor& piece, const Mesh& mesh, const ShardSpec& spec);
 
 // The partitioner's account of the last graph this thread ran with shardings: the layout of
 // every value and every inserted collective with its bytes, one per line ("" when none ran).
