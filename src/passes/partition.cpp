@@ -27,9 +27,19 @@ bool minor_to(uint32_t a, uint32_t b) {
 class Partitioner {
  public:
   explicit Partitioner(const ir::Graph& g) : g_(g), b_(out_.graph) {}
+  // A region's body: its parameters laid out as `params`; outputs k with forced[k] leave the
+  // body in that layout (loop carries keep one layout across iterations).
+  Partitioner(const ir::Graph& body, std::vector<int64_t> mesh, std::vector<Sharding> params,
+              std::vector<std::optional<Sharding>> forced)
+      : g_(body),
+        b_(out_.graph),
+        mesh_(std::move(mesh)),
+        params_(std::move(params)),
+        forced_(std::move(forced)),
+        region_(true) {}
 
   Partitioned run() {
-    find_mesh();
+    if (!region_) find_mesh();
     stored_.assign(g_.size(), std::nullopt);
     for (NodeId id = 0; id < g_.size(); ++id) {
       const Node& n = g_.node(id);
@@ -48,15 +58,17 @@ class Partitioner {
       lower(g_.node(id));
       if (!state_[id].empty() && !state_[id][0].replicated()) out_.values[id] = state_[id][0];
     }
-    for (Value v : g_.outputs()) {
+    for (size_t k = 0; k < g_.outputs().size(); ++k) {
+      const Value v = g_.outputs()[k];
       node_ = v.node;
       Sharding s = state(v);
       Value lv = local(v);
-      if (s.partial) {
-        Sharding whole = s;
-        whole.partial = 0;
-        lv = reshard(lv, s, whole, g_.type(v));
-        s = whole;
+      Sharding want = s;
+      want.partial = 0;
+      if (k < forced_.size() && forced_[k]) want = *forced_[k];
+      if (!(want == s)) {
+        lv = reshard(lv, s, want, g_.type(v));
+        s = want;
       }
       out_.graph.outputs().push_back(lv);
       out_.outputs.push_back(s.replicated() ? std::nullopt : std::optional<Sharding>(s));
@@ -65,11 +77,13 @@ class Partitioner {
   }
 
  private:
-  void find_mesh() {
-    for (NodeId id = 0; id < g_.size(); ++id) {
-      const Node& n = g_.node(id);
+  void find_mesh() { find_mesh(g_); }
+  void find_mesh(const ir::Graph& g) {
+    for (NodeId id = 0; id < g.size(); ++id) {
+      const Node& n = g.node(id);
+      for (const auto& r : n.regions) find_mesh(*r);
       if (n.op != OpKind::Shard) continue;
-      const Sharding s = ir::decode_sharding(n.attrs, g_.type(n.operands[0]).shape.rank());
+      const Sharding s = ir::decode_sharding(n.attrs, g.type(n.operands[0]).shape.rank());
       if (mesh_.empty()) mesh_ = s.mesh;
       LOOM_CHECK(mesh_ == s.mesh, "[mark_sharding] one graph uses two meshes (", to_string(s),
                  " and one of ", mesh_.size(), " axes): annotate with one mesh per program");
@@ -139,10 +153,9 @@ class Partitioner {
       case OpKind::Parameter: {
         TensorType t = n.type;
         Sharding s = replicated(t.shape.rank());
-        if (stored_[node_]) {
-          s = *stored_[node_];
-          t.shape = ir::local_shape(t.shape, s);
-        }
+        if (stored_[node_]) s = *stored_[node_];
+        if (region_) s = params_[static_cast<size_t>(n.attrs.i)];
+        t.shape = ir::local_shape(t.shape, s);
         set(node_, {b_.parameter(t, n.attrs.i)}, {s});
         return;
       }
@@ -182,6 +195,13 @@ class Partitioner {
       case OpKind::IndexSelect: along_whole_axis(n); return;
       case OpKind::Attention:
       case OpKind::AttentionGrad: attention(n); return;
+      case OpKind::Scan: scan(n); return;
+      case OpKind::Call:
+        if (n.regions.size() == 1) {
+          call(n);
+          return;
+        }
+        break;
       default: break;
     }
     if (ir::has_trait(n.op, ir::kElementwise) && n.regions.empty()) {
@@ -464,10 +484,71 @@ class Partitioner {
     set(node_, std::move(r), std::move(s));
   }
 
+  // A body partitioned for its operands' layouts; its outputs' layouts as full shardings.
+  std::pair<std::shared_ptr<const ir::Graph>, std::vector<Sharding>> body(
+      const ir::Graph& g, std::vector<Sharding> params,
+      std::vector<std::optional<Sharding>> forced) {
+    Partitioned p = Partitioner(g, mesh_, std::move(params), std::move(forced)).run();
+    std::vector<Sharding> outs;
+    for (size_t k = 0; k < p.outputs.size(); ++k)
+      outs.push_back(p.outputs[k] ? *p.outputs[k]
+                                  : replicated(g.type(g.outputs()[k]).shape.rank()));
+    for (InsertedCollective c : p.collectives) {
+      c.node = node_;  // counted at the loop's node
+      out_.collectives.push_back(c);
+    }
+    return {std::make_shared<const ir::Graph>(std::move(p.graph)), std::move(outs)};
+  }
+
+  // scan: carries keep their entry layout (partial sums resolved) through every iteration; xs
+  // are sliced along their whole dim 0; ys stack the body's layouts under a whole dim 0.
+  void scan(const Node& n) {
+    const size_t c = static_cast<size_t>(n.attrs.ints[0]), x = static_cast<size_t>(n.attrs.ints[1]);
+    std::vector<Value> xs;
+    std::vector<Sharding> params{replicated(0)};  // the iteration index
+    std::vector<std::optional<Sharding>> forced;
+    for (size_t k = 0; k < n.operands.size(); ++k) {
+      const Value v = n.operands[k];
+      Sharding l = state(v);
+      l.partial = 0;
+      if (k >= c && k < c + x) l.dims[0] = 0;
+      xs.push_back(to_layout(v, l));
+      if (k < c) forced.push_back(l);
+      if (k >= c && k < c + x) l.dims.erase(l.dims.begin());
+      params.push_back(l);
+    }
+    auto [g, outs] = body(*n.regions[0], std::move(params), std::move(forced));
+    std::vector<Value> r = b_.make_region(n.op, xs, n.attrs, {g});
+    std::vector<Sharding> s;
+    for (size_t k = 0; k < outs.size(); ++k) {
+      Sharding l = outs[k];
+      if (k >= c) l.dims.insert(l.dims.begin(), 0u);
+      s.push_back(l);
+    }
+    set(node_, std::move(r), std::move(s));
+  }
+
+  // call (assume_pure, compile's regions): the body partitioned for its operands' layouts.
+  void call(const Node& n) {
+    std::vector<Value> xs;
+    std::vector<Sharding> params;
+    for (Value v : n.operands) {
+      Sharding l = state(v);
+      l.partial = 0;
+      xs.push_back(to_layout(v, l));
+      params.push_back(l);
+    }
+    auto [g, outs] = body(*n.regions[0], std::move(params), {});
+    set(node_, b_.make_region(n.op, xs, n.attrs, {g}), std::move(outs));
+  }
+
   const ir::Graph& g_;
   Partitioned out_;
   ir::Builder b_;
   std::vector<int64_t> mesh_;
+  std::vector<Sharding> params_;                 // a region's parameter layouts
+  std::vector<std::optional<Sharding>> forced_;  // a region's output layouts, where fixed
+  bool region_ = false;
   std::vector<std::optional<Sharding>> stored_;
   std::vector<std::vector<Value>> local_;
   std::vector<std::vector<Sharding>> state_;
@@ -477,8 +558,12 @@ class Partitioner {
 }  // namespace
 
 bool has_shardings(const ir::Graph& g) {
-  for (NodeId id = 0; id < g.size(); ++id)
-    if (g.node(id).op == OpKind::Shard) return true;
+  for (NodeId id = 0; id < g.size(); ++id) {
+    const Node& n = g.node(id);
+    if (n.op == OpKind::Shard) return true;
+    for (const auto& r : n.regions)
+      if (has_shardings(*r)) return true;
+  }
   return false;
 }
 

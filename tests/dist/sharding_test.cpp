@@ -181,6 +181,66 @@ TEST(ShardingTest, ReshapesAndPermutesKeepWholeSplitDims) {
   });
 }
 
+// Megatron-annotated layers stacked for a scan (the body is partitioned: one all_reduce per
+// layer, no gather of the weights) and an assume_pure function over sharded operands.
+TEST(ShardingTest, AnnotatedWeightsInsideScanAndAssumePure) {
+  using Dict = std::map<std::string, Tensor>;
+  const int64_t d = 4, layers = 3;
+  auto run = [&](const std::function<void(Tensor&, Tensor&, Tensor&)>& annotate) {
+    Tensor up = host({layers, 4 * d, d}, 0.2), down = host({layers, d, 4 * d}, 0.4);
+    Tensor a = host({4, 6}, 0.1);
+    for (Tensor* t : {&up, &down}) t->requires_grad_(true);
+    annotate(up, down, a);
+    Tensor x = host({5, d}, 0.9);
+    auto [y, ys] = loom::scan(
+        [](const Tensor& h, const Dict& w) {
+          Tensor u = relu(matmul(h, transpose(w.at("up"), 0, 1)));
+          Tensor out = h + matmul(u, transpose(w.at("down"), 0, 1));
+          return std::pair{out, sum(out)};
+        },
+        x, Dict{{"up", up}, {"down", down}});
+    Tensor loss = sum(y * y) + sum(ys);
+    loss.backward();
+    auto f = loom::assume_pure([](const Tensor& a, const Tensor& b) { return tanh(matmul(a, b)); });
+    Tensor z = f(a, host({6, 8}, 0.3));
+    return std::vector<Tensor>{y, up.grad(), down.grad(), z};
+  };
+  std::vector<Tensor> want = run([](Tensor&, Tensor&, Tensor&) {});
+  loom::sync();
+  ranks(2, [&](int) {
+    Mesh mesh({2}, {"model"});
+    std::vector<Tensor> got = run([&](Tensor& up, Tensor& down, Tensor& a) {
+      dist::mark_sharding(up, mesh, {{}, {"model"}, {}});
+      dist::mark_sharding(down, mesh, {{}, {}, {"model"}});
+      dist::mark_sharding(a, mesh, {{"model"}, {}});  // assume_pure's rows split
+    });
+    const char* names[] = {"y", "up.grad", "down.grad", "assume_pure"};
+    for (size_t k = 0; k < want.size(); ++k) expect_close(got[k], want[k], names[k]);
+    EXPECT_EQ(dist::sharding_of(got[1]).value_or(""), "mesh=[2] (None, 0, None)");
+    EXPECT_EQ(dist::sharding_of(got[3]).value_or(""), "mesh=[2] (0, None)");  // rows stay split
+  });
+  // The forward scan alone: its body holds one all_reduce and gathers nothing.
+  ranks(2, [&](int) {
+    Mesh mesh({2}, {"model"});
+    Tensor up = host({layers, 4 * d, d}, 0.2), down = host({layers, d, 4 * d}, 0.4);
+    dist::mark_sharding(up, mesh, {{}, {"model"}, {}});
+    dist::mark_sharding(down, mesh, {{}, {}, {"model"}});
+    auto [y, ys] = loom::scan(
+        [](const Tensor& h, const Dict& w) {
+          Tensor u = relu(matmul(h, transpose(w.at("up"), 0, 1)));
+          return std::pair{h + matmul(u, transpose(w.at("down"), 0, 1)), std::tuple<>{}};
+        },
+        host({5, d}, 0.9), Dict{{"up", up}, {"down", down}});
+    loom::sync();
+    const std::string report = dist::sharding_report();
+    size_t reduces = 0;
+    for (size_t at = 0; (at = report.find("mesh_all_reduce", at)) != std::string::npos; ++at)
+      ++reduces;
+    EXPECT_EQ(reduces, 1u) << report;
+    EXPECT_EQ(report.find("mesh_all_gather"), std::string::npos) << report;
+  });
+}
+
 // The closed-form collective counts, on the partitioner alone.
 TEST(ShardingTest, InsertedCollectivesHaveTheClosedFormCounts) {
   auto count = [](const std::string& text, ir::OpKind op) {

@@ -10,10 +10,12 @@
 // parameters (a parameter followed by shard{stored}), op by op (GSPMD's rules: elementwise
 // ops and broadcasts, products over batch, contracting and free dims, reductions, reshapes and
 // permutes that keep a split dim whole, slices and concats along whole dims, index_select,
-// attention over its batch and head dims). A product or sum over a split dim leaves partial
+// attention over its batch and head dims, scan bodies with carries that keep their entry
+// layout, call bodies (assume_pure)). A product or sum over a split dim leaves partial
 // sums, resolved by one all_reduce where a consumer needs the value; a conflict reshards
-// (all_gather, or a local slice where only axes are added). Any other op (control flow,
-// callbacks, gathers) runs on replicated operands, so every graph partitions correctly.
+// (all_gather, or a local slice where only axes are added). Any other op (while loops,
+// custom_vjp calls, callbacks, gathers) runs on replicated operands, so every graph
+// partitions correctly.
 // The result does not depend on the rank: blocks are chosen at run time by the mesh ops.
 // Thread-safety: a pure function of the graph.
 #pragma once
@@ -42,7 +44,7 @@ struct Partitioned {
   std::vector<std::optional<ir::Sharding>> values;
 };
 
-// True when g holds a shard node (at top level: bodies run replicated).
+// True when g holds a shard node (in a body too).
 bool has_shardings(const ir::Graph& g);
 // Throws ShapeError for a split that does not divide a dim, Error for two meshes in a graph.
 Partitioned partition(const ir::Graph& g);
