@@ -179,7 +179,12 @@ RecompileReason explain(const GraphRecord& before, const GraphRecord& now,
       r.input = diff.index;
       r.message += loom::detail::str_cat(": first differing input ", diff.index, " ", diff.str());
       break;
-    case ir::GraphDifference::Kind::Node: r.message += ": first differing op " + diff.str(); break;
+    case ir::GraphDifference::Kind::Node:
+      if (diff.before.find("shard(") != std::string::npos ||
+          diff.after.find("shard(") != std::string::npos)
+        r.message = "a sharding changed (mark_sharding)";
+      r.message += ": first differing op " + diff.str();
+      break;
     case ir::GraphDifference::Kind::Outputs:
       r.message += ": first differing outputs " + diff.str();
       break;

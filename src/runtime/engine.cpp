@@ -208,7 +208,8 @@ class CollectiveExecutable final : public backend::Executable {
 
 }  // namespace
 
-std::shared_ptr<const backend::Executable> compile_cached(const ir::Graph& g) {
+std::shared_ptr<const backend::Executable> compile_cached(const ir::Graph& g,
+                                                          const ir::Graph* explain_as) {
   double t0 = loom::detail::now_seconds();
   const backend::Backend& be = current_backend();
   backend::CompileOptions options;
@@ -223,7 +224,10 @@ std::shared_ptr<const backend::Executable> compile_cached(const ir::Graph& g) {
     return exe;
   }
   profile::Scope ps("compile", [&] { return "compile " + name.name; });
-  detail::explain_and_remember(name, g, key.fingerprint);
+  if (explain_as)  // a partitioned graph: its misses are told on the annotated graph
+    detail::explain_and_remember(name, *explain_as, ir::fingerprint(*explain_as));
+  else
+    detail::explain_and_remember(name, g, key.fingerprint);
   std::string dir;
   const std::string prefix = dump_prefix(key.fingerprint, &dir);
   if (!prefix.empty()) {
@@ -348,7 +352,10 @@ SyncHit compile_sync(const Hash128* key, const ir::Graph& g, std::vector<uint32_
     partition = std::make_shared<PartitionInfo>();
     partition->outputs = std::move(p.outputs);
     partition->report = passes::describe(p);
-    hit.exe = compile_cached(p.graph);
+    if (config().debug >= 2)
+      std::fprintf(stderr, "[loom] partitioned '%s' (mark_sharding):\n%s",
+                   detail::current_name().name.c_str(), partition->report.c_str());
+    hit.exe = compile_cached(p.graph, &g);
   } else {
     hit.exe = compile_cached(g);
   }

@@ -39,8 +39,11 @@ namespace loom::runtime {
 // Creates the selected backend now, so that it prepares (its JIT) while the thread traces.
 void prepare_backend();
 
-// The cached executable for `g` (compiling it on a miss), without running it.
-std::shared_ptr<const backend::Executable> compile_cached(const ir::Graph& g);
+// The cached executable for `g` (compiling it on a miss), without running it. A miss is
+// explained (recompile_reasons) against the graphs compiled before under the same name, as
+// `explain_as` when given (the annotated graph a partitioned one came from).
+std::shared_ptr<const backend::Executable> compile_cached(const ir::Graph& g,
+                                                          const ir::Graph* explain_as = nullptr);
 // Runs an executable that compile_cached returned, counting it in the metrics.
 std::vector<Buffer> run_executable(const backend::Executable& exe, std::span<const Buffer> inputs,
                                    std::span<const uint8_t> donated = {});
