@@ -13,6 +13,9 @@ build/tools/loom-launch -n 2 build/examples/loom-dist-examples decoder-dp
 echo
 build/tools/loom-launch -n 2 build/examples/loom-dist-examples train-lm-tp
 echo
+# The seed decoder laid out by mark_sharding (column then row; then the batch dim), 2 ranks.
+build/tools/loom-launch -n 2 build/examples/loom-dist-examples decoder-sharded
+echo
 # The same from Python: the seed's six examples, train_lm, and the seed's compile-time table.
 export PYTHONPATH=build/python
 for ex in examples/python/example*.py; do
@@ -37,5 +40,9 @@ echo
 # The seed decoder trained data-parallel on 2 ranks (Gloo over 127.0.0.1).
 echo "== examples/python/data_parallel.py on 2 ranks"
 .venv/bin/python -m loom.launch -n 2 examples/python/data_parallel.py
+echo
+# The same decoder laid out by mark_sharding (column then row; then the batch dim), 2 ranks.
+echo "== examples/python/sharding.py on 2 ranks"
+.venv/bin/python -m loom.launch -n 2 examples/python/sharding.py
 echo
 build/bench/loom-bench all

@@ -339,26 +339,30 @@ SyncHit find_sync(const Hash128& key) {
   return hit;
 }
 
+std::shared_ptr<const backend::Executable> compile_partitioned(
+    const ir::Graph& g, std::shared_ptr<const PartitionInfo>* info) {
+  info->reset();
+  if (!passes::has_shardings(g)) return compile_cached(g);
+  passes::Partitioned p;
+  {
+    profile::Scope ps("compile", "partition");
+    p = passes::partition(g);
+  }
+  auto made = std::make_shared<PartitionInfo>();
+  made->outputs = std::move(p.outputs);
+  made->report = passes::describe(p);
+  if (config().debug >= 2)
+    std::fprintf(stderr, "[loom] partitioned '%s' (mark_sharding):\n%s",
+                 detail::current_name().name.c_str(), made->report.c_str());
+  *info = std::move(made);
+  return compile_cached(p.graph, &g);
+}
+
 SyncHit compile_sync(const Hash128* key, const ir::Graph& g, std::vector<uint32_t> slots,
                      std::vector<TensorType> slot_types) {
   SyncHit hit;
-  std::shared_ptr<PartitionInfo> partition;
-  if (passes::has_shardings(g)) {
-    passes::Partitioned p;
-    {
-      profile::Scope ps("compile", "partition");
-      p = passes::partition(g);
-    }
-    partition = std::make_shared<PartitionInfo>();
-    partition->outputs = std::move(p.outputs);
-    partition->report = passes::describe(p);
-    if (config().debug >= 2)
-      std::fprintf(stderr, "[loom] partitioned '%s' (mark_sharding):\n%s",
-                   detail::current_name().name.c_str(), partition->report.c_str());
-    hit.exe = compile_cached(p.graph, &g);
-  } else {
-    hit.exe = compile_cached(g);
-  }
+  std::shared_ptr<const PartitionInfo> partition;
+  hit.exe = compile_partitioned(g, &partition);
   SyncIndex& index = sync_index();
   if (key && index.plans.size() >= SyncIndex::kEntries) index.plans.clear();
   SyncPlan& plan = key ? index.plans[*key] : index.unkeyed;

@@ -37,6 +37,7 @@ class StepCache {
     Kind kind = Baked;
     size_t arg = 0;
     std::shared_ptr<TensorImpl> owner;
+    std::shared_ptr<const ir::Sharding> layout;  // Owner: its data's layout when traced
     Buffer baked;
   };
   struct Result {
@@ -54,6 +55,7 @@ class StepCache {
     std::vector<std::shared_ptr<TensorImpl>> updated;
     std::vector<size_t> updated_output;  // each updated tensor's output of the executable
     std::shared_ptr<const void> like;
+    std::shared_ptr<const runtime::PartitionInfo> partition;  // its outputs' layouts, if any
   };
   CompileOptions opts;
   std::string name;
@@ -78,9 +80,23 @@ std::shared_ptr<StepCache> make_step_cache(CompileOptions opts, CallSite loc) {
 
 namespace {
 
+bool same_layout(const ir::Sharding* a, const ir::Sharding* b) {
+  return a == b || (a && b && *a == *b);
+}
+
+// An entry binds the blocks of the tensors it reads: state whose layout the first step decided
+// (an optimizer's moments take their gradients' layout) is a new entry, traced once more.
+bool layouts_match(const StepCache::Entry& e) {
+  for (const StepCache::Input& in : e.inputs)
+    if (in.kind == StepCache::Input::Owner &&
+        !same_layout(in.layout.get(), in.owner->sharding.get()))
+      return false;
+  return true;
+}
+
 std::shared_ptr<const StepCache::Entry> find_entry(StepCache& c, const CallSignature& sig) {
   for (const auto& e : c.entries)
-    if (e->sig == sig) return e;
+    if (e->sig == sig && layouts_match(*e)) return e;
   return nullptr;
 }
 
@@ -109,10 +125,15 @@ std::vector<Tensor> replay(TraceContext& ctx, const StepCache::Entry& e,
       results.push_back(r.arg != SIZE_MAX ? leaves[r.arg] : r.source);
     else
       results.push_back(from_buffer(out[r.output], r.type));
+    if (!r.passthrough && e.partition && e.partition->outputs[r.output])
+      results.back().impl()->sharding =
+          std::make_shared<ir::Sharding>(*e.partition->outputs[r.output]);
   }
   for (size_t i = 0; i < e.updated.size(); ++i) {
     e.updated[i]->buffer = out[e.updated_output[i]];
     e.updated[i]->data_epoch = 0;
+    const auto& layout = e.partition ? e.partition->outputs[e.updated_output[i]] : std::nullopt;
+    e.updated[i]->sharding = layout ? std::make_shared<ir::Sharding>(*layout) : nullptr;
   }
   return results;
 }
@@ -173,6 +194,7 @@ void record(TraceContext& ctx, StepCache& c, CallSignature sig, const std::vecto
     } else if (auto owner = s.owner.lock()) {
       in.kind = StepCache::Input::Owner;
       in.owner = owner;
+      in.layout = s.sharding;
       for (size_t a = 0; a < leaves.size(); ++a)
         if (leaves[a].impl() == owner.get()) in.kind = StepCache::Input::Arg, in.arg = a;
     } else {
@@ -181,7 +203,7 @@ void record(TraceContext& ctx, StepCache& c, CallSignature sig, const std::vecto
     }
     e.inputs.push_back(std::move(in));
   }
-  e.exe = runtime::compile_cached(g);
+  e.exe = runtime::compile_partitioned(g, &e.partition);
   e.sig = std::move(sig);
   e.like = std::move(like);
   std::lock_guard<std::mutex> lock(c.mu);

@@ -102,6 +102,9 @@ ir::Value TraceContext::value_of_slow(const Tensor& t) {
 ir::Value TraceContext::stored_layout(const TensorImpl& impl, ir::Value param) {
   if (!impl.sharding) [[likely]]
     return param;
+  const ir::Node& p = builder().graph().node(param.node);
+  if (scopes_.empty() && p.op == ir::OpKind::Parameter)
+    slots_[static_cast<size_t>(p.attrs.i)].sharding = impl.sharding;
   return builder().make(ir::OpKind::Shard, std::span<const ir::Value>(&param, 1),
                         ir::encode_sharding(*impl.sharding, /*stored=*/true));
 }

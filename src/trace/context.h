@@ -83,8 +83,9 @@ struct DataSlot {
   double f = 0;
   int64_t i = 0;
   bool is_scalar = false;
-  bool is_rng = false;              // a random key: compile's replay draws a fresh one
-  std::weak_ptr<TensorImpl> owner;  // the tensor whose data this is (compile's replay)
+  bool is_rng = false;                           // a random key: compile's replay draws a fresh one
+  std::weak_ptr<TensorImpl> owner;               // the tensor whose data this is (compile's replay)
+  std::shared_ptr<const ir::Sharding> sharding;  // the buffer's layout (a block of `type`)
 };
 
 // What a traced body reads from outside it: each becomes a parameter of the body's region and

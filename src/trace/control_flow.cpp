@@ -554,12 +554,21 @@ CallSignature signature_of(CallKey& key, uint64_t hash) {
 
 bool CallSignature::operator==(const CallSignature& o) const {
   return hash == o.hash && signature == o.signature && types == o.types && grads == o.grads &&
-         same_statics(statics, o.statics);
+         layouts == o.layouts && same_statics(statics, o.statics);
 }
 
 CallSignature call_signature(CallKey& key, const char* what) {
   const uint64_t hash = call_hash(key, what);
-  return signature_of(key, hash);
+  std::vector<std::string> layouts;  // a compiled step binds the leaves' blocks: keyed by them
+  bool any = false;
+  for (const Tensor& t : key.leaves) any = any || (t.defined() && t.impl()->sharding);
+  if (any)
+    for (const Tensor& t : key.leaves)
+      layouts.push_back(t.defined() && t.impl()->sharding ? ir::to_string(*t.impl()->sharding)
+                                                          : "");
+  CallSignature sig = signature_of(key, hash);
+  sig.layouts = std::move(layouts);
+  return sig;
 }
 
 std::vector<Tensor> pure_call(PureCache& cache, CallKey key, const FlatFn& fn,

@@ -44,6 +44,11 @@ void prepare_backend();
 // `explain_as` when given (the annotated graph a partitioned one came from).
 std::shared_ptr<const backend::Executable> compile_cached(const ir::Graph& g,
                                                           const ir::Graph* explain_as = nullptr);
+// compile_cached for a graph that may hold shardings: such a graph is partitioned first
+// (loom/passes/partition.h), and *info says how the executable's outputs are laid out (null
+// when the graph held none).
+std::shared_ptr<const backend::Executable> compile_partitioned(
+    const ir::Graph& g, std::shared_ptr<const struct PartitionInfo>* info);
 // Runs an executable that compile_cached returned, counting it in the metrics.
 std::vector<Buffer> run_executable(const backend::Executable& exe, std::span<const Buffer> inputs,
                                    std::span<const uint8_t> donated = {});

@@ -124,7 +124,8 @@ struct CallSignature {
   std::vector<StaticArg> statics;
   std::vector<TensorType> types;
   std::vector<uint8_t> grads;
-  std::vector<std::string> paths;  // each leaf's tree path (CallKey::leaf_paths), on a miss
+  std::vector<std::string> paths;    // each leaf's tree path (CallKey::leaf_paths), on a miss
+  std::vector<std::string> layouts;  // compile's leaves' layouts when one is sharded, else empty
   uint64_t hash = 0;
   bool operator==(const CallSignature& o) const;
 };
