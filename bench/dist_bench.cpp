@@ -10,6 +10,14 @@
 //                       of the step's gradient bytes costs alone; and two single-rank
 //                       processes run at once (no collective) as the bound two busy cores set;
 //                       LOOM_BENCH_DP_ROUNDS rounds (default 3) of the three, medians reported
+//   dist_sharding       mark_sharding against the hand-written layouts, 2 ranks x 1 thread, a
+//                       residual MLP block stack (dim 512, 4 blocks, x [4,256,512] per rank,
+//                       scan_layers, compile trace_once, SGD): the block's weights annotated
+//                       column/row against ColumnParallelLinear/RowParallelLinear, and the
+//                       batch dim annotated against DataParallel; and the first step of the
+//                       seed decoder (L = 50 through scan_layers) with its weights annotated
+//                       against none (trace + partition + compile); LOOM_BENCH_SHARD_ROUNDS
+//                       rounds (default 3), medians of the same-round ratios
 #include <unistd.h>
 
 #include <algorithm>
@@ -213,6 +221,140 @@ Register dp_bench(
           {"grad_MiB", figure_in(two, "grad_mib"), "MiB", "all_reduced per step"},
           {"all_reduce_ms", figure_in(two, "all_reduce_ms"), "ms",
            "that many bytes in one all_reduce, alone, 2 ranks (last round)"},
+      };
+    });
+
+// A residual MLP block, written at global shapes (annotated) or with the tensor-parallel layers.
+struct MlpBlock : nn::Module {
+  std::shared_ptr<nn::Linear> up, down;
+  explicit MlpBlock(int64_t d) {
+    up = register_module("up", std::make_shared<nn::Linear>(d, 4 * d));
+    down = register_module("down", std::make_shared<nn::Linear>(4 * d, d));
+  }
+  Tensor forward(const Tensor& x) override { return x + (*down)(gelu((*up)(x))); }
+};
+struct TpBlock : nn::Module {
+  std::shared_ptr<dist::ColumnParallelLinear> up;
+  std::shared_ptr<dist::RowParallelLinear> down;
+  explicit TpBlock(int64_t d) {
+    up = register_module("up", std::make_shared<dist::ColumnParallelLinear>(d, 4 * d, true, false));
+    down = register_module("down", std::make_shared<dist::RowParallelLinear>(4 * d, d));
+  }
+  Tensor forward(const Tensor& x) override { return x + (*down)(gelu((*up)(x))); }
+};
+
+// argv: mode (tp, annotated, dp, batch, seed_plain, seed_annotated), steps.
+int sharding_rank(int argc, char** argv) {
+  dist::init();
+  const std::string mode = argc > 0 ? argv[0] : "";
+  const int steps = argc > 1 ? std::atoi(argv[1]) : 10;
+  const int64_t world = dist::world_size();
+  const dist::Mesh mesh({world}, {"x"});
+  if (mode == "seed_plain" || mode == "seed_annotated") {  // the first step's cost
+    manual_seed(0);
+    nn::ModuleList layers;
+    for (int i = 0; i < 50; ++i) layers.push_back(std::make_shared<Layer>(128));
+    if (mode == "seed_annotated")
+      for (const Tensor& p : layers.parameters())
+        if (p.dim() == 2) dist::mark_sharding(p, mesh, {{"x"}, {}});
+    optim::SGD opt(layers.parameters(), 1e-3);
+    auto step = compile(
+        [&](const Tensor& x) {
+          opt.zero_grad();
+          Tensor loss = mean(scan_layers(layers, x) * 1.0);
+          loss.backward();
+          opt.step();
+          return loss;
+        },
+        {.name = "seed_first_step", .trace_once = true});
+    Tensor x = randn({4, 64, 128});
+    sync();
+    dist::barrier();
+    const double t0 = seconds();
+    step(x).item<float>();
+    std::printf("first_step_ms %.6f\n", (seconds() - t0) * 1e3);
+    dist::finalize();
+    return 0;
+  }
+  const int64_t dim = 512, per_rank = 4, seq = 256, blocks = 4;
+  const bool batch_split = mode == "dp" || mode == "batch";
+  manual_seed(0);
+  nn::ModuleList layers;
+  for (int i = 0; i < blocks; ++i) {
+    if (mode == "tp")
+      layers.push_back(std::make_shared<TpBlock>(dim));
+    else
+      layers.push_back(std::make_shared<MlpBlock>(dim));
+  }
+  if (mode == "annotated")
+    for (size_t i = 0; i < layers.size(); ++i) {
+      auto& b = dynamic_cast<MlpBlock&>(*layers[i]);
+      dist::mark_sharding(b.up->weight, mesh, {{"x"}, {}});
+      dist::mark_sharding(b.up->bias, mesh, {{"x"}});
+      dist::mark_sharding(b.down->weight, mesh, {{}, {"x"}});
+    }
+  std::unique_ptr<dist::DataParallel> dp;
+  if (mode == "dp") dp = std::make_unique<dist::DataParallel>(layers);
+  optim::SGD opt(layers.parameters(), 1e-3);
+  auto step = compile(
+      [&](const Tensor& x) {
+        opt.zero_grad();
+        Tensor loss = mean(scan_layers(layers, x) * 1.0);
+        loss.backward();
+        if (dp) dp->average_gradients();
+        opt.step();
+        return loss;
+      },
+      {.name = "sharding_bench", .trace_once = true});
+  // Data parallel: each rank's batch is per_rank rows (DataParallel) or its block of the
+  // annotated global batch; tensor parallel: every rank the same per_rank rows.
+  Tensor x = randn({batch_split && mode == "batch" ? per_rank * world : per_rank, seq, dim});
+  if (mode == "batch") dist::mark_sharding(x, mesh, {{"x"}, {}, {}});
+  for (int s = 0; s < 2; ++s) step(x).item<float>();  // compile (twice: the moments' layout)
+  dist::barrier();
+  const double t0 = seconds();
+  for (int s = 0; s < steps; ++s) step(x).item<float>();
+  std::printf("step_ms %.6f\n", (seconds() - t0) / steps * 1e3);
+  dist::finalize();
+  return 0;
+}
+RegisterChild sharding_child("dist_sharding_rank", sharding_rank);
+
+Register sharding_bench(
+    "dist_sharding",
+    "mark_sharding vs hand-written tensor/data parallel, 2 ranks x 1 thread; annotated compile",
+    [] {
+      const char* rs = std::getenv("LOOM_BENCH_SHARD_ROUNDS");
+      const int rounds = std::max(1, rs ? std::atoi(rs) : 3);
+      const std::string env = "LOOM_NUM_THREADS=1";
+      std::vector<double> tp, an, dp, bt, tp_r, dp_r, sp, sa, seed_r;
+      for (int r = 0; r < rounds; ++r) {
+        const double a = figure_in(run_ranks("dist_sharding_rank", 2, "tp 10", env), "step_ms");
+        const double b =
+            figure_in(run_ranks("dist_sharding_rank", 2, "annotated 10", env), "step_ms");
+        const double c = figure_in(run_ranks("dist_sharding_rank", 2, "dp 10", env), "step_ms");
+        const double d = figure_in(run_ranks("dist_sharding_rank", 2, "batch 10", env), "step_ms");
+        const double e =
+            figure_in(run_ranks("dist_sharding_rank", 2, "seed_plain", env), "first_step_ms");
+        const double f =
+            figure_in(run_ranks("dist_sharding_rank", 2, "seed_annotated", env), "first_step_ms");
+        if (a <= 0 || b <= 0 || c <= 0 || d <= 0 || e <= 0 || f <= 0)
+          return std::vector<Figure>{
+              {"failed", 0, "", "a rank failed (loom-bench --child dist_sharding_rank MODE)"}};
+        tp.push_back(a), an.push_back(b), dp.push_back(c), bt.push_back(d);
+        sp.push_back(e), sa.push_back(f);
+        tp_r.push_back(b / a), dp_r.push_back(d / c), seed_r.push_back(f / e);
+      }
+      return std::vector<Figure>{
+          {"step_ms_tensor_parallel_layers", median(tp), "ms", "Column/RowParallelLinear blocks"},
+          {"step_ms_annotated_column_row", median(an), "ms", "nn::Linear blocks + mark_sharding"},
+          {"annotated_over_tp_layers", median(tp_r), "x", "goal <= 1.05; same-round ratio"},
+          {"step_ms_data_parallel", median(dp), "ms", "DataParallel, 4 rows per rank"},
+          {"step_ms_batch_annotated", median(bt), "ms", "8 rows with dim 0 annotated"},
+          {"batch_annotated_over_dp", median(dp_r), "x", "goal <= 1.05; same-round ratio"},
+          {"seed_first_step_ms_plain", median(sp), "ms", "L = 50, trace + compile + run"},
+          {"seed_first_step_ms_annotated", median(sa), "ms", "the same with weights annotated"},
+          {"annotated_first_step_over_plain", median(seed_r), "x", "goal <= 1.5; same round"},
       };
     });
 

@@ -500,24 +500,49 @@ class Partitioner {
     return {std::make_shared<const ir::Graph>(std::move(p.graph)), std::move(outs)};
   }
 
-  // scan: carries keep their entry layout (partial sums resolved) through every iteration; xs
-  // are sliced along their whole dim 0; ys stack the body's layouts under a whole dim 0.
+  // scan: each carry keeps one layout through every iteration: its entry layout, or the one the
+  // body gives it (a gradient carry that enters replicated and leaves split by the batch: the
+  // entry is sliced, not every iteration gathered), found by re-partitioning the body until
+  // the carries' layouts are stable; xs are sliced along a whole dim 0; ys stack the body's
+  // layouts under a whole dim 0.
   void scan(const Node& n) {
     const size_t c = static_cast<size_t>(n.attrs.ints[0]), x = static_cast<size_t>(n.attrs.ints[1]);
-    std::vector<Value> xs;
-    std::vector<Sharding> params{replicated(0)};  // the iteration index
-    std::vector<std::optional<Sharding>> forced;
+    std::vector<Sharding> layouts;
     for (size_t k = 0; k < n.operands.size(); ++k) {
-      const Value v = n.operands[k];
-      Sharding l = state(v);
+      Sharding l = state(n.operands[k]);
       l.partial = 0;
       if (k >= c && k < c + x) l.dims[0] = 0;
-      xs.push_back(to_layout(v, l));
-      if (k < c) forced.push_back(l);
-      if (k >= c && k < c + x) l.dims.erase(l.dims.begin());
-      params.push_back(l);
+      layouts.push_back(l);
     }
-    auto [g, outs] = body(*n.regions[0], std::move(params), std::move(forced));
+    auto params_of = [&] {
+      std::vector<Sharding> params{replicated(0)};  // the iteration index
+      for (size_t k = 0; k < layouts.size(); ++k) {
+        Sharding l = layouts[k];
+        if (k >= c && k < c + x) l.dims.erase(l.dims.begin());
+        params.push_back(l);
+      }
+      return params;
+    };
+    for (int round = 0; round < 3 && c > 0; ++round) {
+      const size_t mark = out_.collectives.size();
+      auto [probe, probe_outs] = body(*n.regions[0], params_of(), {});
+      out_.collectives.resize(mark);  // a probe: its collectives are not the body's
+      bool stable = true;
+      for (size_t k = 0; k < c; ++k) {
+        Sharding l = probe_outs[k];
+        l.partial = 0;
+        stable = stable && l == layouts[k];
+        layouts[k] = l;
+      }
+      if (stable) break;
+    }
+    std::vector<Value> xs;
+    std::vector<std::optional<Sharding>> forced;
+    for (size_t k = 0; k < n.operands.size(); ++k) {
+      xs.push_back(to_layout(n.operands[k], layouts[k]));
+      if (k < c) forced.push_back(layouts[k]);
+    }
+    auto [g, outs] = body(*n.regions[0], params_of(), std::move(forced));
     std::vector<Value> r = b_.make_region(n.op, xs, n.attrs, {g});
     std::vector<Sharding> s;
     for (size_t k = 0; k < outs.size(); ++k) {
