@@ -122,6 +122,19 @@ def different_graphs():
     raise AssertionError("no DistError")
 
 
+def different_shardings():
+    """The ranks annotate one weight differently: their partitioned graphs differ."""
+    mesh = dist.Mesh((2,), ("model",))
+    w = loom.tensor(np.ones((4, 4), np.float32))
+    dist.mark_sharding(w, mesh, ("model", None) if dist.rank() == 0 else (None, "model"))
+    try:
+        (loom.ones(3, 4) @ w).sum().item()
+    except loom.DistError as e:
+        print("DistError:", str(e).replace("\n", " | "))
+        sys.exit(3)
+    raise AssertionError("no DistError")
+
+
 def skipped_collective():
     x = dist.all_reduce(loom.ones(4))
     try:
@@ -341,10 +354,47 @@ def sharding():
             raise AssertionError(f"no {err.__name__}")
 
 
+def torch_sharding():
+    """loom.torch's xs.mark_sharding spelling: a torch MLP's weights annotated Megatron-style,
+    torch.optim.SGD for 3 steps, against the same torch model on the CPU."""
+    import torch
+    import loom.torch as lt
+    w = dist.world_size()
+    torch.manual_seed(0)
+    cpu = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.GELU(), torch.nn.Linear(32, 8))
+    cpu = cpu.double()
+    model = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.GELU(), torch.nn.Linear(32, 8))
+    model = model.double()
+    model.load_state_dict(cpu.state_dict())
+    model.to(lt.device())
+    mesh = lt.Mesh((w,), ("model",))
+    lt.mark_sharding(model[0].weight, mesh, ("model", None))
+    lt.mark_sharding(model[2].weight, mesh, (None, "model"))
+    assert lt.sharding_of(model[2].weight) == f"mesh=[{w}] (None, 0)", lt.sharding_of(model[2].weight)
+    opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (cpu, model)]
+    for step in range(3):
+        g = torch.Generator().manual_seed(step)
+        x = torch.randn(4, 8, generator=g, dtype=torch.float64)
+        y = torch.randn(4, 8, generator=g, dtype=torch.float64)
+        losses = []
+        for m, opt, dev in ((cpu, opts[0], "cpu"), (model, opts[1], lt.device())):
+            loss = ((m(x.to(dev)) - y.to(dev)) ** 2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        assert abs(losses[0] - losses[1]) < 1e-10 * abs(losses[0]), losses
+    assert lt.sharding_of(model[0].weight) == f"mesh=[{w}] (0, None)", \
+        lt.sharding_of(model[0].weight)
+    for a, b in zip(cpu.parameters(), model.parameters()):
+        np.testing.assert_allclose(b.detach().cpu().numpy(), a.detach().numpy(), rtol=1e-10)
+
+
 if __name__ == "__main__":
     mode = sys.argv[1]
     dist.init()
     {"collectives": collectives, "data_parallel": lambda: data_parallel(sys.argv[2]),
      "different_graphs": different_graphs, "skipped_collective": skipped_collective,
-     "dead_rank": dead_rank, "tensor_parallel": tensor_parallel, "sharding": sharding}[mode]()
+     "dead_rank": dead_rank, "tensor_parallel": tensor_parallel, "sharding": sharding,
+     "different_shardings": different_shardings, "torch_sharding": torch_sharding}[mode]()
     print("ok")

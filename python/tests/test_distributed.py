@@ -74,6 +74,16 @@ def test_mark_sharding_equals_the_unannotated_program(ranks):
         assert f"[rank {k}] ok" in r.stdout
 
 
+def test_loom_torch_mark_sharding_equals_torch():
+    """torch_xla's spelling on loom.torch: a torch MLP annotated Megatron-style, torch.optim
+    for 3 steps, against the same model on torch's CPU."""
+    pytest.importorskip("torch")
+    r, _ = launch(2, WORKER, "torch_sharding")
+    assert r.returncode == 0, r.stdout + r.stderr
+    for k in range(2):
+        assert f"[rank {k}] ok" in r.stdout
+
+
 def test_data_parallel_equals_one_rank_with_the_whole_batch(tmp_path):
     """2 ranks x 8 rows each, 20 SGD steps, against one process with all 16 rows."""
     out = tmp_path / "dp.npz"
@@ -95,6 +105,7 @@ def test_data_parallel_equals_one_rank_with_the_whole_batch(tmp_path):
 @pytest.mark.parametrize("mode,what", [
     ("different_graphs", "First difference (rank 0 against rank 1)"),
     ("skipped_collective", "rank 1 calls barrier()"),
+    ("different_shardings", "First difference (rank 0 against rank 1)"),
 ])
 def test_faults_raise_on_every_rank(mode, what):
     r, seconds = launch(2, WORKER, mode)

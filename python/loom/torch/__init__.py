@@ -51,7 +51,8 @@ from ._tools import assume_pure, compile, fori_loop, fused, scan, scan_layers, w
 
 __all__ = ["device", "sync", "to_loom", "to_torch", "LoomTensor", "metrics", "metrics_report",
            "assume_pure", "scan", "scan_layers", "while_loop", "fori_loop", "compile",
-           "lowered_ops", "aten_ops_lowered", "fx_graphs_compiled"]
+           "lowered_ops", "aten_ops_lowered", "fx_graphs_compiled", "Mesh", "mark_sharding",
+           "sharding_of"]
 
 _DRAWS = {"randn": loom.randn, "rand": loom.rand, "zeros": loom.zeros, "ones": loom.ones,
           "empty": loom.zeros}
@@ -297,3 +298,36 @@ def metrics_report():
 def lowered_ops():
     """The aten op names (and name.overload keys) the table lowers."""
     return sorted(TABLE)
+
+
+# Sharding, as torch_xla.distributed.spmd spells it (`xs.Mesh`, `xs.mark_sharding`), over the
+# ranks loom.launch started (loom.distributed).
+from loom.distributed import Mesh  # noqa: E402
+
+
+def _loom_elem(fn, t):
+    elem = getattr(t, "_elem", None)
+    if elem is None and isinstance(getattr(t, "data", None), LoomTensor):
+        elem = t.data._elem  # an nn.Parameter over a LoomTensor
+    if elem is None:
+        raise TypeError(f"{fn}(): expected a tensor on loom's device ({DEVICE}), got "
+                        f"{type(t).__name__} on {getattr(t, 'device', '?')}; move it with "
+                        f".to(loom.torch.device()) first")
+    return elem
+
+
+def mark_sharding(t, mesh, partition_spec):
+    """torch_xla's `xs.mark_sharding(tensor, mesh, partition_spec)` for a tensor on loom's
+    device (a parameter too): lays it out over `mesh` (a loom.torch.Mesh, the launched ranks)
+    with one spec entry per dim (a mesh axis name or index, a tuple of axes, or None). The
+    program stays written at global shapes; see loom.distributed.mark_sharding. Returns t."""
+    import loom.distributed as dist
+    dist.mark_sharding(_loom_elem("mark_sharding", t), mesh, partition_spec)
+    return t
+
+
+def sharding_of(t):
+    """The layout of a tensor on loom's device, as loom.distributed.sharding_of's text (None:
+    replicated)."""
+    import loom.distributed as dist
+    return dist.sharding_of(_loom_elem("sharding_of", t))
