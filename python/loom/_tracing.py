@@ -8,6 +8,7 @@ tensors only. The trees are flattened in C++ (python/src/tree.cpp): a cached cal
 Python beyond that.
 """
 import functools
+import threading
 
 from . import _creation, _loom
 
@@ -160,7 +161,17 @@ class custom_vjp:
         if self.fwd is None:
             raise TypeError(f"custom_vjp: {getattr(self.fn, '__name__', 'the function')} has "
                             "no backward yet; call .defvjp(fwd, bwd) first")
-        bwd = self.bwd
+        if id(self) in _fwd_tracing():  # fwd calling the function itself, as JAX's docs do
+            return self.fn(*args)
+        bwd, fwd = self.bwd, self.fwd
+
+        def forward(*a):
+            active = _fwd_tracing()
+            active.add(id(self))
+            try:
+                return fwd(*a)
+            finally:
+                active.discard(id(self))
 
         def backward(res, g):
             grads = bwd(res, g)
@@ -168,7 +179,19 @@ class custom_vjp:
                 return grads  # the core says what is wrong
             return tuple(_zeros_for_none(gk, ak) for gk, ak in zip(grads, args))
 
-        return _loom._custom_vjp_call(self.fn, self.fwd, backward, *args)
+        return _loom._custom_vjp_call(self.fn, forward, backward, *args)
+
+
+_FWD = threading.local()
+
+
+def _fwd_tracing():
+    """The custom_vjp functions whose fwd this thread is running: inside its fwd, a function's
+    own calls are its plain primal (fwd may compute the output by calling it)."""
+    s = getattr(_FWD, "active", None)
+    if s is None:
+        s = _FWD.active = set()
+    return s
 
 
 def _zeros_for_none(grad, arg):
@@ -190,7 +213,9 @@ def _flatten(tree, leaf, path="args"):
     hashable description of its structure."""
     if tree is None:
         return [], None
-    if isinstance(tree, (tuple, list)):
+    # A ShapeDtypeStruct written as a namedtuple is a leaf, not a tuple.
+    if isinstance(tree, (tuple, list)) and not (hasattr(tree, "_fields") and
+                                                hasattr(tree, "shape") and hasattr(tree, "dtype")):
         leaves, parts = [], []
         for k, x in enumerate(tree):
             sub, d = _flatten(x, leaf, f"{path}[{k}]")
@@ -349,6 +374,7 @@ def _callback_with_vjp(callback, vjp):
     def backward_host(args, out, g):
         return vjp(args, out, g)
     backward_host.__qualname__ = getattr(vjp, "__qualname__", "vjp")
+    backward_host.__name__ = getattr(vjp, "__name__", "vjp")  # errors name the user's vjp
 
     def call(specs, *args):
         @custom_vjp

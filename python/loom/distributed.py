@@ -17,6 +17,8 @@ all_reduce of the adjoints; all_gather and reduce_scatter are each other's adjoi
 `replicated=True` says that every rank computes the same objective from the result (tensor
 parallel), when the adjoint is the rank's own share.
 """
+import os
+
 import numpy as np
 
 from . import _loom
@@ -134,7 +136,8 @@ def shard(n, rank=None, world_size=None):
 class Mesh:
     """A mesh of the launched ranks, as torch_xla's `Mesh(device_ids, mesh_shape, axis_names)`:
     the ranks in row-major order over `mesh_shape` (rank r has coordinates
-    `np.unravel_index(r, mesh_shape)`). Its size must be the world size when it is used.
+    `np.unravel_index(r, mesh_shape)`). Its size must be the world size when it is used. Under
+    `python -m loom.launch`, making a Mesh calls `init()` if the program has not.
 
         mesh = dist.Mesh((2, 2), ("data", "model"))
         dist.mark_sharding(w, mesh, (None, "model"))
@@ -151,6 +154,8 @@ class Mesh:
         if len(names) != len(shape):
             raise ValueError(f"Mesh(): {len(shape)} axes but {len(names)} axis names")
         size = int(np.prod(shape))
+        if not _loom._dist_initialized() and os.environ.get("LOOM_WORLD_SIZE"):
+            init()  # under loom.launch, as torch_xla's users never call an init
         if device_ids is not None and [int(d) for d in np.asarray(device_ids).ravel()] != \
                 list(range(size)):
             raise ValueError("Mesh(): device_ids must be range(size) in order: rank r is "
@@ -192,13 +197,17 @@ def _mesh(fn, mesh):
 
 def mark_sharding(tensor, mesh, partition_spec):
     """Lays `tensor` out over `mesh`, in place, with torch_xla's spec form: one entry per dim,
-    a mesh axis name or index, a tuple of axes (split over all of them, in mesh order), or
-    None (replicated). The program stays written at global shapes: the partitioner propagates
+    a mesh axis name or index, a tuple of axes (split over all of them; give them in mesh
+    order), or None (replicated). Every rank must annotate alike (a rank that does not runs
+    without the collectives and the others wait for it until its next collective or the
+    timeout). The program stays written at global shapes: the partitioner propagates
     the layouts through each graph and inserts the collectives (a product over a split
     contracting dim leaves partial sums: one all_reduce where they are needed). Materialized
     data is resharded at once (each rank keeps its block; `shape` stays the global one); a
     pending value is annotated. Reading a sharded tensor (numpy(), item(), print) gathers it.
-    Gradients take their tensors' layouts, and an optimizer step keeps them.
+    Gradients take their tensors' layouts, and an in-place update (an optimizer step) keeps a
+    sharded tensor's layout; an unannotated tensor updated in place takes the layout the
+    partitioner gives its new value (an optimizer's moments take their gradients').
 
     Errors (on every rank): ShapeError for a spec whose length is not the tensor's rank, an
     axis not in the mesh or used twice, a dim its axes do not divide (loom does not pad);

@@ -327,6 +327,15 @@ def sharding():
         close(p, ref.state_dict()[name], f"batch-annotated {name} after 3 steps")
         assert dist.sharding_of(p) is None, name  # weights stay replicated
 
+    # Reading a sharded parameter after a forward that autograd may still differentiate.
+    loom.manual_seed(3)
+    lin = nn.Linear(8, 8)
+    want_w = lin.weight.numpy().copy()
+    dist.mark_sharding(lin.weight, mesh, ("model", None))
+    lin(loom.ones(2, 8)).sum().item()
+    np.testing.assert_array_equal(lin.weight.numpy(), want_w)
+    assert len(repr(lin.weight)) > 0
+
     # Pieces in and out: from_local, full, gather_to.
     piece = loom.tensor(np.arange(6.0).reshape(2, 3) + 10 * dist.rank())
     t = dist.from_local(piece, mesh, ("model", None))

@@ -39,6 +39,32 @@ def test_a_custom_backward_replaces_autodiff():
     assert x.grad.tolist() == [3.0, -6.0, 1.5]
 
 
+def test_fwd_may_call_the_function_itself():
+    """JAX's first custom_vjp example: f_fwd computes the output by calling f; inside fwd, f is
+    its plain primal (no recursion). Gradients against the closed form."""
+    @loom.custom_vjp
+    def f(x, y):
+        return loom.sin(x) * y
+
+    def f_fwd(x, y):
+        return f(x, y), (loom.cos(x), loom.sin(x), y)
+
+    def f_bwd(res, g):
+        cos_x, sin_x, y = res
+        return (cos_x * g * y, sin_x * g)
+
+    f.defvjp(f_fwd, f_bwd)
+    x = loom.tensor([0.3, 0.7], dtype=loom.float64, requires_grad=True)
+    y = loom.tensor([2.0, 3.0], dtype=loom.float64, requires_grad=True)
+    out = f(x, y)
+    out.sum().backward()
+    xs, ys = torch.tensor([0.3, 0.7], dtype=torch.float64), torch.tensor([2.0, 3.0],
+                                                                         dtype=torch.float64)
+    torch.testing.assert_close(to_torch(out), torch.sin(xs) * ys)
+    torch.testing.assert_close(to_torch(x.grad), torch.cos(xs) * ys)
+    torch.testing.assert_close(to_torch(y.grad), torch.sin(xs))
+
+
 def test_values_and_gradients_equal_autodiff_of_the_same_function():
     gen = torch.Generator().manual_seed(0)
     t = torch.randn(4, 5, generator=gen, dtype=torch.float64)

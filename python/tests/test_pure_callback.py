@@ -38,6 +38,16 @@ def test_values_equal_numpy_and_the_callback_runs_once_per_use():
     assert len(calls) == 1
 
 
+def test_a_namedtuple_shape_dtype_struct_is_one_result():
+    """jax.ShapeDtypeStruct as users write it without JAX: a namedtuple with shape and dtype is
+    a leaf, not a tuple of two results."""
+    import collections
+    Sds = collections.namedtuple("ShapeDtypeStruct", ["shape", "dtype"])
+    x = loom.tensor(np.arange(4.0, dtype=np.float32))
+    y = loom.pure_callback(lambda a: np.sort(a)[::-1].copy(), Sds((4,), np.float32), x)
+    np.testing.assert_array_equal(y.numpy(), [3.0, 2.0, 1.0, 0.0])
+
+
 def test_pytrees_several_results_and_dtypes():
     def stats(d, k):
         v = d["v"]

@@ -93,7 +93,11 @@ void broadcast_batches(Tensor& q, Tensor& k, Tensor& v, const Tensor& mask, int6
       LOOM_CHECK_T(ShapeError, n == b || n == 1 || b == 1, "[scaled_dot_product_attention] ",
                    "the batch dims of q ", type_of(q), ", k ", type_of(k), ", v ", type_of(v),
                    mask.defined() ? " and the mask " + type_of(mask).str() : std::string(),
-                   " do not broadcast");
+                   " do not broadcast",
+                   kv && group == 1 && d == r - 3 && n != 1 && b % n == 0
+                       ? "; k and v have fewer heads than q: pass enable_gqa=true for grouped "
+                         "heads"
+                       : "");
       if (b == 1) b = n;
     }
   };

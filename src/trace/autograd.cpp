@@ -168,8 +168,10 @@ std::vector<Tensor> GradTape::gradients(const Tensor& out, const Tensor& seed,
   LOOM_CHECK_T(AutodiffError, o.scope == 0 && o.pending() && active(o.value), "[", what,
                "] the tensor ", o.type,
                " does not require grad: no tensor it was computed from requires grad "
-               "(requires_grad_()), it was computed under NoGradGuard, or sync() already ran its "
-               "graph (call backward before sync)");
+               "(requires_grad_()), it was computed under NoGradGuard, sync() already ran its "
+               "graph (call backward before sync), or it is the result of a compile()d step, "
+               "whose graph is cut after it (differentiate inside the step: compile(grad(f))). "
+               "Second derivatives (grad of grad) are not supported yet");
   ir::Value s;
   if (!seed.defined()) {
     LOOM_CHECK_T(AutodiffError, o.type.shape.numel() == 1, "[", what,

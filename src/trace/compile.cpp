@@ -119,6 +119,7 @@ std::vector<Tensor> replay(TraceContext& ctx, const StepCache::Entry& e,
     donated.push_back(updated && inputs.back().use_count() == 2);
   }
   std::vector<Buffer> out = runtime::run_executable(*e.exe, inputs, donated);
+  if (e.partition) ctx.note_partition(e.partition);  // sharding_report tells this step
   std::vector<Tensor> results;
   for (const StepCache::Result& r : e.results) {
     if (r.passthrough)

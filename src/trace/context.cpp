@@ -80,7 +80,7 @@ ir::Value TraceContext::value_of_slow(const Tensor& t) {
     slots_.back().owner = t.impl_ptr();
     return stored_layout(impl, v);
   }
-  if (mine && impl.data_epoch == epoch_) return impl.data_value;
+  if (mine && impl.data_epoch == epoch_) return stored_layout(impl, impl.data_value);
   ir::Value v;
   auto it = slot_by_buffer_.find(impl.buffer.id());
   if (it != slot_by_buffer_.end() && slots_[it->second].type == impl.type) {
@@ -90,12 +90,11 @@ ir::Value TraceContext::value_of_slow(const Tensor& t) {
     v = data(impl.buffer, impl.type);
     slots_.back().owner = t.impl_ptr();
   }
-  v = stored_layout(impl, v);
-  if (mine) {
+  if (mine) {  // the parameter: each use adds its stored layout (hash-consed to one node)
     impl.data_value = v;
     impl.data_epoch = epoch_;
   }
-  return v;
+  return stored_layout(impl, v);
 }
 
 // A sharded tensor's data node: its block, as the stored layout of the global value.
@@ -317,6 +316,9 @@ void TraceContext::rebind(TensorImpl& impl, ir::Value v) {
                  "gradient would refer to the old value); update it under loom::NoGradGuard");
     if (!grad_.enabled()) v = grad_.cut_gradient(v);
   }
+  if (impl.sharding && !impl.pending())  // an update keeps a sharded tensor's layout
+    v = builder_.make(ir::OpKind::Shard, std::span<const ir::Value>(&v, 1),
+                      ir::encode_sharding(*impl.sharding, /*stored=*/false));
   impl.buffer = Buffer();
   impl.sharding = nullptr;
   impl.error = nullptr;  // a new value replaces a failed one

@@ -185,7 +185,7 @@ class TraceContext {
     if (p && scopes_.empty() && p->scope == 0 && !p->requires_grad && !p->error &&
         p->owner.load(std::memory_order_relaxed) == id_) [[likely]] {
       if (p->pending()) return p->value;
-      if (p->data_epoch == epoch_) return p->data_value;
+      if (p->data_epoch == epoch_ && !p->sharding) return p->data_value;
     }
     return value_of_slow(t);
   }
@@ -201,6 +201,9 @@ class TraceContext {
   Tensor wrap(ir::Value v);
   const std::shared_ptr<const runtime::PartitionInfo>& last_partition() const {
     return last_partition_;
+  }
+  void note_partition(std::shared_ptr<const runtime::PartitionInfo> p) {
+    last_partition_ = std::move(p);
   }
   // Off while a hold lives; the next wrap after it compacts.
   class CompactionHold {

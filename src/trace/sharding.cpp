@@ -42,10 +42,11 @@ ir::Sharding resolve(const Tensor& t, const Mesh& mesh, const ShardSpec& spec) {
   Communicator* c = current();
   const int64_t world = c ? c->size() : 1;
   if (mesh.size() != world)
-    throw DistError(
-        str_cat("[", op, "] the mesh ", axes_text(mesh), " holds ", mesh.size(),
-                " ranks but the world has ", world,
-                c ? "" : " (no communicator: call dist::init or run under loom-launch)"));
+    throw DistError(str_cat("[", op, "] the mesh ", axes_text(mesh), " holds ", mesh.size(),
+                            mesh.size() == 1 ? " rank" : " ranks", " but the world has ", world,
+                            c ? ""
+                              : " (no communicator: call loom::dist::init(), in Python "
+                                "loom.distributed.init(), in each rank loom-launch started)"));
   ir::Sharding s;
   s.mesh = mesh.shape();
   uint32_t used = 0;
@@ -123,10 +124,13 @@ void mark_sharding(const Tensor& t, const Mesh& mesh, const ShardSpec& spec) {
   }
   if (impl.pending()) loom::materialize({t});  // a leaf (a parameter): its data is resharded
   if (impl.sharding ? *impl.sharding == s : s.replicated()) return;
-  // Materialized data: resharded now, each rank keeping its block.
+  // Materialized data: resharded now, each rank keeping its block (a graph of its own, which
+  // sharding_report does not tell: it tells the program's).
   NoGradGuard g;
+  const auto report = ctx.last_partition();
   Tensor r = record_shard(t, s, false);
   loom::materialize({r});
+  ctx.note_partition(report);
   impl.buffer = r.impl()->buffer;
   impl.sharding = r.impl()->sharding;
   impl.data_epoch = 0;  // its data node is the old buffer's
@@ -156,8 +160,11 @@ Tensor full(const Tensor& t) {
   whole.mesh = s->mesh;
   whole.dims.assign(s->dims.size(), 0);
   NoGradGuard g;
+  TraceContext& ctx = TraceContext::get();
+  const auto report = ctx.last_partition();
   Tensor r = record_shard(t, whole, false);
   loom::materialize({r});
+  ctx.note_partition(report);
   return r;
 }
 

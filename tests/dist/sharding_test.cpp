@@ -241,6 +241,63 @@ TEST(ShardingTest, AnnotatedWeightsInsideScanAndAssumePure) {
   });
 }
 
+// Two backward passes accumulate into the sharded gradient as into the unsharded one.
+TEST(ShardingTest, GradientAccumulationEqualsTheUnshardedRun) {
+  const int64_t d = 8;
+  auto run = [&](Mlp& m) {
+    for (int k = 0; k < 2; ++k) {
+      Tensor y = m(host({4, d}, 0.5 + k));
+      sum(y * y).backward();
+    }
+  };
+  Mlp ref(d, 3.0);
+  run(ref);
+  loom::sync();
+  ranks(2, [&](int) {
+    Mlp m(d, 3.0);
+    Mesh mesh({2}, {"model"});
+    dist::mark_sharding(m.up, mesh, {{"model"}, {}});
+    dist::mark_sharding(m.down, mesh, {{}, {"model"}});
+    run(m);
+    expect_close(m.up.grad(), ref.up.grad(), "accumulated up.grad");
+    expect_close(m.down.grad(), ref.down.grad(), "accumulated down.grad");
+    expect_close(m.bd.grad(), ref.bd.grad(), "accumulated bd.grad");
+    EXPECT_EQ(dist::sharding_of(m.up.grad()), dist::sharding_of(m.up));
+  });
+}
+
+// mark_sharding on values inside a scan body and an assume_pure body: the bodies are
+// partitioned with them, and the results equal the unannotated program's.
+TEST(ShardingTest, AnnotationsInsideBodies) {
+  const Tensor x0 = host({8, 6}, 0.4), w0 = host({6, 6}, 0.8), xs0 = host({3, 8, 6}, 1.1);
+  auto program = [&](const std::function<void(const Tensor&)>& annotate) {
+    auto [c, ys] = loom::scan(
+        [&](const Tensor& h, const Tensor& x) {
+          Tensor z = tanh(matmul(h + x, w0));
+          annotate(z);
+          return std::pair{z, sum(z, {1})};
+        },
+        x0, xs0);
+    auto f = loom::assume_pure([&](const Tensor& a) {
+      Tensor b = a * 2.0;
+      annotate(b);
+      return sum(exp(b), {0});
+    });
+    return std::vector<Tensor>{c, ys, f(x0)};
+  };
+  std::vector<Tensor> want = program([](const Tensor&) {});
+  loom::sync();
+  ranks(2, [&](int) {
+    Mesh mesh({2}, {"rows"});
+    std::vector<Tensor> got =
+        program([&](const Tensor& t) { dist::mark_sharding(t, mesh, {{"rows"}, {}}); });
+    loom::sync();
+    EXPECT_NE(dist::sharding_report().find("mesh_"), std::string::npos);
+    const char* names[] = {"scan carry", "scan ys", "assume_pure"};
+    for (size_t k = 0; k < want.size(); ++k) expect_close(got[k], want[k], names[k]);
+  });
+}
+
 // The closed-form collective counts, on the partitioner alone.
 TEST(ShardingTest, InsertedCollectivesHaveTheClosedFormCounts) {
   auto count = [](const std::string& text, ir::OpKind op) {
