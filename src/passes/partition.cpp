@@ -63,8 +63,10 @@ class Partitioner {
       node_ = v.node;
       Sharding s = state(v);
       Value lv = local(v);
+      // A body's results may stay partial sums (a scan's ys: the stacked per-layer gradients
+      // are reduced once after the loop, not once per iteration); a graph's may not.
       Sharding want = s;
-      want.partial = 0;
+      if (!region_) want.partial = 0;
       if (k < forced_.size() && forced_[k]) want = *forced_[k];
       if (!(want == s)) {
         lv = reshard(lv, s, want, g_.type(v));
@@ -434,7 +436,7 @@ class Partitioner {
     const size_t data = n.op == OpKind::IndexSelect ? 1 : n.operands.size();
     Sharding s = state(n.operands[0]);
     s.dims[axis] = 0;
-    if (n.op != OpKind::Slice) s.partial = 0;
+    s.partial = 0;  // resolved whole, before a slice: one reduction of all the slices
     for (size_t k = 1; k < data; ++k)  // concat: a layout every operand takes
       for (size_t d = 0; d < s.dims.size(); ++d)
         if (!fits(g_.type(n.operands[k]).shape[d], s.dims[d])) s.dims[d] = 0;
