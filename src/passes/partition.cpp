@@ -503,10 +503,11 @@ class Partitioner {
   }
 
   // scan: each carry keeps one layout through every iteration: its entry layout, or the one the
-  // body gives it (a gradient carry that enters replicated and leaves split by the batch: the
-  // entry is sliced, not every iteration gathered), found by re-partitioning the body until
-  // the carries' layouts are stable; xs are sliced along a whole dim 0; ys stack the body's
-  // layouts under a whole dim 0.
+  // body gives it when the body then moves fewer bytes (a gradient carry that enters
+  // replicated and leaves split by the batch: the entry is sliced once, not every iteration
+  // gathered; a residual stream that leaves a column-parallel layer split stays whole, or the
+  // next layer's weights would be gathered); xs are sliced along a whole dim 0; ys stack the
+  // body's layouts under a whole dim 0.
   void scan(const Node& n) {
     const size_t c = static_cast<size_t>(n.attrs.ints[0]), x = static_cast<size_t>(n.attrs.ints[1]);
     std::vector<Sharding> layouts;
@@ -525,18 +526,33 @@ class Partitioner {
       }
       return params;
     };
-    for (int round = 0; round < 3 && c > 0; ++round) {
+    // The bytes a body partitioned for the carries' layouts moves per iteration, and the
+    // layouts its carries leave with.
+    auto probe = [&](std::vector<Sharding>* leave) {
       const size_t mark = out_.collectives.size();
-      auto [probe, probe_outs] = body(*n.regions[0], params_of(), {});
+      std::vector<std::optional<Sharding>> forced(layouts.begin(), layouts.begin() + c);
+      auto [g, outs] = body(*n.regions[0], params_of(),
+                            leave ? std::vector<std::optional<Sharding>>{} : std::move(forced));
+      int64_t bytes = 0;
+      for (size_t k = mark; k < out_.collectives.size(); ++k)
+        if (out_.collectives[k].op != OpKind::MeshSlice) bytes += out_.collectives[k].bytes;
       out_.collectives.resize(mark);  // a probe: its collectives are not the body's
-      bool stable = true;
-      for (size_t k = 0; k < c; ++k) {
-        Sharding l = probe_outs[k];
-        l.partial = 0;
-        stable = stable && l == layouts[k];
-        layouts[k] = l;
+      if (leave)
+        for (size_t k = 0; k < c; ++k) {
+          (*leave)[k] = outs[k];
+          (*leave)[k].partial = 0;
+        }
+      return bytes;
+    };
+    if (c > 0) {
+      std::vector<Sharding> leave(c);
+      probe(&leave);
+      if (!std::equal(leave.begin(), leave.end(), layouts.begin())) {
+        const int64_t entry_cost = probe(nullptr);
+        const std::vector<Sharding> entry = layouts;
+        std::copy(leave.begin(), leave.end(), layouts.begin());
+        if (probe(nullptr) >= entry_cost) layouts = entry;
       }
-      if (stable) break;
     }
     std::vector<Value> xs;
     std::vector<std::optional<Sharding>> forced;
