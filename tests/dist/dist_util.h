@@ -15,7 +15,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
@@ -191,6 +193,25 @@ inline void thread_ranks(int n, const std::function<void(int)>& body,
       ADD_FAILURE() << "rank " << r << " threw: " << e.what();
     }
   }
+}
+
+// A deterministic float32 tensor of shape s: scale * sin(seed + 0.37 i).
+inline Tensor host(Shape s, double seed, double scale = 0.5) {
+  std::vector<float> v;
+  for (int64_t i = 0; i < s.numel(); ++i)
+    v.push_back(static_cast<float>(scale * std::sin(seed + 0.37 * i)));
+  return tensor(v, s);
+}
+
+// Norm-wise: |a - b| <= 2e-5 (1 + max |b|), as sharded sums run in another order (a layer
+// norm's weight gradient sums terms far larger than itself).
+inline void expect_close(const Tensor& got, const Tensor& want, const std::string& what) {
+  ASSERT_EQ(got.shape(), want.shape()) << what;
+  std::vector<float> a = got.to_vector<float>(), b = want.to_vector<float>();
+  double scale = 1;
+  for (float v : b) scale = std::max(scale, 1.0 + std::abs(v));
+  for (size_t i = 0; i < a.size(); ++i)
+    ASSERT_NEAR(a[i], b[i], 2e-5 * scale) << what << "[" << i << "]";
 }
 
 }  // namespace loom::testing

@@ -14,24 +14,11 @@
 namespace loom {
 namespace {
 
+using testing::expect_close;
+using testing::host;
+
 using dist::Mesh;
 using dist::ShardSpec;
-
-Tensor host(Shape s, double seed, double scale = 0.5) {
-  std::vector<float> v;
-  for (int64_t i = 0; i < s.numel(); ++i)
-    v.push_back(static_cast<float>(scale * std::sin(seed + 0.37 * i)));
-  return tensor(v, s);
-}
-
-void expect_close(const Tensor& got, const Tensor& want, const std::string& what) {
-  ASSERT_EQ(got.shape(), want.shape()) << what;
-  std::vector<float> a = got.to_vector<float>(), b = want.to_vector<float>();
-  double scale = 1;
-  for (float v : b) scale = std::max(scale, 1.0 + std::abs(v));
-  for (size_t i = 0; i < a.size(); ++i)
-    ASSERT_NEAR(a[i], b[i], 2e-5 * scale) << what << "[" << i << "]";
-}
 
 // Runs fn on n in-process ranks; fails the test with each rank's exception.
 void ranks(int n, const std::function<void(int)>& fn) {

@@ -12,29 +12,14 @@
 namespace loom {
 namespace {
 
-Tensor host(Shape s, double seed, double scale = 0.5) {
-  std::vector<float> v;
-  for (int64_t i = 0; i < s.numel(); ++i)
-    v.push_back(static_cast<float>(scale * std::sin(seed + 0.37 * i)));
-  return tensor(v, s);
-}
+using testing::expect_close;
+using testing::host;
 
 void set_params(nn::Module& m, double seed) {
   NoGradGuard g;
   int k = 0;
   for (auto& [name, p] : m.named_parameters()) p.copy_(host(p.shape(), seed + 11 * k++));
   loom::sync();
-}
-
-// Norm-wise: |a - b| <= 2e-5 (1 + max |b|), as the sharded sums run in another order (a
-// layer norm's weight gradient sums terms far larger than itself).
-void expect_close(const Tensor& got, const Tensor& want, const std::string& what) {
-  ASSERT_EQ(got.shape(), want.shape()) << what;
-  std::vector<float> a = got.to_vector<float>(), b = want.to_vector<float>();
-  double scale = 1;
-  for (float v : b) scale = std::max(scale, 1.0 + std::abs(v));
-  for (size_t i = 0; i < a.size(); ++i)
-    ASSERT_NEAR(a[i], b[i], 2e-5 * scale) << what << "[" << i << "]";
 }
 
 struct FullMlp : nn::Module {
