@@ -120,8 +120,7 @@ class Partitioner {
   // loses gathered, then the axes a dim gains sliced locally.
   Value reshard(Value x, const Sharding& from, const Sharding& to, const TensorType& global) {
     (void)global;
-    if (from.partial & ~to.partial)
-      x = mesh_op(OpKind::MeshAllReduce, x, 0, from.partial & ~to.partial);
+    uint32_t partial = from.partial & ~to.partial;
     std::vector<uint32_t> slice(from.dims.size(), 0);
     for (size_t d = 0; d < from.dims.size(); ++d) {
       const uint32_t f = from.dims[d], t = to.dims[d];
@@ -136,6 +135,15 @@ class Partitioner {
         slice[d] = t;
       }
     }
+    // Partial sums resolved into a dim that gains exactly their axes: one reduce_scatter
+    // (each rank receives only its block of the sum) instead of an all_reduce and a slice.
+    for (size_t d = 0; d < slice.size() && partial; ++d)
+      if (slice[d] == partial) {
+        x = mesh_op(OpKind::MeshReduceScatter, x, static_cast<int64_t>(d), partial);
+        slice[d] = 0;
+        partial = 0;
+      }
+    if (partial) x = mesh_op(OpKind::MeshAllReduce, x, 0, partial);
     for (size_t d = 0; d < slice.size(); ++d)
       if (slice[d]) x = mesh_op(OpKind::MeshSlice, x, static_cast<int64_t>(d), slice[d]);
     return x;
@@ -285,6 +293,10 @@ class Partitioner {
       case OpKind::Div: keep = !p(1) ? p(0) : 0; break;
       default: break;
     }
+    // An operand split over a partial sum's axes: resolve the sum into its layout (a
+    // reduce_scatter) rather than gather the operand and keep the sum partial.
+    for (Value v : n.operands)
+      for (uint32_t m : state(v).dims) keep = (m & keep) ? 0 : keep;
     std::vector<uint32_t> dims = broadcast_dims(n.type.shape, n.operands, keep);
     std::vector<Value> xs;
     for (size_t k = 0; k < n.operands.size(); ++k) {

@@ -315,6 +315,39 @@ TEST(ShardingTest, InsertedCollectivesHaveTheClosedFormCounts) {
   EXPECT_EQ(count(row, ir::OpKind::MeshAllReduce), (std::pair<int64_t, int64_t>{1, 6 * 8 * 4}));
   EXPECT_EQ(count(row, ir::OpKind::MeshAllGather).first, 0);
   EXPECT_EQ(count(row, ir::OpKind::MeshSlice).first, 1);  // x's columns: a local slice
+  // The row-parallel output scaled by a row-split tensor: the partial sums are resolved into
+  // the split rows by one reduce_scatter (no all_reduce, no slice of the output).
+  const std::string scattered =
+      "graph(%0: f32[6,32], %1: f32[8,32], %2: f32[6,8]) {\n"
+      "  %3 = shard(%1) {sharding=[1,2,0,1], stored=true} : f32[8,32]\n"
+      "  %4 = shard(%2) {sharding=[1,2,1,0], stored=true} : f32[6,8]\n"
+      "  %5 = permute(%3) {perm=[1,0]} : f32[32,8]\n"
+      "  %6 = matmul(%0, %5) : f32[6,8]\n"
+      "  %7 = mul(%4, %6) : f32[6,8]\n"
+      "  return %7\n}";
+  EXPECT_EQ(count(scattered, ir::OpKind::MeshReduceScatter),
+            (std::pair<int64_t, int64_t>{1, 6 * 8 * 4}));
+  EXPECT_EQ(count(scattered, ir::OpKind::MeshAllReduce).first, 0);
+}
+
+// Values through reduce_scatter (the whole world, and a group of a 2-d mesh).
+TEST(ShardingTest, PartialSumsScatteredIntoSplitRows) {
+  const Tensor x = host({8, 12}, 0.3), w = host({6, 12}, 0.6), s = host({8, 6}, 0.9);
+  const Tensor want = s * matmul(x, transpose(w, 0, 1));
+  loom::sync();
+  for (int n : {2, 4}) {
+    ranks(n, [&](int) {
+      Mesh mesh = n == 2 ? Mesh({2}, {"m"}) : Mesh({2, 2}, {"a", "m"});
+      Tensor wl = host({6, 12}, 0.6), sl = host({8, 6}, 0.9);
+      dist::mark_sharding(wl, mesh, {{}, {"m"}});  // row parallel over "m"
+      dist::mark_sharding(sl, mesh, {{"m"}, {}});  // rows over "m"
+      Tensor y = sl * matmul(host({8, 12}, 0.3), transpose(wl, 0, 1));
+      loom::sync();
+      EXPECT_NE(dist::sharding_report().find("mesh_reduce_scatter"), std::string::npos)
+          << dist::sharding_report();
+      expect_close(y, want, "scattered partial sums");
+    });
+  }
 }
 
 TEST(ShardingTest, BadSpecsAreClearErrors) {

@@ -210,7 +210,8 @@ inline Graph collective_graph() {
   Value ms = mesh(OpKind::MeshSlice, x, 0);
   Value mg = mesh(OpKind::MeshAllGather, ms, 0);
   Value mr = mesh(OpKind::MeshAllReduce, mg, 0);
-  g.outputs() = {s, r, mx, mn, mni, rs, bc, ga, sd, mr};
+  Value mrs = mesh(OpKind::MeshReduceScatter, mr, 0);
+  g.outputs() = {s, r, mx, mn, mni, rs, bc, ga, sd, mrs};
   return g;
 }
 

@@ -76,6 +76,7 @@ Lowering lowering(OpKind op, DType dt) {
     case OpKind::Shard:  // partitioned away before a backend sees a graph
     case OpKind::MeshAllReduce:
     case OpKind::MeshAllGather:
+    case OpKind::MeshReduceScatter:
     case OpKind::MeshSlice: return Lowering::Fallback;
     case OpKind::Call:
     case OpKind::Scan:

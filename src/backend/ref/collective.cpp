@@ -190,6 +190,52 @@ void mesh_all_gather_kernel(const ir::Node& node, std::span<const Array> in, Arr
                   static_cast<size_t>(inner_bytes));
 }
 
+void mesh_reduce_scatter_kernel(const ir::Node& node, std::span<const Array> in, Array& out) {
+  const Group g = group_of(node);
+  const Array& x = in[0];
+  const int64_t w = static_cast<int64_t>(g.ranks.size());
+  int64_t outer, inner_bytes;
+  split_at(x.shape(), g.dim, x.shape()[static_cast<size_t>(g.dim)] / w, x.dtype(), &outer,
+           &inner_bytes);
+  if (w == g.comm->size() && out.dtype() != DType::Bool) {  // the whole world: its own call
+    const auto* src = static_cast<const unsigned char*>(x.buf.data());
+    std::vector<unsigned char> blocks(static_cast<size_t>(x.type.nbytes()));
+    if (outer == 1 && x.type.nbytes())
+      std::memcpy(blocks.data(), src, blocks.size());
+    else
+      reorder(src, blocks.data(), outer, w, inner_bytes, /*to_blocks=*/true);
+    g.comm->reduce_scatter(blocks.data(), out.buf.data(), out.numel(), x.dtype(),
+                           dist::ReduceOp::Sum);
+    return;
+  }
+  // A subgroup: every member's block `index` out of the world's all_gather, summed in block
+  // order (the same bits on every member).
+  const std::vector<unsigned char> all = gather_world(g, x);
+  const int64_t bytes = x.type.nbytes(), n = out.numel();
+  std::vector<Array> parts;
+  for (int64_t r : g.ranks) {
+    parts.push_back({out.type, Buffer::allocate(static_cast<size_t>(out.type.nbytes()))});
+    auto* dst = static_cast<unsigned char*>(parts.back().buf.data());
+    for (int64_t o = 0; o < outer; ++o)
+      std::memcpy(dst + o * inner_bytes, all.data() + r * bytes + (o * w + g.index) * inner_bytes,
+                  static_cast<size_t>(inner_bytes));
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    double f = 0;
+    int64_t k = 0;
+    for (const Array& part : parts) {
+      if (is_floating(out.dtype()))
+        f += part.get_f(i);
+      else
+        k += part.get_i(i);
+    }
+    if (is_floating(out.dtype()))
+      out.set_f(i, f);
+    else
+      out.set_i(i, out.dtype() == DType::Bool ? k != 0 : k);
+  }
+}
+
 void mesh_slice_kernel(const ir::Node& node, std::span<const Array> in, Array& out) {
   const Group g = group_of(node);
   const Array& x = in[0];
@@ -218,6 +264,7 @@ void register_collective_kernels(KernelTable& t) {
   t.set(OpKind::MeshAllReduce, mesh_all_reduce_kernel);
   t.set(OpKind::MeshAllGather, mesh_all_gather_kernel);
   t.set(OpKind::MeshSlice, mesh_slice_kernel);
+  t.set(OpKind::MeshReduceScatter, mesh_reduce_scatter_kernel);
 }
 
 }  // namespace loom::detail::ref

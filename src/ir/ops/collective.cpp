@@ -48,7 +48,7 @@ TensorType infer_collective(const Graph& g, OpKind op, std::span<const Value> xs
   const std::string_view name = op_name(op);
   const TensorType& x = g.type(xs[0]);
   if (op == OpKind::Shard || op == OpKind::MeshAllReduce || op == OpKind::MeshAllGather ||
-      op == OpKind::MeshSlice)
+      op == OpKind::MeshSlice || op == OpKind::MeshReduceScatter)
     return infer_mesh(op, x, a);
   constexpr int64_t kMaxWorld = int64_t{1} << 24;
   LOOM_CHECK(a.i >= 1 && a.i <= kMaxWorld, "[", name, "] world must be in [1, ", kMaxWorld,
