@@ -50,6 +50,7 @@ class Partitioner {
         stored_[n.operands[0].node] = ir::decode_sharding(n.attrs, p.type.shape.rank());
       }
     }
+    find_hints();
     local_.resize(g_.size());
     state_.resize(g_.size());
     out_.values.resize(g_.size());
@@ -90,6 +91,53 @@ class Partitioner {
       LOOM_CHECK(mesh_ == s.mesh, "[mark_sharding] one graph uses two meshes (", to_string(s),
                  " and one of ", mesh_.size(), " axes): annotate with one mesh per program");
     }
+  }
+
+  // Backward propagation: an annotation's layout flows back to the values it is computed from
+  // through elementwise ops and permutes, where each value has that one use; a value whose
+  // operands are whole then takes it (its operands are sliced, not its result), so the work
+  // before an annotation runs on blocks too.
+  void find_hints() {
+    hint_.assign(g_.size(), {});
+    std::vector<int> uses(g_.size(), 0);
+    for (NodeId id = 0; id < g_.size(); ++id)
+      for (Value v : g_.node(id).operands) ++uses[v.node];
+    for (Value v : g_.outputs()) ++uses[v.node];
+    for (NodeId id = static_cast<NodeId>(g_.size()); id-- > 0;) {
+      const Node& n = g_.node(id);
+      std::vector<uint32_t> h;
+      if (n.op == OpKind::Shard && !n.attrs.flag)
+        h = ir::decode_sharding(n.attrs, n.type.shape.rank()).dims;
+      else
+        h = hint_[id];
+      if (h.empty() || n.num_results() != 1) continue;
+      const bool elementwise = ir::has_trait(n.op, ir::kElementwise) && n.regions.empty();
+      if (!elementwise && n.op != OpKind::Permute && n.op != OpKind::Shard) continue;
+      for (Value v : n.operands) {
+        if (uses[v.node] != 1 || g_.node(v.node).num_results() != 1 || !hint_[v.node].empty())
+          continue;
+        const Shape& s = g_.type(v).shape;
+        std::vector<uint32_t> oh(s.size(), 0);
+        if (n.op == OpKind::Permute) {
+          for (size_t d = 0; d < n.attrs.ints.size(); ++d)
+            oh[static_cast<size_t>(n.attrs.ints[d])] = h[d];
+        } else {
+          const size_t off = n.type.shape.size() - s.size();
+          for (size_t d = 0; d < s.size(); ++d)
+            oh[d] = s[d] == n.type.shape[off + d] ? h[off + d] : 0;
+        }
+        hint_[v.node] = std::move(oh);
+      }
+    }
+  }
+  // The hinted layout for a node whose computed layout is whole, when it fits.
+  bool hinted(const Shape& shape, Sharding* s) const {
+    const std::vector<uint32_t>& h = hint_[node_];
+    if (h.empty() || !s->replicated() || h.size() != shape.size()) return false;
+    for (size_t d = 0; d < h.size(); ++d)
+      if (!fits(shape[d], h[d])) return false;
+    s->dims = h;
+    return true;
   }
 
   Sharding replicated(int64_t rank) const {
@@ -195,7 +243,11 @@ class Partitioner {
         Sharding s = in;
         for (size_t d = 0; d < n.attrs.ints.size(); ++d)
           s.dims[d] = in.dims[static_cast<size_t>(n.attrs.ints[d])];
-        emit(n, {local(n.operands[0])}, s, n.attrs);
+        Sharding operand = in;
+        if (hinted(n.type.shape, &s))
+          for (size_t d = 0; d < n.attrs.ints.size(); ++d)
+            operand.dims[static_cast<size_t>(n.attrs.ints[d])] = s.dims[d];
+        emit(n, {to_layout(n.operands[0], operand)}, s, n.attrs);
         return;
       }
       case OpKind::Expand: expand(n); return;
@@ -298,6 +350,11 @@ class Partitioner {
     for (Value v : n.operands)
       for (uint32_t m : state(v).dims) keep = (m & keep) ? 0 : keep;
     std::vector<uint32_t> dims = broadcast_dims(n.type.shape, n.operands, keep);
+    if (!keep) {
+      Sharding h = replicated(n.type.shape.rank());
+      h.dims = dims;
+      if (hinted(n.type.shape, &h)) dims = h.dims;
+    }
     std::vector<Value> xs;
     for (size_t k = 0; k < n.operands.size(); ++k) {
       const Value v = n.operands[k];
@@ -605,6 +662,7 @@ class Partitioner {
   std::vector<std::optional<Sharding>> forced_;  // a region's output layouts, where fixed
   bool region_ = false;
   std::vector<std::optional<Sharding>> stored_;
+  std::vector<std::vector<uint32_t>> hint_;  // find_hints: a layout wanted downstream
   std::vector<std::vector<Value>> local_;
   std::vector<std::vector<Sharding>> state_;
   NodeId node_ = 0;

@@ -330,6 +330,30 @@ TEST(ShardingTest, InsertedCollectivesHaveTheClosedFormCounts) {
   EXPECT_EQ(count(scattered, ir::OpKind::MeshAllReduce).first, 0);
 }
 
+// Backward propagation: an annotation of tanh(w * 2) slices w, so the product and the tanh run
+// on blocks (the slice is made for the mul, not for the annotation).
+TEST(ShardingTest, AnAnnotationSlicesTheValuesBeforeIt) {
+  ir::Graph g = ir::parse(
+      "graph(%0: f32[8,6]) {\n"
+      "  %1 = constant() {value=2} : f32[]\n"
+      "  %2 = mul(%0, %1) : f32[8,6]\n"
+      "  %3 = tanh(%2) : f32[8,6]\n"
+      "  %4 = shard(%3) {sharding=[1,2,1,0], stored=false} : f32[8,6]\n"
+      "  return %4\n}");
+  passes::Partitioned p = passes::partition(g);
+  ASSERT_EQ(p.collectives.size(), 1u);
+  EXPECT_EQ(p.collectives[0].op, ir::OpKind::MeshSlice);
+  EXPECT_EQ(p.collectives[0].node, 2u);  // w sliced for the mul
+  EXPECT_EQ(ir::to_string(*p.values[2]), "mesh=[2] (0, None)");
+  EXPECT_EQ(ir::to_string(*p.values[3]), "mesh=[2] (0, None)");
+  ranks(2, [&](int) {
+    Tensor w = host({8, 6}, 0.7);
+    Tensor y = tanh(w * 2.0);
+    dist::mark_sharding(y, Mesh({2}), {{0}, {}});
+    expect_close(y, tanh(host({8, 6}, 0.7) * 2.0), "tanh(w * 2) annotated");
+  });
+}
+
 // Values through reduce_scatter (the whole world, and a group of a 2-d mesh).
 TEST(ShardingTest, PartialSumsScatteredIntoSplitRows) {
   const Tensor x = host({8, 12}, 0.3), w = host({6, 12}, 0.6), s = host({8, 6}, 0.9);

@@ -6,8 +6,10 @@
 //     ... run p.graph; output k is laid out as p.outputs[k] (nullopt: replicated)
 //   }
 //
-// Shardings propagate forward from the annotations and from the stored layouts of sharded
-// parameters (a parameter followed by shard{stored}), op by op (GSPMD's rules: elementwise
+// Shardings propagate backward from each annotation through the elementwise ops and permutes
+// it is computed from (single-use values), then forward from the annotations and from the
+// stored layouts of sharded parameters (a parameter followed by shard{stored}), op by op
+// (GSPMD's rules: elementwise
 // ops and broadcasts, products over batch, contracting and free dims, reductions, reshapes and
 // permutes that keep a split dim whole, slices and concats along whole dims, index_select,
 // attention over its batch and head dims, scan bodies with carries that keep their entry
