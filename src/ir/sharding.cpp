@@ -20,6 +20,14 @@ std::vector<int64_t> coords(const std::vector<int64_t>& mesh, int64_t rank) {
 
 }  // namespace
 
+void check_mesh(const char* op, const std::vector<int64_t>& mesh) {
+  int64_t n = 1;
+  for (int64_t m : mesh)
+    LOOM_CHECK(m >= 1 && m <= (int64_t{1} << 24) && !__builtin_mul_overflow(n, m, &n) &&
+                   n <= (int64_t{1} << 24),
+               "[", op, "] mesh extents must be at least 1 and hold at most 2^24 ranks, got ", m);
+}
+
 bool Sharding::replicated() const {
   if (partial) return false;
   for (uint32_t d : dims)
@@ -76,12 +84,8 @@ Sharding decode_sharding(const Attrs& a, int64_t rank) {
              "[shard] expected [mesh rank, mesh..., one axis mask per dim of a rank-", rank,
              " operand]");
   const size_t k = static_cast<size_t>(a.ints[0]);
-  for (size_t i = 0; i < k; ++i) {
-    LOOM_CHECK(a.ints[1 + i] >= 1 && a.ints[1 + i] <= (int64_t{1} << 24),
-               "[shard] mesh extents must be in [1, 2^24], got ", a.ints[1 + i]);
-    s.mesh.push_back(a.ints[1 + i]);
-  }
-  LOOM_CHECK(s.size() <= (int64_t{1} << 24), "[shard] the mesh holds more than 2^24 ranks");
+  for (size_t i = 0; i < k; ++i) s.mesh.push_back(a.ints[1 + i]);
+  check_mesh("shard", s.mesh);
   uint32_t used = 0;
   for (size_t d = 1 + k; d < a.ints.size(); ++d) {
     const int64_t m = a.ints[d];

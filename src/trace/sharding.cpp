@@ -87,9 +87,10 @@ Mesh::Mesh(std::vector<int64_t> shape, std::vector<std::string> names)
     : shape_(std::move(shape)), names_(std::move(names)) {
   LOOM_CHECK_T(ShapeError, !shape_.empty() && shape_.size() <= 16,
                "[Mesh] expected 1 to 16 axes, got ", shape_.size());
+  int64_t n = 1;
   for (int64_t m : shape_)
-    LOOM_CHECK_T(ShapeError, m >= 1 && m <= (int64_t{1} << 24), "[Mesh] axis extents must be ",
-                 "at least 1, got ", m);
+    LOOM_CHECK_T(ShapeError, m >= 1 && !__builtin_mul_overflow(n, m, &n) && n <= (int64_t{1} << 24),
+                 "[Mesh] axis extents must be at least 1 and hold at most 2^24 ranks, got ", m);
   if (names_.empty()) names_.assign(shape_.size(), "");
   LOOM_CHECK_T(ShapeError, names_.size() == shape_.size(), "[Mesh] ", shape_.size(), " axes but ",
                names_.size(), " names");
@@ -97,7 +98,6 @@ Mesh::Mesh(std::vector<int64_t> shape, std::vector<std::string> names)
     for (size_t b = 0; b < a; ++b)
       LOOM_CHECK_T(ShapeError, names_[a].empty() || names_[a] != names_[b], "[Mesh] axis name '",
                    names_[a], "' given twice");
-  LOOM_CHECK_T(ShapeError, size() <= (int64_t{1} << 24), "[Mesh] more than 2^24 ranks");
 }
 
 int64_t Mesh::size() const {

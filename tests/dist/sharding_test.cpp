@@ -374,6 +374,21 @@ TEST(ShardingTest, PartialSumsScatteredIntoSplitRows) {
   }
 }
 
+// Attributes from outside (parsed IR): a mesh of 2^48 ranks is an Error, not an overflow.
+TEST(ShardingTest, HugeMeshesInIrAreErrors) {
+  EXPECT_THROW(
+      ir::parse("graph(%0: f32[4]) {\n"
+                "  %1 = shard(%0) {sharding=[2,16777216,16777216,0], stored=false} : f32[4]\n"
+                "  return %1\n}"),
+      Error);
+  EXPECT_THROW(
+      ir::parse("graph(%0: f32[4]) {\n"
+                "  %1 = mesh_all_reduce(%0) {mesh=[0,16777216,16777216], group=1} : f32[4]\n"
+                "  return %1\n}"),
+      Error);
+  EXPECT_THROW(Mesh({1 << 20, 1 << 20}), ShapeError);
+}
+
 TEST(ShardingTest, BadSpecsAreClearErrors) {
   ranks(2, [&](int) {
     Tensor w = host({4, 6}, 0.2);

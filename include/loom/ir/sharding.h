@@ -41,6 +41,9 @@ int64_t group_index(const std::vector<int64_t>& mesh, uint32_t axes, int64_t ran
 // block order.
 std::vector<int64_t> group_ranks(const std::vector<int64_t>& mesh, uint32_t axes, int64_t rank);
 
+// Error naming `op` unless every extent is >= 1 and the mesh holds at most 2^24 ranks (checked
+// without overflow: call before group_size on attributes from outside).
+void check_mesh(const char* op, const std::vector<int64_t>& mesh);
 // A `shard` node's attributes: ints = [mesh rank, mesh..., dims...], flag = stored.
 Attrs encode_sharding(const Sharding& s, bool stored);
 Sharding decode_sharding(const Attrs& a, int64_t rank);

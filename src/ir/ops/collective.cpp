@@ -20,8 +20,7 @@ TensorType infer_mesh(OpKind op, const TensorType& x, const Attrs& a) {
   LOOM_CHECK(a.ints.size() >= 2 && a.ints.size() <= 17, "[", name,
              "] expected mesh = [dim, mesh extents...]");
   std::vector<int64_t> mesh(a.ints.begin() + 1, a.ints.end());
-  for (int64_t m : mesh)
-    LOOM_CHECK(m >= 1 && m <= (int64_t{1} << 24), "[", name, "] mesh extents must be in [1, 2^24]");
+  check_mesh(name.data(), mesh);
   LOOM_CHECK(a.i >= 1 && a.i < (int64_t{1} << mesh.size()), "[", name,
              "] group must be a non-empty mask of the mesh's ", mesh.size(), " axes, got ", a.i);
   if (op == OpKind::MeshAllReduce) return x;
