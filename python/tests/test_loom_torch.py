@@ -533,3 +533,29 @@ def test_a_boolean_mask_assignment_and_its_limits():
     torch.testing.assert_close(lt.to_torch(got), want)
     with pytest.raises(loom.Error, match="only x\\[mask\\] = value"):
         got[:, [0, 2]] = 1.0
+
+
+def test_variance_any_all_and_max_over_a_dim_as_torch():
+    """var/std/var_mean/std_mean with every overload's arguments (unbiased, correction,
+    keepdim, dims), any/all over dims and of 0-d tensors, max/min over a dim (values and the
+    first index on ties) and over everything, against torch on the CPU."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(3, 4, 5, dtype=torch.float64, generator=g)
+    ties = torch.tensor([[1., 3., 3., 0.], [2., 2., -1., -1.], [5., 5., 5., 5.]])
+    cases = [
+        (x, lambda t: t.var()), (x, lambda t: t.var(1)), (x, lambda t: t.var(1, unbiased=False)),
+        (x, lambda t: torch.var(t, (0, 2), correction=2, keepdim=True)),
+        (x, lambda t: t.std(dim=-1)), (x, lambda t: torch.var_mean(t, 2)),
+        (x, lambda t: torch.std_mean(t, (0, 1), keepdim=True)),
+        (x, lambda t: (t > 0).any()), (x, lambda t: (t > 0).all(1)),
+        (x, lambda t: t.any(dim=2, keepdim=True)), (torch.tensor(0.0), lambda t: t.all(0)),
+        (torch.tensor(2.0), lambda t: t.any(-1)),
+        (ties, lambda t: t.max(1)), (ties, lambda t: t.min(0, keepdim=True)),
+        (ties, lambda t: t.max()), (ties, lambda t: torch.min(t, t * 0.5)),
+    ]
+    for k, (t, f) in enumerate(cases):
+        want, got = f(t), f(t.to(dev))
+        want = want if isinstance(want, tuple) else (want,)
+        got = got if isinstance(got, tuple) else (got,)
+        for w, gv in zip(want, got):
+            torch.testing.assert_close(lt.to_torch(gv), w, msg=lambda m: f"case {k}: {m}")

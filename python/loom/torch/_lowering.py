@@ -272,6 +272,85 @@ def _argmax(x, dim=None, keepdim=False):
     return loom.argmax(x, dim, keepdim)
 
 
+def _variance(x, dim, unbiased, keepdim, correction):
+    """aten's var/std overloads: .default(x, unbiased), .dim(x, dim, unbiased, keepdim),
+    .correction(x, dim, *, correction, keepdim); the mean too (var_mean, std_mean)."""
+    if isinstance(dim, bool):  # .default: the second argument is `unbiased`
+        unbiased, dim = dim, None
+    if correction is None:
+        correction = 1 if unbiased else 0
+    d = _dims(dim)
+    dims = list(range(x.ndim)) if d is None else [k % max(x.ndim, 1) for k in d]
+    n = 1
+    for k in dims:
+        n *= x.shape[k] if x.ndim else 1
+    mean = loom.mean(x, dims, True) if dims else x
+    xc = x - mean
+    total = loom.sum(xc * xc, dims, keepdim) if dims else xc * xc
+    var = total / float(max(n - correction, 0))
+    return var, (mean if keepdim or not dims else loom.reshape(mean, list(var.shape)))
+
+
+def _extreme(reduce, arg, pairwise):
+    """aten's max/min overloads: .default(x) (over every element), .dim(x, dim, keepdim) ->
+    (values, indices), .other(x, y) (elementwise, as maximum/minimum)."""
+    def lowering(x, dim=None, keepdim=False):
+        if isinstance(dim, loom.Tensor):
+            return pairwise(x, dim)
+        if dim is None:
+            return reduce(x)
+        return reduce(x, [dim], keepdim), arg(x, dim, keepdim)
+    return lowering
+
+
+TABLE["max"] = _extreme(loom.amax, loom.argmax, loom.maximum)
+TABLE["min"] = _extreme(loom.amin, loom.argmin, loom.minimum)
+
+
+@lowers("var")
+def _var(x, dim=None, unbiased=True, keepdim=False, *, correction=None):
+    return _variance(x, dim, unbiased, keepdim, correction)[0]
+
+
+@lowers("std")
+def _std(x, dim=None, unbiased=True, keepdim=False, *, correction=None):
+    return loom.sqrt(_variance(x, dim, unbiased, keepdim, correction)[0])
+
+
+@lowers("var_mean")
+def _var_mean(x, dim=None, unbiased=True, keepdim=False, *, correction=None):
+    return _variance(x, dim, unbiased, keepdim, correction)
+
+
+@lowers("std_mean")
+def _std_mean(x, dim=None, unbiased=True, keepdim=False, *, correction=None):
+    var, mean = _variance(x, dim, unbiased, keepdim, correction)
+    return loom.sqrt(var), mean
+
+
+def _count_true(x, dim, keepdim):
+    """The number of nonzero elements over `dim` (all dims for None), as int64."""
+    nz = loom.to(x != 0, loom.int64)
+    d = _dims(dim)
+    if d is None or x.ndim == 0:  # a 0-d tensor takes dim 0 or -1 as torch does
+        return loom.sum(nz)
+    return loom.sum(nz, d, keepdim)
+
+
+@lowers("any")
+def _any(x, dim=None, keepdim=False):
+    return _count_true(x, dim, keepdim) > 0
+
+
+@lowers("all")
+def _all(x, dim=None, keepdim=False):
+    d = _dims(dim)
+    n = 1
+    for k in (range(x.ndim) if d is None or x.ndim == 0 else d):
+        n *= x.shape[k]
+    return _count_true(x, dim, keepdim) == n
+
+
 # ---- shapes and views -----------------------------------------------------------------------
 
 @lowers("view", "_unsafe_view", "reshape", "_reshape_alias")
