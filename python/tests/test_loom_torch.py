@@ -559,3 +559,28 @@ def test_variance_any_all_and_max_over_a_dim_as_torch():
         got = got if isinstance(got, tuple) else (got,)
         for w, gv in zip(want, got):
             torch.testing.assert_close(lt.to_torch(gv), w, msg=lambda m: f"case {k}: {m}")
+
+
+def test_scatter_and_the_backward_of_max_over_a_dim_as_torch():
+    """aten.scatter (.src over a smaller index, .value) and what max/min's backward records
+    with it (and isnan, logical_and_/or_), against torch on the CPU."""
+    z = torch.zeros(4, 5)
+    idx = torch.tensor([[0, 1, 2], [3, 0, 1]])
+    src = torch.arange(1.0, 10.0).reshape(3, 3)
+    torch.testing.assert_close(lt.to_torch(z.to(dev).scatter(0, idx.to(dev), src.to(dev))),
+                               z.scatter(0, idx, src))
+    torch.testing.assert_close(lt.to_torch(z.to(dev).scatter(1, idx.to(dev), 7.0)),
+                               z.scatter(1, idx, 7.0))
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(3, 4, 5, dtype=torch.float64, generator=g)
+    for f in (lambda t: t.max(1).values, lambda t: t.min(2, keepdim=True)[0], lambda t: t.max()):
+        lx, tx = lt.to_loom(x).requires_grad_(), x.clone().requires_grad_()
+        (f(lx) * 2).sum().backward()
+        (f(tx) * 2).sum().backward()
+        torch.testing.assert_close(lt.to_torch(lx.grad), tx.grad)
+    a, b = torch.tensor([True, False, True]), torch.tensor([True, True, False])
+    torch.testing.assert_close(lt.to_torch(torch.logical_xor(a.to(dev), b.to(dev))),
+                               torch.logical_xor(a, b))
+    n = torch.tensor([1.0, float("nan"), float("inf")])
+    for f in (torch.isnan, torch.isinf, torch.isfinite):
+        torch.testing.assert_close(lt.to_torch(f(n.to(dev))), f(n))

@@ -828,3 +828,68 @@ def _index_put(x, indices, values, accumulate=False):
                          "and one value, is lowered; use torch.where or masked_fill")
     mask = idx[0].reshape(*idx[0].shape, *([1] * (x.ndim - idx[0].ndim)))
     return loom.where(mask, loom.to(values.reshape([]), x.dtype), x)
+
+
+@lowers("isnan")
+def _isnan(x):
+    return x != x
+
+
+@lowers("isinf")
+def _isinf(x):
+    return loom.abs(x) == math.inf if x.dtype.is_floating_point else x != x
+
+
+@lowers("isfinite")
+def _isfinite(x):
+    return (x == x) & (loom.abs(x) != math.inf) if x.dtype.is_floating_point else x == x
+
+
+@lowers("scatter")
+def _scatter(x, dim, index, src, *, reduce=None):
+    """aten.scatter .src (a tensor) and .value (a number): x with x[..., index[i], ...] = src[i]
+    along dim, over index's extent in every dim. Built from a one-hot of index (no data-dependent
+    addresses); an index that repeats a position sums its sources there (torch keeps one of them,
+    unspecified which)."""
+    if reduce is not None:
+        raise loom.Error("[loom.torch] aten.scatter with reduce= is not lowered; use "
+                         "scatter_reduce's equivalent with torch ops")
+    if x.ndim == 0:
+        return loom.where(index.reshape([]) == 0, src.reshape([]) if isinstance(src, loom.Tensor)
+                          else loom.full([], src, x.dtype), x)
+    d = dim % x.ndim
+    extent = list(index.shape)
+    if isinstance(src, loom.Tensor):
+        for k, n in enumerate(extent):
+            if src.shape[k] != n:
+                src = _narrow(src, k, 0, n)
+        src = loom.to(src, x.dtype)
+    else:
+        src = loom.full(extent, src, x.dtype)
+    pos = loom.reshape(loom.arange(0, x.shape[d], dtype=loom.int64),
+                       [1] * (d + 1) + [x.shape[d]] + [1] * (x.ndim - d - 1))
+    hit = loom.unsqueeze(index, d + 1) == pos  # index's dims with x's dim d after d
+    values = loom.sum(loom.unsqueeze(src, d + 1) * loom.to(hit, x.dtype), [d])
+    hits = loom.sum(loom.to(hit, loom.int64), [d]) > 0
+    for k in range(x.ndim):  # index may cover less than x in the other dims
+        if k != d and extent[k] != x.shape[k]:
+            pad = [0] * (2 * (x.ndim - k))
+            pad[-1] = x.shape[k] - extent[k]
+            values = _constant_pad_nd(values, pad, 0)
+            hits = _constant_pad_nd(hits, pad, False)
+    return loom.where(hits, values, x)
+
+
+@lowers("logical_and", "logical_and_")
+def _logical_and(a, b):
+    return loom.logical_and(a, b)
+
+
+@lowers("logical_or", "logical_or_")
+def _logical_or(a, b):
+    return loom.logical_or(a, b)
+
+
+@lowers("logical_xor", "logical_xor_")
+def _logical_xor(a, b):
+    return (a != 0) != (b != 0)
