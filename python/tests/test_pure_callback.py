@@ -275,3 +275,12 @@ def test_a_callback_runs_when_the_program_runs_on_another_thread():
     t.join(timeout=60)
     assert not t.is_alive()
     np.testing.assert_allclose(out["v"], np.sin(np.array([0.25, 0.5], np.float32)), rtol=1e-6)
+
+
+def test_a_callback_with_no_arguments():
+    """A host function of no tensors (a reading of host state), eagerly and under compile."""
+    y = loom.pure_callback(lambda: np.arange(3, dtype=np.float32), loom.zeros(3))
+    np.testing.assert_array_equal(y.numpy(), [0.0, 1.0, 2.0])
+    f = loom.compile(lambda x: x + loom.pure_callback(lambda: np.ones(3, np.float32),
+                                                       loom.zeros(3)))
+    np.testing.assert_array_equal(f(loom.ones(3)).numpy(), [2.0, 2.0, 2.0])

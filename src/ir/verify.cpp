@@ -18,7 +18,9 @@ void verify_operands(const Graph& g, NodeId id, const Node& n) {
   const OpInfo& in = info(n.op);
   if (in.arity >= 0 && n.operands.size() != static_cast<size_t>(in.arity))
     bad(id, n, detail::str_cat("expected ", in.arity, " operands, got ", n.operands.size()));
-  if (in.arity < 0 && n.operands.empty() && !has_trait(n.op, kRegion))  // calls may take none
+  // Calls and host callbacks may take none.
+  if (in.arity < 0 && n.operands.empty() && !has_trait(n.op, kRegion) &&
+      n.op != OpKind::PureCallback)
     bad(id, n, "expected at least one operand, got none");
   for (Value v : n.operands) {
     if (v.node >= id) bad(id, n, detail::str_cat("operand %", v.node, " is not an earlier node"));
