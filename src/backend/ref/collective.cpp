@@ -133,6 +133,26 @@ Group group_of(const ir::Node& node) {
   return g;
 }
 
+// out = the sum of the parts, in their (block) order, so every member of a group gets the same
+// bits; bool sums are logical or.
+void sum_in_order(const std::vector<Array>& parts, Array& out) {
+  const int64_t n = out.numel();
+  for (int64_t i = 0; i < n; ++i) {
+    double f = 0;
+    int64_t k = 0;
+    for (const Array& part : parts) {
+      if (is_floating(out.dtype()))
+        f += part.get_f(i);
+      else
+        k += part.get_i(i);
+    }
+    if (is_floating(out.dtype()))
+      out.set_f(i, f);
+    else
+      out.set_i(i, out.dtype() == DType::Bool ? k != 0 : k);
+  }
+}
+
 // Every rank's x (world * bytes): a group that is not the whole world reads its members' out
 // of the world's all_gather, so the communicators need no subgroups.
 std::vector<unsigned char> gather_world(const Group& g, const Array& x) {
@@ -150,28 +170,14 @@ void mesh_all_reduce_kernel(const ir::Node& node, std::span<const Array> in, Arr
     return;
   }
   const std::vector<unsigned char> all = gather_world(g, in[0]);
-  const int64_t n = out.numel(), bytes = out.type.nbytes();
+  const int64_t bytes = out.type.nbytes();
   std::vector<Array> parts;
   for (int64_t r : g.ranks) {
     parts.push_back({out.type, Buffer::allocate(static_cast<size_t>(bytes))});
     if (bytes)
       std::memcpy(parts.back().buf.data(), all.data() + r * bytes, static_cast<size_t>(bytes));
   }
-  // Summed in block order, so every member of the group gets the same bits.
-  for (int64_t i = 0; i < n; ++i) {
-    double f = 0;
-    int64_t k = 0;
-    for (const Array& part : parts) {
-      if (is_floating(out.dtype()))
-        f += part.get_f(i);
-      else
-        k += part.get_i(i);
-    }
-    if (is_floating(out.dtype()))
-      out.set_f(i, f);
-    else
-      out.set_i(i, out.dtype() == DType::Bool ? k != 0 : k);
-  }
+  sum_in_order(parts, out);
 }
 
 void mesh_all_gather_kernel(const ir::Node& node, std::span<const Array> in, Array& out) {
@@ -211,7 +217,7 @@ void mesh_reduce_scatter_kernel(const ir::Node& node, std::span<const Array> in,
   // A subgroup: every member's block `index` out of the world's all_gather, summed in block
   // order (the same bits on every member).
   const std::vector<unsigned char> all = gather_world(g, x);
-  const int64_t bytes = x.type.nbytes(), n = out.numel();
+  const int64_t bytes = x.type.nbytes();
   std::vector<Array> parts;
   for (int64_t r : g.ranks) {
     parts.push_back({out.type, Buffer::allocate(static_cast<size_t>(out.type.nbytes()))});
@@ -220,20 +226,7 @@ void mesh_reduce_scatter_kernel(const ir::Node& node, std::span<const Array> in,
       std::memcpy(dst + o * inner_bytes, all.data() + r * bytes + (o * w + g.index) * inner_bytes,
                   static_cast<size_t>(inner_bytes));
   }
-  for (int64_t i = 0; i < n; ++i) {
-    double f = 0;
-    int64_t k = 0;
-    for (const Array& part : parts) {
-      if (is_floating(out.dtype()))
-        f += part.get_f(i);
-      else
-        k += part.get_i(i);
-    }
-    if (is_floating(out.dtype()))
-      out.set_f(i, f);
-    else
-      out.set_i(i, out.dtype() == DType::Bool ? k != 0 : k);
-  }
+  sum_in_order(parts, out);
 }
 
 void mesh_slice_kernel(const ir::Node& node, std::span<const Array> in, Array& out) {
