@@ -419,7 +419,9 @@ void TraceContext::write_back(const std::vector<TensorImpl*>& impls, const std::
     if (v.node == kNoNode) continue;
     ir::Node& n = graph_.mutable_node(v.node);
     if (n.num_results() != 1 || n.op == ir::OpKind::Parameter) continue;
-    if (impls[k]->sharding) continue;  // a block is no data for the global node: recomputed
+    // A block is no data for the global node: it is recomputed. (Read from the partition, not
+    // the impl: the first loop's unlink was the impl's last touch.)
+    if (partition && partition->outputs[k]) continue;
     uint32_t slot = static_cast<uint32_t>(slots_.size());
     slots_.push_back(DataSlot{out[k], n.type});
     slot_by_buffer_[out[k].id()] = slot;
