@@ -10,14 +10,8 @@
 //                       of the step's gradient bytes costs alone; and two single-rank
 //                       processes run at once (no collective) as the bound two busy cores set;
 //                       LOOM_BENCH_DP_ROUNDS rounds (default 3) of the three, medians reported
-//   dist_sharding       mark_sharding against the hand-written layouts, 2 ranks x 1 thread, a
-//                       residual MLP block stack (dim 512, 4 blocks, x [4,256,512] per rank,
-//                       scan_layers, compile trace_once, SGD): the block's weights annotated
-//                       column/row against ColumnParallelLinear/RowParallelLinear, and the
-//                       batch dim annotated against DataParallel; and the first step of the
-//                       seed decoder (L = 50 through scan_layers) with its weights annotated
-//                       against none (trace + partition + compile); LOOM_BENCH_SHARD_ROUNDS
-//                       rounds (default 3), medians of the same-round ratios
+//   dist_sharding       mark_sharding (column/row weights; the batch dim; L = 50 decoder's first
+//                       step) against the hand-written TP layers, DataParallel and no annotation
 #include <unistd.h>
 
 #include <algorithm>

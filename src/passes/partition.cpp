@@ -1,5 +1,5 @@
-// The partitioner (loom/passes/partition.h): forward propagation of shardings, op by op, into
-// a graph of local shapes with the resharding collectives inserted.
+// The partitioner (loom/passes/partition.h): backward hints, then forward propagation of
+// shardings op by op into a graph of local shapes with the resharding collectives inserted.
 #include "loom/passes/partition.h"
 
 #include <algorithm>
@@ -70,7 +70,7 @@ class Partitioner {
       if (!region_) want.partial = 0;
       if (k < forced_.size() && forced_[k]) want = *forced_[k];
       if (!(want == s)) {
-        lv = reshard(lv, s, want, g_.type(v));
+        lv = reshard(lv, s, want);
         s = want;
       }
       out_.graph.outputs().push_back(lv);
@@ -93,10 +93,8 @@ class Partitioner {
     }
   }
 
-  // Backward propagation: an annotation's layout flows back to the values it is computed from
-  // through elementwise ops and permutes, where each value has that one use; a value whose
-  // operands are whole then takes it (its operands are sliced, not its result), so the work
-  // before an annotation runs on blocks too.
+  // Backward hints: an annotation's layout flows back through single-use elementwise ops and
+  // permutes, so the work before an annotation runs on blocks (docs/architecture.md).
   void find_hints() {
     hint_.assign(g_.size(), {});
     std::vector<int> uses(g_.size(), 0);
@@ -166,8 +164,7 @@ class Partitioner {
 
   // x (local, laid out as `from`) laid out as `to`: partial sums reduced, then the axes a dim
   // loses gathered, then the axes a dim gains sliced locally.
-  Value reshard(Value x, const Sharding& from, const Sharding& to, const TensorType& global) {
-    (void)global;
+  Value reshard(Value x, const Sharding& from, const Sharding& to) {
     uint32_t partial = from.partial & ~to.partial;
     std::vector<uint32_t> slice(from.dims.size(), 0);
     for (size_t d = 0; d < from.dims.size(); ++d) {
@@ -196,9 +193,7 @@ class Partitioner {
       if (slice[d]) x = mesh_op(OpKind::MeshSlice, x, static_cast<int64_t>(d), slice[d]);
     return x;
   }
-  Value to_layout(Value v, const Sharding& to) {
-    return reshard(local(v), state(v), to, g_.type(v));
-  }
+  Value to_layout(Value v, const Sharding& to) { return reshard(local(v), state(v), to); }
 
   // A dim mask usable on a dim of extent n: the axes split it evenly.
   bool fits(int64_t n, uint32_t axes) const {
@@ -571,12 +566,8 @@ class Partitioner {
     return {std::make_shared<const ir::Graph>(std::move(p.graph)), std::move(outs)};
   }
 
-  // scan: each carry keeps one layout through every iteration: its entry layout, or the one the
-  // body gives it when the body then moves fewer bytes (a gradient carry that enters
-  // replicated and leaves split by the batch: the entry is sliced once, not every iteration
-  // gathered; a residual stream that leaves a column-parallel layer split stays whole, or the
-  // next layer's weights would be gathered); xs are sliced along a whole dim 0; ys stack the
-  // body's layouts under a whole dim 0.
+  // scan: each carry keeps one layout, its entry's or the body's, whichever moves fewer bytes
+  // per iteration (docs/architecture.md); xs are sliced along a whole dim 0.
   void scan(const Node& n) {
     const size_t c = static_cast<size_t>(n.attrs.ints[0]), x = static_cast<size_t>(n.attrs.ints[1]);
     std::vector<Sharding> layouts;

@@ -1,9 +1,5 @@
-// loom::pure_callback: host functions called from compiled programs. Values against the same
-// function written with loom's ops, on the CPU backend and the reference interpreter; inside
-// scan, while_loop, assume_pure and compile(trace_once) against the plain program; gradients
-// through a callback's vjp against autodiff of the loom version; the callback called once per
-// use; and the errors: a result of the wrong type, an exception from the callback (it
-// propagates as itself and loom stays usable), a gradient without a vjp.
+// loom::pure_callback against the same function in loom's ops (CPU and reference), inside the
+// loop tools, through its vjp, once per use; and its errors.
 #include <gtest/gtest.h>
 
 #include <cmath>

@@ -1,12 +1,8 @@
 // How a value is laid out over a mesh of ranks (GSPMD's sharding, torch_xla's spec form),
 // and its encoding in the attributes of a `shard` node (ops.def).
 //
-// A mesh of shape [m0, m1, ...] holds the ranks in row-major order: rank r has coordinate
-// c[a] on mesh axis a. A tensor dim sharded over a set of axes is split into prod(m[a])
-// blocks; the rank's block index ravels its coordinates on those axes in ascending axis order
-// (so a tuple of axes is always read in mesh order). `partial` marks axes over which the
-// ranks hold addends of the value (the sum over the axis is the value): a state inside the
-// partitioner, never a tensor's stored layout.
+// Ranks sit in row-major order over the mesh; a dim split over several axes ravels the rank's
+// coordinates in ascending axis order. `partial`: the partitioner's state of a sum of parts.
 //
 //   Sharding s{{2, 2}, {0b10, 0}};   // dim 0 split over mesh axis 1, dim 1 replicated
 #pragma once

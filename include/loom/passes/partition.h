@@ -6,19 +6,9 @@
 //     ... run p.graph; output k is laid out as p.outputs[k] (nullopt: replicated)
 //   }
 //
-// Shardings propagate backward from each annotation through the elementwise ops and permutes
-// it is computed from (single-use values), then forward from the annotations and from the
-// stored layouts of sharded parameters (a parameter followed by shard{stored}), op by op
-// (GSPMD's rules: elementwise
-// ops and broadcasts, products over batch, contracting and free dims, reductions, reshapes and
-// permutes that keep a split dim whole, slices and concats along whole dims, index_select,
-// attention over its batch and head dims, scan bodies with carries that keep their entry
-// layout, call bodies (assume_pure)). A product or sum over a split dim leaves partial
-// sums, resolved by one all_reduce where a consumer needs the value; a conflict reshards
-// (all_gather, or a local slice where only axes are added). Any other op (while loops,
-// custom_vjp calls, callbacks, gathers) runs on replicated operands, so every graph
-// partitions correctly.
-// The result does not depend on the rank: blocks are chosen at run time by the mesh ops.
+// The rules per op are in docs/architecture.md (Sharding); an op without one runs on
+// replicated operands, so every graph partitions correctly. The result does not depend on
+// the rank: the mesh ops choose blocks when they run.
 // Thread-safety: a pure function of the graph.
 #pragma once
 

@@ -7,15 +7,8 @@
 //   loom::dist::mark_sharding(w, mesh, {{}, {"model"}}); // w [out, in]: in split over "model"
 //   Tensor y = x.matmul(w.t());                          // partial sums, one all_reduce
 //
-// A materialized tensor's data is resharded at once (each rank keeps only its block; its
-// shape stays the global one); a pending tensor is annotated in place, and the annotation
-// constrains the value when the graph runs. Reading a sharded tensor (item, to_vector, printing,
-// Python's numpy()) gathers it. Gradients take their tensors' layouts, so an optimizer step
-// keeps a parameter's sharding. Inside scan/while/assume_pure bodies an annotation is accepted
-// and the body runs on whole (replicated) values. Errors: ShapeError for a spec whose length
-// is not the tensor's rank, an unknown axis, an axis used twice or a dim its axes do not
-// divide; DistError for a mesh whose size is not the world size (the ranks' graphs are
-// compared before they run, so ranks that annotate differently get a DistError, not a hang).
+// Materialized data is resharded at once (each rank keeps its block; the shape stays global);
+// a pending tensor is annotated in place. Reads gather. Behaviour and errors: README, Sharding.
 // Thread-safety: as every op (the thread's graph and communicator).
 #pragma once
 

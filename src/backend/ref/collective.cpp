@@ -133,6 +133,14 @@ Group group_of(const ir::Node& node) {
   return g;
 }
 
+// Block `index` of w along an axis: per outer row, the index-th slab of inner_bytes.
+void take_block(const unsigned char* src, unsigned char* dst, int64_t outer, int64_t w,
+                int64_t index, int64_t inner_bytes) {
+  for (int64_t o = 0; o < outer; ++o)
+    std::memcpy(dst + o * inner_bytes, src + (o * w + index) * inner_bytes,
+                static_cast<size_t>(inner_bytes));
+}
+
 // out = the sum of the parts, in their (block) order, so every member of a group gets the same
 // bits; bool sums are logical or.
 void sum_in_order(const std::vector<Array>& parts, Array& out) {
@@ -221,10 +229,8 @@ void mesh_reduce_scatter_kernel(const ir::Node& node, std::span<const Array> in,
   std::vector<Array> parts;
   for (int64_t r : g.ranks) {
     parts.push_back({out.type, Buffer::allocate(static_cast<size_t>(out.type.nbytes()))});
-    auto* dst = static_cast<unsigned char*>(parts.back().buf.data());
-    for (int64_t o = 0; o < outer; ++o)
-      std::memcpy(dst + o * inner_bytes, all.data() + r * bytes + (o * w + g.index) * inner_bytes,
-                  static_cast<size_t>(inner_bytes));
+    take_block(all.data() + r * bytes, static_cast<unsigned char*>(parts.back().buf.data()), outer,
+               w, g.index, inner_bytes);
   }
   sum_in_order(parts, out);
 }
@@ -236,11 +242,8 @@ void mesh_slice_kernel(const ir::Node& node, std::span<const Array> in, Array& o
   int64_t outer, inner_bytes;
   split_at(x.shape(), g.dim, x.shape()[static_cast<size_t>(g.dim)] / w, x.dtype(), &outer,
            &inner_bytes);
-  const auto* src = static_cast<const unsigned char*>(x.buf.data());
-  auto* dst = static_cast<unsigned char*>(out.buf.data());
-  for (int64_t o = 0; o < outer; ++o)
-    std::memcpy(dst + o * inner_bytes, src + (o * w + g.index) * inner_bytes,
-                static_cast<size_t>(inner_bytes));
+  take_block(static_cast<const unsigned char*>(x.buf.data()),
+             static_cast<unsigned char*>(out.buf.data()), outer, w, g.index, inner_bytes);
 }
 
 }  // namespace
