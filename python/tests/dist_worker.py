@@ -346,6 +346,16 @@ def sharding():
     g = dist.gather_to(t, 0)
     assert (g is None) == (dist.rank() != 0)
 
+    # A dim moving between axes: rows to columns in one all_to_all over Gloo.
+    m = dist.from_local(loom.tensor(np.arange(24.0).reshape(2, 12) + 100 * dist.rank()), mesh,
+                        ("model", None))
+    moved = m * 2
+    dist.mark_sharding(moved, mesh, (None, "model"))
+    np.testing.assert_array_equal(dist.full(moved).numpy(), np.concatenate(
+        [np.arange(24.0).reshape(2, 12) + 100 * r for r in range(w)]) * 2)
+    report = dist.sharding_report()
+    assert "mesh_all_to_all" in report and "mesh_all_gather" not in report, report
+
     # Errors: the same on every rank.
     for bad, err in [(lambda: dist.mark_sharding(loom.zeros(4, 6), mesh, ("model",)),
                       loom.ShapeError),

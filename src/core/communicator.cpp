@@ -48,6 +48,15 @@ void Communicator::reduce_scatter(const void* in, void* out, int64_t n, DType dt
   if (bytes > 0) std::memcpy(out, all.data() + bytes * rank(), static_cast<size_t>(bytes));
 }
 
+void Communicator::all_to_all(const void* in, void* out, int64_t bytes) {
+  const int64_t w = size();
+  std::vector<unsigned char> all(static_cast<size_t>(bytes * w * w));
+  all_gather(in, all.data(), bytes * w);
+  for (int64_t r = 0; r < w && bytes; ++r)
+    std::memcpy(static_cast<unsigned char*>(out) + r * bytes, all.data() + (r * w + rank()) * bytes,
+                static_cast<size_t>(bytes));
+}
+
 Communicator* current() {
   if (thread_comm) return thread_comm.get();
   return process_raw.load(std::memory_order_acquire);

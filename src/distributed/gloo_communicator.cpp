@@ -8,6 +8,7 @@
 // the mismatch path and the segment's own setup use, stays on Gloo.
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
+#include <gloo/alltoall.h>
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
 #include <gloo/rendezvous/context.h>
@@ -162,6 +163,18 @@ class GlooCommunicator final : public Communicator {
       opts.setOutput(static_cast<uint8_t*>(out), static_cast<size_t>(bytes * size_));
       opts.setTimeout(timeout());
       gloo::allgather(opts);
+    });
+  }
+
+  void all_to_all(const void* in, void* out, int64_t bytes) override {
+    if (bytes == 0) return;
+    guarded("all_to_all", [&] {
+      gloo::AlltoallOptions opts(ctx_);
+      const size_t n = static_cast<size_t>(bytes * size_);
+      opts.setInput(static_cast<uint8_t*>(const_cast<void*>(in)), n);
+      opts.setOutput(static_cast<uint8_t*>(out), n);
+      opts.setTimeout(timeout());
+      gloo::alltoall(opts);
     });
   }
 

@@ -162,14 +162,39 @@ class Partitioner {
     return y;
   }
 
+  Value mesh_all_to_all(Value x, int64_t split, int64_t concat, uint32_t group) {
+    ir::Attrs a;
+    a.ints = {split, concat};
+    for (int64_t m : mesh_) a.ints.push_back(m);
+    a.i = group;
+    out_.collectives.push_back({OpKind::MeshAllToAll, group, b_.type(x).nbytes(), node_});
+    return b_.make(OpKind::MeshAllToAll, std::span<const Value>(&x, 1), std::move(a));
+  }
+
   // x (local, laid out as `from`) laid out as `to`: partial sums reduced, then the axes a dim
-  // loses gathered, then the axes a dim gains sliced locally.
+  // loses gathered, then the axes a dim gains sliced locally; axes that leave one dim for
+  // another move in one all_to_all.
   Value reshard(Value x, const Sharding& from, const Sharding& to) {
     uint32_t partial = from.partial & ~to.partial;
-    std::vector<uint32_t> slice(from.dims.size(), 0);
-    for (size_t d = 0; d < from.dims.size(); ++d) {
+    const size_t rank = from.dims.size();
+    std::vector<uint32_t> slice(rank, 0);
+    std::vector<bool> moved(rank, false);
+    for (size_t d = 0; d < rank; ++d) {
+      const uint32_t lost = from.dims[d] & ~to.dims[d];
+      if (!lost || (to.dims[d] & ~from.dims[d]) || !minor_to(lost, to.dims[d])) continue;
+      for (size_t e = 0; e < rank; ++e) {
+        const uint32_t gained = to.dims[e] & ~from.dims[e];
+        if (e == d || moved[e] || gained != lost || (from.dims[e] & ~to.dims[e]) ||
+            !minor_to(gained, from.dims[e]))
+          continue;
+        x = mesh_all_to_all(x, static_cast<int64_t>(e), static_cast<int64_t>(d), lost);
+        moved[d] = moved[e] = true;
+        break;
+      }
+    }
+    for (size_t d = 0; d < rank; ++d) {
       const uint32_t f = from.dims[d], t = to.dims[d];
-      if (f == t) continue;
+      if (f == t || moved[d]) continue;
       const uint32_t gained = t & ~f, lost = f & ~t;
       if (!lost && minor_to(gained, f)) {
         slice[d] = gained;

@@ -330,6 +330,47 @@ TEST(ShardingTest, InsertedCollectivesHaveTheClosedFormCounts) {
   EXPECT_EQ(count(scattered, ir::OpKind::MeshAllReduce).first, 0);
 }
 
+// A dim moving between mesh axes: one all_to_all of the local block, no gather, no slice; on
+// the whole world, on a group of a 2-d mesh, and with a dim that keeps a major axis.
+TEST(ShardingTest, ADimMovingBetweenAxesIsOneAllToAll) {
+  passes::Partitioned p =
+      passes::partition(ir::parse("graph(%0: f32[8,6]) {\n"
+                                  "  %1 = shard(%0) {sharding=[1,2,1,0], stored=true} : f32[8,6]\n"
+                                  "  %2 = shard(%1) {sharding=[1,2,0,1], stored=false} : f32[8,6]\n"
+                                  "  return %2\n}"));
+  ASSERT_EQ(p.collectives.size(), 1u);
+  EXPECT_EQ(p.collectives[0].op, ir::OpKind::MeshAllToAll);
+  EXPECT_EQ(p.collectives[0].bytes, 4 * 6 * 4);  // the local block, sent once
+  EXPECT_EQ(ir::to_string(*p.outputs[0]), "mesh=[2] (None, 0)");
+  const Tensor want = host({8, 12, 4}, 0.4) * 3.0;
+  loom::sync();
+  for (int n : {2, 4}) {
+    ranks(n, [&](int) {
+      Mesh mesh = n == 2 ? Mesh({2}, {"m"}) : Mesh({2, 2}, {"a", "m"});
+      Tensor x = host({8, 12, 4}, 0.4);
+      dist::mark_sharding(x, mesh, {{"m"}, {}, {}});
+      Tensor y = x * 3.0;
+      dist::mark_sharding(y, mesh, {{}, {"m"}, {}});
+      expect_close(y, want, "rows to columns");
+      loom::sync();
+      EXPECT_NE(dist::sharding_report().find("mesh_all_to_all"), std::string::npos)
+          << dist::sharding_report();
+      EXPECT_EQ(dist::sharding_report().find("mesh_all_gather"), std::string::npos)
+          << dist::sharding_report();
+      if (n != 4) return;
+      // dim 0 over (a, m) keeps a and gives m to dim 2.
+      Tensor z = host({8, 12, 4}, 0.4);
+      dist::mark_sharding(z, mesh, {{"a", "m"}, {}, {}});
+      Tensor u = z * 3.0;
+      dist::mark_sharding(u, mesh, {{"a"}, {}, {"m"}});
+      expect_close(u, want, "(a, m) to a and m");
+      loom::sync();
+      EXPECT_NE(dist::sharding_report().find("mesh_all_to_all"), std::string::npos)
+          << dist::sharding_report();
+    });
+  }
+}
+
 // Backward propagation: an annotation of tanh(w * 2) slices w, so the product and the tanh run
 // on blocks (the slice is made for the mul, not for the annotation).
 TEST(ShardingTest, AnAnnotationSlicesTheValuesBeforeIt) {

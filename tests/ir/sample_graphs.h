@@ -211,7 +211,11 @@ inline Graph collective_graph() {
   Value mg = mesh(OpKind::MeshAllGather, ms, 0);
   Value mr = mesh(OpKind::MeshAllReduce, mg, 0);
   Value mrs = mesh(OpKind::MeshReduceScatter, mr, 0);
-  g.outputs() = {s, r, mx, mn, mni, rs, bc, ga, sd, mrs};
+  Attrs aa;
+  aa.ints = {1, 0, 2, 1};  // x's dim 1 split over axis 0 and its dim 0 gathered
+  aa.i = 1;
+  Value ma = b.make(OpKind::MeshAllToAll, std::span<const Value>(&ag, 1), aa);
+  g.outputs() = {s, r, mx, mn, mni, rs, bc, ga, sd, mrs, ma};
   return g;
 }
 

@@ -48,6 +48,9 @@ class Communicator {
   // in holds size() blocks of n elements; out receives the reduction of block rank().
   // Default: an all_reduce of the whole input, then the rank's block.
   virtual void reduce_scatter(const void* in, void* out, int64_t n, DType dt, ReduceOp op);
+  // in holds size() blocks of `bytes`, block r for rank r; out receives every rank's block for
+  // rank(), in rank order. Default: an all_gather of the whole input, then the blocks.
+  virtual void all_to_all(const void* in, void* out, int64_t bytes);
   // root's `bytes` into every rank's data.
   virtual void broadcast(void* data, int64_t bytes, int root) = 0;
   virtual void barrier() = 0;

@@ -77,7 +77,8 @@ Lowering lowering(OpKind op, DType dt) {
     case OpKind::MeshAllReduce:
     case OpKind::MeshAllGather:
     case OpKind::MeshReduceScatter:
-    case OpKind::MeshSlice: return Lowering::Fallback;
+    case OpKind::MeshSlice:
+    case OpKind::MeshAllToAll: return Lowering::Fallback;
     case OpKind::Call:
     case OpKind::Scan:
     case OpKind::While: return Lowering::Loop;

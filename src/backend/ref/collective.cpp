@@ -120,7 +120,8 @@ struct Group {
 Group group_of(const ir::Node& node) {
   Group g;
   g.dim = node.attrs.ints[0];
-  g.mesh.assign(node.attrs.ints.begin() + 1, node.attrs.ints.end());
+  const std::ptrdiff_t lead = node.op == OpKind::MeshAllToAll ? 2 : 1;
+  g.mesh.assign(node.attrs.ints.begin() + lead, node.attrs.ints.end());
   g.axes = static_cast<uint32_t>(node.attrs.i);
   g.comm = &dist::require(ir::op_name(node.op).data());
   const int64_t world = ir::group_size(g.mesh, ~0u);
@@ -246,6 +247,35 @@ void mesh_slice_kernel(const ir::Node& node, std::span<const Array> in, Array& o
              static_cast<unsigned char*>(out.buf.data()), outer, w, g.index, inner_bytes);
 }
 
+// One world all_to_all: member k of the group gets this rank's block k along split; ranks of
+// other groups get a zero block of the same size (the communicators have no subgroups).
+void mesh_all_to_all_kernel(const ir::Node& node, std::span<const Array> in, Array& out) {
+  const Group g = group_of(node);
+  const Array& x = in[0];
+  const int64_t concat = node.attrs.ints[1], w = static_cast<int64_t>(g.ranks.size());
+  const int64_t world = g.comm->size();
+  int64_t outer, inner_bytes;
+  split_at(x.shape(), g.dim, x.shape()[static_cast<size_t>(g.dim)] / w, x.dtype(), &outer,
+           &inner_bytes);
+  const int64_t block = outer * inner_bytes;
+  std::vector<unsigned char> send(static_cast<size_t>(block * world), 0), recv(send.size());
+  for (int64_t k = 0; k < w; ++k)
+    take_block(static_cast<const unsigned char*>(x.buf.data()), send.data() + g.ranks[k] * block,
+               outer, w, k, inner_bytes);
+  g.comm->all_to_all(send.data(), recv.data(), block);
+  // Member k's block goes to place k along concat: [w, outer', inner'] -> [outer', w * inner'].
+  Shape bs = x.shape();
+  bs[static_cast<size_t>(g.dim)] /= w;
+  split_at(bs, concat, bs[static_cast<size_t>(concat)], x.dtype(), &outer, &inner_bytes);
+  std::vector<unsigned char> members(static_cast<size_t>(block * w));
+  for (int64_t k = 0; k < w; ++k)
+    if (block)
+      std::memcpy(members.data() + k * block, recv.data() + g.ranks[k] * block,
+                  static_cast<size_t>(block));
+  reorder(members.data(), static_cast<unsigned char*>(out.buf.data()), outer, w, inner_bytes,
+          /*to_blocks=*/false);
+}
+
 }  // namespace
 
 void register_collective_kernels(KernelTable& t) {
@@ -261,6 +291,7 @@ void register_collective_kernels(KernelTable& t) {
   t.set(OpKind::MeshAllGather, mesh_all_gather_kernel);
   t.set(OpKind::MeshSlice, mesh_slice_kernel);
   t.set(OpKind::MeshReduceScatter, mesh_reduce_scatter_kernel);
+  t.set(OpKind::MeshAllToAll, mesh_all_to_all_kernel);
 }
 
 }  // namespace loom::detail::ref

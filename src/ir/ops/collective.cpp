@@ -1,6 +1,5 @@
 // Type rules of the dist family: all_reduce_*, all_gather, reduce_scatter_sum, dist_broadcast,
-// grad_all_reduce, and the partitioner's shard, mesh_all_reduce, mesh_all_gather, mesh_slice
-// (ops.def, docs/ir.md).
+// grad_all_reduce, and the partitioner's shard and mesh_* collectives (ops.def, docs/ir.md).
 #include "ir/ops/infer_impl.h"
 #include "loom/ir/sharding.h"
 
@@ -17,9 +16,10 @@ TensorType infer_mesh(OpKind op, const TensorType& x, const Attrs& a) {
                    " does not split evenly into ", s.shards(d), " blocks (", to_string(s), ")");
     return x;
   }
-  LOOM_CHECK(a.ints.size() >= 2 && a.ints.size() <= 17, "[", name,
-             "] expected mesh = [dim, mesh extents...]");
-  std::vector<int64_t> mesh(a.ints.begin() + 1, a.ints.end());
+  const size_t lead = op == OpKind::MeshAllToAll ? 2 : 1;  // [split, concat] or [dim]
+  LOOM_CHECK(a.ints.size() >= lead + 1 && a.ints.size() <= lead + 16, "[", name, "] expected ",
+             lead == 2 ? "dims_mesh = [split, concat, " : "mesh = [dim, ", "mesh extents...]");
+  std::vector<int64_t> mesh(a.ints.begin() + static_cast<std::ptrdiff_t>(lead), a.ints.end());
   check_mesh(name.data(), mesh);
   LOOM_CHECK(a.i >= 1 && a.i < (int64_t{1} << mesh.size()), "[", name,
              "] group must be a non-empty mask of the mesh's ", mesh.size(), " axes, got ", a.i);
@@ -29,7 +29,18 @@ TensorType infer_mesh(OpKind op, const TensorType& x, const Attrs& a) {
                "] dim must be one dim of the operand ", x, ", got ", dim);
   Shape s = x.shape;
   const size_t d = static_cast<size_t>(dim);
-  if (op == OpKind::MeshAllGather) {
+  if (op == OpKind::MeshAllToAll) {
+    const int64_t concat = a.ints[1];
+    LOOM_CHECK_T(ShapeError, concat >= 0 && concat < x.shape.rank() && concat != dim, "[", name,
+                 "] concat must be a dim of the operand ", x, " other than split ", dim, ", got ",
+                 concat);
+    LOOM_CHECK_T(ShapeError, s[d] % n == 0, "[", name, "] dim ", d, " of ", x,
+                 " must split evenly into ", n, " blocks");
+    s[d] /= n;
+    const size_t c = static_cast<size_t>(concat);
+    LOOM_CHECK_T(ShapeError, !__builtin_mul_overflow(s[c], n, &s[c]), "[", name, "] dim ", c,
+                 " of ", x, " gathered from ", n, " ranks overflows int64");
+  } else if (op == OpKind::MeshAllGather) {
     LOOM_CHECK_T(ShapeError, !__builtin_mul_overflow(s[d], n, &s[d]), "[", name, "] dim ", d,
                  " of ", x, " gathered from ", n, " ranks overflows int64");
   } else {
@@ -47,7 +58,7 @@ TensorType infer_collective(const Graph& g, OpKind op, std::span<const Value> xs
   const std::string_view name = op_name(op);
   const TensorType& x = g.type(xs[0]);
   if (op == OpKind::Shard || op == OpKind::MeshAllReduce || op == OpKind::MeshAllGather ||
-      op == OpKind::MeshSlice || op == OpKind::MeshReduceScatter)
+      op == OpKind::MeshSlice || op == OpKind::MeshReduceScatter || op == OpKind::MeshAllToAll)
     return infer_mesh(op, x, a);
   constexpr int64_t kMaxWorld = int64_t{1} << 24;
   LOOM_CHECK(a.i >= 1 && a.i <= kMaxWorld, "[", name, "] world must be in [1, ", kMaxWorld,
