@@ -143,36 +143,42 @@ def assume_pure(fn):
 
     pure = loom.assume_pure(body)
     # Calls whose arguments are LoomTensors and numbers or strings only (no containers): their
-    # leaves are the arguments, so (positional count, keyword names, tensor positions) finds
-    # the full path's key without torch's pytree, which cost most of a cached call.
+    # leaves are the arguments, so (positional count, keyword names, argument types) finds the
+    # full path's key without torch's pytree, which cost most of a cached call.
     flat_keys = {}
 
     def call(*args, **kwargs):
-        flat = (*args, *kwargs.values())
-        where = tuple(type(x) is LoomTensor for x in flat)
-        sig = (len(args), tuple(kwargs), where)
+        flat = (*args, *kwargs.values()) if kwargs else args
+        sig = (len(args), tuple(kwargs), tuple(map(type, flat)))
         hit = flat_keys.get(sig)
-        if hit is not None and all(type(flat[i]) in _PLAIN for i in hit[3]):
-            key, single, at_tensors, at_statics = hit
+        if hit is not None:
+            key, single, at_tensors = hit
+            grad = torch.is_grad_enabled()
+            elems = list(flat)
+            for i in at_tensors:
+                t = flat[i]
+                if grad and t.requires_grad:
+                    break
+                elems[i] = t._elem
+            else:  # nothing to differentiate: loom's call, no autograd.Function
+                outs = pure(key, *elems)
+                return LoomTensor(outs[0]) if single else \
+                    tree_unflatten([LoomTensor(o) for o in outs], out_specs[key])
             tensors = [flat[i] for i in at_tensors]
-            statics = tuple(flat[i] for i in at_statics)
+            statics = tuple(x for x in flat if type(x) is not LoomTensor)
         else:
             leaves, spec = tree_flatten((args, kwargs))
             full_where, tensors, statics = _split(leaves)
             key = (str(spec), tuple(full_where))
             specs[key] = (full_where, spec)
-            single = None
         outs = _call_region(lambda statics_, elems: pure(key, *_merge(key[1], statics_, elems)),
                             statics, tensors)
-        if single is None:
-            out = tree_unflatten(list(outs), out_specs[key])
-            if key[1] == where and all(w or type(x) in _PLAIN for x, w in zip(flat, where)) \
-                    and len(leaves) == len(flat) and all(a is b for a, b in zip(leaves, flat)):
-                flat_keys[sig] = (key, len(outs) == 1 and out is outs[0],
-                                  [i for i, w in enumerate(where) if w],
-                                  [i for i, w in enumerate(where) if not w])
-            return out
-        return outs[0] if single else tree_unflatten(list(outs), out_specs[key])
+        out = tree_unflatten(list(outs), out_specs[key])
+        if hit is None and all(t is LoomTensor or t in _PLAIN for t in sig[2]) and \
+                len(leaves) == len(flat) and all(a is b for a, b in zip(leaves, flat)):
+            flat_keys[sig] = (key, len(outs) == 1 and out is outs[0],
+                              [i for i, t in enumerate(sig[2]) if t is LoomTensor])
+        return out
 
     call.__wrapped__ = fn
     return call
