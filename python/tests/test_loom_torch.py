@@ -520,8 +520,8 @@ def test_an_lstm_trains_as_on_torch():
 
 
 def test_a_boolean_mask_assignment_and_its_limits():
-    """nanoGPT's top-k filter, logits[logits < v] = -inf, as eager; other index_put forms say
-    what is lowered."""
+    """nanoGPT's top-k filter, logits[logits < v] = -inf, as eager; a list index writes as
+    eager; a mask with several values (a data-dependent shape) says what is lowered."""
     torch.manual_seed(1)
     x = torch.randn(3, 7)
     v, _ = torch.topk(x, 2)
@@ -531,8 +531,11 @@ def test_a_boolean_mask_assignment_and_its_limits():
     vv, _ = torch.topk(got, 2)
     got[got < vv[:, [-1]]] = -float("inf")
     torch.testing.assert_close(lt.to_torch(got), want)
+    got[:, [0, 2]] = 1.0
+    want[:, [0, 2]] = 1.0
+    torch.testing.assert_close(lt.to_torch(got), want)
     with pytest.raises(loom.Error, match="only x\\[mask\\] = value"):
-        got[:, [0, 2]] = 1.0
+        got[got > 0] = torch.ones(2, device=dev)
 
 
 def test_variance_any_all_and_max_over_a_dim_as_torch():

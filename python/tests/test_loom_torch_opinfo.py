@@ -24,6 +24,7 @@ SKIP = {
     "corrcoef": "torch makes a tensor on the input's device inside the op: on 1.13 a "
                 "data-less meta tensor that no loom tensor takes part in",
     "tensor_split": "indices_or_sections given as a tensor must be on the CPU for torch",
+    "_batch_norm_with_update": "its fourth output (cuDNN's reserve) is uint8: loom has no uint8",
 }
 SKIP_PREFIXES = {"fft.": "the FFTs compute in complex dtypes, which loom does not have"}
 UNINITIALIZED = {"empty", "empty_like", "new_empty", "new_empty_strided"}
@@ -60,7 +61,8 @@ def check_sample(op, s, dtype):
         return [f"fail: {str(e)[:200]}"]
     if not (op.supports_autograd and isinstance(s.input, torch.Tensor)):
         return ["pass"]
-    return ["pass", check_gradient(op, s, tol)]
+    grad = check_gradient(op, s, tol)
+    return ["pass"] if grad is None else ["pass", grad]
 
 
 def check_gradient(op, s, tol):
@@ -71,8 +73,13 @@ def check_gradient(op, s, tol):
         return "pass"
     g = torch.Generator().manual_seed(0)
     ws = [torch.randn(t.shape, dtype=t.dtype, generator=g) for t in out]
-    want, = torch.autograd.grad(sum((t * w).sum() for t, w in zip(out, ws)), x,
-                                allow_unused=True)
+    try:
+        want, = torch.autograd.grad(sum((t * w).sum() for t, w in zip(out, ws)), x,
+                                    allow_unused=True)
+    except RuntimeError as e:  # torch has no derivative here (scatter with reduce=): no oracle
+        if "derivative" in str(e) and "not implemented" in str(e):
+            return None
+        raise
     if want is None:
         return "pass"
     try:

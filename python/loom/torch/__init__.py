@@ -24,7 +24,7 @@ arguments; CPU tensors beside loom ones raise loom.Error too (CPU scalars and co
 
 F.scaled_dot_product_attention (torch >= 2.0) on loom tensors is loom's attention, one op.
 A write through a view (x[0].add_(1), x[:, 1] = v) reaches the base and its live views, as
-in torch (expand, split and as_strided views cannot be written: loom.Error).
+in torch (expand and split views cannot be written: loom.Error).
 torch.compile(model, backend="loom") (torch >= 2.0) runs Dynamo's graphs on loom, training
 through aot_autograd, for a model on the CPU. Tested with torch 1.13 and 2.9 (test_loom_torch.py; OpInfo
 samples in test_loom_torch_opinfo.py; scripts/test-torch2.sh).

@@ -6,7 +6,7 @@ results back. In-place ops (a trailing `_`) write their result into the first ar
 loom's copy_, so loom sees the tensor as updated in place. A view is a loom tensor of its own,
 linked to its base: a write into the view is written back into the base, and a write into the base is
 carried to its live views (graph ops), as torch's aliasing shows them; a write into a view
-that cannot be written back (expand, split, as_strided, ...) raises loom.Error."""
+that cannot be written back (expand, split, ...) raises loom.Error."""
 import weakref
 
 import torch
@@ -162,7 +162,8 @@ def _foreach(func, name, args, kwargs):
 _VIEWS = {"view", "_unsafe_view", "_reshape_alias", "t", "transpose", "permute", "unsqueeze",
           "squeeze", "select", "slice", "split", "split_with_sizes", "as_strided", "diagonal",
           "unbind", "unfold", "narrow", "alias", "detach"}
-_RESHAPES = {"view", "_unsafe_view", "_reshape_alias", "unsqueeze", "squeeze"}
+_RESHAPES = {"view", "_unsafe_view", "_reshape_alias", "unsqueeze", "squeeze",
+             "as_strided"}  # as_strided: only its identity geometry is lowered
 
 
 def _region(base, dim, index):
@@ -279,4 +280,5 @@ def _no_write(fn):  # an in-place name whose lowering already updated its argume
     return fn
 
 
-from . import _lowering  # noqa: E402,F401: fills TABLE
+# the lowering modules fill TABLE
+from . import _lowering, _lowering_conv, _lowering_index  # noqa: E402,F401

@@ -38,6 +38,11 @@ def _new_zeros(x, size, dtype=None, layout=None, device=None, pin_memory=None):
     return loom.zeros(*size, dtype=_lt(dtype) or x.dtype)
 
 
+@lowers("new_empty_strided")
+def _new_empty_strided(x, size, stride, dtype=None, layout=None, device=None, pin_memory=None):
+    return loom.zeros(*size, dtype=_lt(dtype) or x.dtype)
+
+
 @lowers("new_ones")
 def _new_ones(x, size, dtype=None, layout=None, device=None, pin_memory=None):
     return loom.ones(*size, dtype=_lt(dtype) or x.dtype)
@@ -643,6 +648,22 @@ def _select_backward(grad, input_sizes, dim, index):
     return out
 
 
+@lowers("as_strided")
+def _as_strided(x, size, stride, storage_offset=None):
+    """Only the identity geometry (x's own shape, contiguous strides): what torch 1.13's
+    autograd makes of a whole tensor when a write into a view of it is differentiated."""
+    contiguous, step = [], 1
+    for n in reversed(list(size)):
+        contiguous.insert(0, step)
+        step *= n
+    if list(size) != list(x.shape) or any(n > 1 and s != c for n, s, c in
+                                           zip(size, stride, contiguous)) or storage_offset:
+        raise loom.Error(f"[loom.torch] aten.as_strided has no lowering to loom for sizes "
+                         f"{list(size)}, strides {list(stride)}, offset {storage_offset} of a "
+                         f"tensor of shape {list(x.shape)} (only the identity is lowered)")
+    return x
+
+
 @lowers("narrow")
 def _narrow(x, dim, start, length):
     return loom.slice(x, dim, start, start + length, 1)
@@ -652,24 +673,6 @@ def _narrow(x, dim, start, length):
 def _softplus(x, beta=1, threshold=20):
     bx = x * beta
     return loom.where(bx > threshold, x, loom.log(1 + loom.exp(bx)) / beta)
-
-
-@lowers("index")
-def _index(x, indices):
-    """x[i0, i1, ...] with one index tensor (the others None: whole dims), as getitem's rule."""
-    used = [(d, i) for d, i in enumerate(indices) if i is not None]
-    if len(used) != 1:
-        raise loom.Error(f"[loom.torch] aten.index with {len(used)} index tensors is not lowered "
-                         f"(advanced indexing); index one dim at a time")
-    d, idx = used[0]
-    if idx.dtype == loom.bool_:
-        raise loom.Error("[loom.torch] aten.index with a bool mask (a data-dependent shape) is "
-                         "not lowered; use torch.where or masked_fill")
-    n = x.shape[d]
-    flat = idx.reshape(-1)
-    flat = loom.where(flat < 0, flat + n, flat)
-    out = loom.index_select(x, d, flat)
-    return out.reshape(*(list(x.shape[:d]) + list(idx.shape) + list(x.shape[d + 1:])))
 
 
 @lowers("topk")
@@ -818,18 +821,6 @@ def _index_select(x, dim, index):
     return loom.index_select(x, dim, index.reshape(-1) if index.ndim == 0 else index)
 
 
-@lowers("index_put", "index_put_")
-def _index_put(x, indices, values, accumulate=False):
-    """``x[mask] = v`` with one boolean mask over x's leading dims (nanoGPT's top-k filter)."""
-    idx = [i for i in indices]
-    if accumulate or len(idx) != 1 or idx[0] is None or idx[0].dtype != loom.bool_ or \
-            idx[0].ndim > x.ndim or values.numel() != 1:
-        raise loom.Error("[loom.torch] aten.index_put: only x[mask] = value, one boolean mask "
-                         "and one value, is lowered; use torch.where or masked_fill")
-    mask = idx[0].reshape(*idx[0].shape, *([1] * (x.ndim - idx[0].ndim)))
-    return loom.where(mask, loom.to(values.reshape([]), x.dtype), x)
-
-
 @lowers("isnan")
 def _isnan(x):
     return x != x
@@ -845,15 +836,14 @@ def _isfinite(x):
     return (x == x) & (loom.abs(x) != math.inf) if x.dtype.is_floating_point else x == x
 
 
-@lowers("scatter")
+@lowers("scatter", "scatter_")
 def _scatter(x, dim, index, src, *, reduce=None):
     """aten.scatter .src (a tensor) and .value (a number): x with x[..., index[i], ...] = src[i]
     along dim, over index's extent in every dim. Built from a one-hot of index (no data-dependent
     addresses); an index that repeats a position sums its sources there (torch keeps one of them,
     unspecified which)."""
-    if reduce is not None:
-        raise loom.Error("[loom.torch] aten.scatter with reduce= is not lowered; use "
-                         "scatter_reduce's equivalent with torch ops")
+    if reduce is not None:  # the .reduce / .value_reduce overloads (_lowering_index.py)
+        return TABLE["scatter.reduce"](x, dim, index, src, reduce=reduce)
     if x.ndim == 0:
         return loom.where(index.reshape([]) == 0, src.reshape([]) if isinstance(src, loom.Tensor)
                           else loom.full([], src, x.dtype), x)
@@ -880,14 +870,32 @@ def _scatter(x, dim, index, src, *, reduce=None):
     return loom.where(hits, values, x)
 
 
+def _truth(x):
+    return x if not isinstance(x, loom.Tensor) or x.dtype == loom.bool_ else x != 0
+
+
 @lowers("logical_and", "logical_and_")
 def _logical_and(a, b):
-    return loom.logical_and(a, b)
+    return loom.logical_and(_truth(a), _truth(b))
 
 
 @lowers("logical_or", "logical_or_")
 def _logical_or(a, b):
-    return loom.logical_or(a, b)
+    return loom.logical_or(_truth(a), _truth(b))
+
+
+def _bool_only(name, f):
+    def lowering(a, b):
+        if not all(t.dtype == loom.bool_ for t in (a, b) if isinstance(t, loom.Tensor)):
+            raise loom.Error(f"[loom.torch] aten.{name} of integers is not lowered (loom has "
+                             f"no bitwise ops); bool tensors only")
+        return f(a, b)
+    return lowering
+
+
+for _n, _f in {"bitwise_and": loom.logical_and, "bitwise_or": loom.logical_or,
+               "bitwise_xor": lambda a, b: a != b}.items():
+    TABLE[_n] = TABLE[_n + "_"] = _bool_only(_n, _f)
 
 
 @lowers("logical_xor", "logical_xor_")
