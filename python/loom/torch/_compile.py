@@ -2,7 +2,9 @@
 aot_autograd for training, run on loom. Each graph's aten ops go through the same lowering
 table as eager loom.torch; the graph's inputs (CPU tensors, parameters included) are copied
 to loom per call and its outputs come back as CPU tensors, as torch_xla's openxla backend
-does for a CPU model. Counted in aten_ops_lowered() and fx_graphs_compiled()."""
+does for a CPU model, except the tensors the forward saves for the backward: they stay on
+loom between the two graphs (no copy out and back in). Counted in aten_ops_lowered() and
+fx_graphs_compiled()."""
 import torch
 
 import loom
@@ -11,7 +13,18 @@ from ._dispatch import _STATS
 from ._tensor import LoomTensor, from_cpu, to_torch_tensor
 
 
-def _on_loom(gm, example_inputs):
+def _saved_from():
+    """The index of the forward graph's first output saved for the backward (aot_autograd's
+    metadata of the graph being compiled), or None when it is not known."""
+    try:
+        ctx = torch._guards.TracingContext.try_get()
+        meta = ctx.fw_metadata if ctx is not None else None
+        return None if meta is None else int(meta.num_forward)
+    except (AttributeError, TypeError):
+        return None
+
+
+def _on_loom(gm, example_inputs, keep_from=None):
     _STATS["fx_graphs"] = _STATS.get("fx_graphs", 0) + 1
 
     def run(*args):
@@ -20,11 +33,20 @@ def _on_loom(gm, example_inputs):
         with torch.no_grad():
             outs = gm(*inputs)
         loom.sync()
-        back = [to_torch_tensor(o) if isinstance(o, LoomTensor) else o
-                for o in (outs if isinstance(outs, (list, tuple)) else [outs])]
+        seq = outs if isinstance(outs, (list, tuple)) else [outs]
+        back = [to_torch_tensor(o) if isinstance(o, LoomTensor) and
+                (keep_from is None or k < keep_from) else o for k, o in enumerate(seq)]
         return type(outs)(back) if isinstance(outs, (list, tuple)) else back[0]
 
-    return run
+    try:
+        from torch._functorch.aot_autograd import make_boxed_func
+    except ImportError:
+        return run
+    return make_boxed_func(run)
+
+
+def _forward(gm, example_inputs):
+    return _on_loom(gm, example_inputs, keep_from=_saved_from())
 
 
 def register():
@@ -35,5 +57,5 @@ def register():
     except ImportError:
         return False
     if "loom" not in list_backends(exclude_tags=()):
-        register_backend(name="loom")(aot_autograd(fw_compiler=_on_loom, bw_compiler=_on_loom))
+        register_backend(name="loom")(aot_autograd(fw_compiler=_forward, bw_compiler=_on_loom))
     return True
