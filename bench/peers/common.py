@@ -144,7 +144,8 @@ def gpt_batches():
 
 def run_gpt(step, batches):
     """Runs step(x, y) -> loss (a Python float, the step finished) on every batch and prints
-    step_ms (median of the steady steps), first_step_ms, peak_rss_mb and loss_K every
+    step_ms (median of the steady steps), first_step_ms, compile_ms (the first step less a
+    steady one), peak_rss_mb and loss_K every
     GPT_LOSS_EVERY steps."""
     times, losses = [], []
     for x, y in batches:
@@ -153,6 +154,8 @@ def run_gpt(step, batches):
         times.append(time.perf_counter() - t0)
     emit("step_ms", statistics.median(times[1:]) * 1e3)
     emit("first_step_ms", times[0] * 1e3)
+    # What the first step costs beyond a steady one: the trace and compile (eager: warm-up).
+    emit("compile_ms", (times[0] - statistics.median(times[1:])) * 1e3)
     emit("peak_rss_mb", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     for k in range(0, len(losses), GPT_LOSS_EVERY):
         print(f"loss_{k} {losses[k]:.9g}", flush=True)
