@@ -36,25 +36,25 @@ struct Timing {
   double fused_ms, composite_ms;
 };
 
-// Medians of `reps` steps each, fused and composite alternating.
+// Medians of `reps` steps each: the fused steps, then the composite's (not interleaved: a fused
+// step right after a composite one pays for the gigabytes of scores it freed).
 Timing time_both(int64_t T, int reps, bool composite) {
   manual_seed(1);
   Tensor q = randn({kB, kH, T, kD}), k = randn({kB, kH, T, kD}), v = randn({kB, kH, T, kD}),
          w = randn({kB, kH, T, kD});
   sync();
-  attention_step(q, k, v, w, true);
-  if (composite) attention_step(q, k, v, w, false);
-  std::vector<double> f, c;
-  for (int r = 0; r < reps; ++r) {
-    double t0 = seconds();
-    attention_step(q, k, v, w, true);
-    f.push_back(seconds() - t0);
-    if (!composite) continue;
-    t0 = seconds();
-    attention_step(q, k, v, w, false);
-    c.push_back(seconds() - t0);
-  }
-  return {median(f) * 1e3, composite ? median(c) * 1e3 : -1};
+  auto timed = [&](bool fused) {
+    attention_step(q, k, v, w, fused);  // warm-up: the compile, the buffers
+    std::vector<double> t;
+    for (int r = 0; r < reps; ++r) {
+      const double t0 = seconds();
+      attention_step(q, k, v, w, fused);
+      t.push_back(seconds() - t0);
+    }
+    return median(t) * 1e3;
+  };
+  const double fused_ms = timed(true);
+  return {fused_ms, composite ? timed(false) : -1};
 }
 
 // The fused step's peak bytes at T over the closed form: q, k, v, the output's weights, the
