@@ -498,25 +498,39 @@ def test_split_pieces_write_back_and_gradients_accumulate_over_expands():
         torch.testing.assert_close(lt.to_torch(got), want.detach())
 
 
-@pytest.mark.skipif(int(torch.__version__.split(".")[0]) >= 2,
-                    reason="torch 2.x's nn.LSTM makes its initial state on the meta device, "
-                           "not loom's (not handled yet)")
-def test_an_lstm_trains_as_on_torch():
-    """nn.LSTM keeps its own list of weights (_flat_weights), which moving the module to loom's
-    device refreshes; output and every gradient against eager. (nn.GRU's backward uses
-    aten.transpose_, an in-place change of shape, not lowered.)"""
+@pytest.mark.parametrize("cls,kw", [
+    (nn.LSTM, dict(num_layers=2, batch_first=True)),
+    (nn.LSTM, dict(bidirectional=True, proj_size=3)),
+    (nn.GRU, dict(num_layers=2, batch_first=True)),
+    (nn.GRU, dict(bidirectional=True)),
+    (nn.RNN, dict(nonlinearity="relu", num_layers=2)),
+    (nn.RNN, dict(batch_first=True, bias=False)),
+], ids=["lstm", "lstm-bidir-proj", "gru", "gru-bidir", "rnn-relu", "rnn-nobias"])
+def test_recurrent_modules_train_as_on_torch(cls, kw):
+    """nn.LSTM/GRU/RNN keep their own list of weights (_flat_weights), which moving the module
+    to loom's device refreshes; their zero state is made on loom (torch 2.x makes it on the
+    input's device, 'meta' for loom's tensors), GRU's and RNN's input.transpose_ reshapes in
+    place. Output, final state and every gradient against eager, with and without a given
+    state."""
     torch.manual_seed(0)
-    m = nn.LSTM(4, 6, num_layers=2, batch_first=True)
+    m = cls(4, 6, **kw)
     x = torch.randn(2, 5, 4)
     ref = copy.deepcopy(m)
-    out_ref, _ = ref(x)
-    out_ref.square().sum().backward()
+    out_ref, h_ref = ref(x)
+    first = lambda h: h[0] if isinstance(h, tuple) else h  # noqa: E731
+    (out_ref.square().sum() + first(h_ref).sum()).backward()
     m.to(dev)
-    out, _ = m(x.to(dev))
-    out.square().sum().backward()
+    out, h = m(x.to(dev))
+    (out.square().sum() + first(h).sum()).backward()
     torch.testing.assert_close(lt.to_torch(out), out_ref, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(lt.to_torch(first(h)), first(h_ref), atol=1e-5, rtol=1e-5)
     for (name, p), q in zip(m.named_parameters(), ref.parameters()):
         torch.testing.assert_close(lt.to_torch(p.grad), q.grad, atol=1e-5, rtol=1e-5, msg=name)
+    # A given state: the module's second call continues from the first's.
+    torch.testing.assert_close(lt.to_torch(m(x.to(dev), lt.to_loom(h_ref) if not isinstance(
+        h_ref, tuple) else tuple(lt.to_loom(t.detach()) for t in h_ref))[0]),
+        ref(x, h_ref if not isinstance(h_ref, tuple) else tuple(t.detach() for t in h_ref))[0],
+        atol=1e-5, rtol=1e-5)
 
 
 def test_a_boolean_mask_assignment_and_its_limits():

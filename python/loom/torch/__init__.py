@@ -235,12 +235,37 @@ def _loom_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=
     return fused(run, *tensors, draws=dropout_p > 0 and "scaled_dot_product_attention")
 
 
+def _rnn_forward(forward):
+    """nn.RNN/LSTM/GRU.forward: with input on loom and no hx, the zero state made on loom (torch
+    makes it on input.device, which is 'meta' for loom's tensors on torch 2.x)."""
+    def wrapped(self, input, hx=None):
+        packed = isinstance(input, torch.nn.utils.rnn.PackedSequence)
+        x = input.data if packed else input
+        if hx is None and isinstance(x, LoomTensor):
+            layers = self.num_layers * (2 if self.bidirectional else 1)
+            if packed:
+                lead = (layers, int(input.batch_sizes[0]))
+            elif x.dim() == 2:  # unbatched
+                lead = (layers,)
+            else:
+                lead = (layers, x.shape[0 if self.batch_first else 1])
+            proj = getattr(self, "proj_size", 0)
+            h = torch.zeros(*lead, proj or self.hidden_size, dtype=x.dtype, device=DEVICE)
+            if isinstance(self, torch.nn.LSTM):
+                hx = (h, torch.zeros(*lead, self.hidden_size, dtype=x.dtype, device=DEVICE))
+            else:
+                hx = h
+        return forward(self, input, hx)
+    return wrapped
+
+
 _installed = False
 
 
 def _install():
     """Routes the torch calls that name loom's device to loom: the factories, Tensor.to,
-    Module.to, Tensor.__setitem__ and F.scaled_dot_product_attention are wrapped (one check
+    Module.to, Tensor.__setitem__, F.scaled_dot_product_attention and the recurrent modules'
+    forward (their zero state) are wrapped (one check
     each; other calls are untouched, unlike a TorchFunctionMode, which would add microseconds
     to every eager torch op)."""
     global _installed
@@ -254,6 +279,8 @@ def _install():
     torch.Tensor.__setitem__ = _setitem
     torch.Tensor.__getitem__ = _getitem
     torch.nn.Module.to = _module_to_device
+    for rnn in (torch.nn.RNN, torch.nn.LSTM, torch.nn.GRU):
+        rnn.forward = _rnn_forward(rnn.forward)
     torch.autograd.backward = _backward
     torch.autograd.grad = _grad
     sdpa = getattr(torch.nn.functional, "scaled_dot_product_attention", None)

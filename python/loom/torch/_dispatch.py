@@ -10,6 +10,7 @@ that cannot be written back (expand, split, ...) raises loom.Error."""
 import weakref
 
 import torch
+from torch.utils._mode_utils import no_dispatch
 
 import loom
 
@@ -95,6 +96,8 @@ def dispatch(func, args, kwargs):
     if fn is None:
         if name.startswith("_foreach_"):
             return _foreach(func, name, args, kwargs)
+        if name in _RESHAPE_IN_PLACE and isinstance(args[0], LoomTensor):
+            return _reshape_in_place(func, name, args, kwargs)
         raise loom.Error(f"[loom.torch] aten.{name}.{func._overloadname} has no lowering to "
                          f"loom (arguments: {_describe(args)}); loom.torch lowers "
                          f"{len(TABLE)} aten names")
@@ -120,6 +123,32 @@ def dispatch(func, args, kwargs):
     if view and isinstance(args[0], LoomTensor):
         _link_views(args[0], wrapped, name, fn, rest[1:], kw, func)
     return wrapped
+
+
+# In-place view ops (GRU's and RNN's `input.transpose_(0, 1)` on torch's own code path): the
+# out-of-place lowering's result becomes the tensor's value and its wrapper takes the new shape.
+_RESHAPE_IN_PLACE = {"transpose_": "transpose", "swapaxes_": "transpose", "swapdims_": "transpose",
+                     "t_": "t", "squeeze_": "squeeze", "unsqueeze_": "unsqueeze"}
+
+
+def _reshape_in_place(func, name, args, kwargs):
+    x = args[0]
+    if getattr(x, "_view_base", None) is not None or len(getattr(x, "_views", ())):
+        raise loom.Error(f"[loom.torch] aten.{name}.{func._overloadname} on a tensor that shares "
+                         f"memory with views ({_describe(args[:1])}): loom.torch cannot reshape "
+                         f"it in place; use the out-of-place {_RESHAPE_IN_PLACE[name]}")
+    _STATS["lowered"] += 1
+    out = TABLE[_RESHAPE_IN_PLACE[name]](*_unwrap_all(args),
+                                         **{k: _unwrap(v) for k, v in kwargs.items()})
+    x._elem = out
+    shape = tuple(out.shape)
+    strides, step = [], 1
+    for n in reversed(shape):
+        strides.append(step)
+        step *= max(n, 1)
+    with no_dispatch():  # the wrapper's own sizes: torch's meta kernel sets them
+        torch.Tensor.as_strided_(x, shape, tuple(reversed(strides)))
+    return x
 
 
 def _expanded(x, out):
