@@ -475,6 +475,29 @@ def test_torch_compile_with_the_loom_backend_trains_as_eager():
     assert lt.fx_graphs_compiled() - before == 2  # one forward and one backward graph
 
 
+@pytest.mark.skipif(not hasattr(torch, "compile"), reason="torch.compile needs torch >= 2.0")
+def test_torch_compile_graph_breaks_and_recompiles_are_counted():
+    """A print splits the function into two graphs (one graph break); a new shape recompiles
+    both: the counters and the report say so, and the values are eager's."""
+    def f(x):
+        y = torch.tanh(x) * 2
+        print("between the graphs")
+        return y.sum(0) + 1
+
+    torch._dynamo.reset()
+    before = lt.compile_counters()
+    c = torch.compile(f, backend="loom")
+    for n in (4, 4, 5):
+        x = torch.randn(n, 3)
+        torch.testing.assert_close(c(x), f(x))
+    after = lt.compile_counters()
+    assert after["fx_graphs"] - before["fx_graphs"] == 4  # 2 graphs, then both for shape 5
+    assert after["graph_breaks"] - before["graph_breaks"] >= 1
+    assert any("print" in r or "builtin" in r for r in after["graph_break_reasons"]), after
+    assert after["dynamo_frames"] > before["dynamo_frames"]
+    assert "graph breaks" in lt.metrics_report()
+
+
 def test_module_to_cpu_moves_in_place_as_torch():
     model = nn.Sequential(nn.Linear(3, 3), nn.Linear(3, 3))
     model[1].weight = model[0].weight

@@ -51,8 +51,8 @@ from ._tools import assume_pure, compile, fori_loop, fused, scan, scan_layers, w
 
 __all__ = ["device", "sync", "to_loom", "to_torch", "LoomTensor", "metrics", "metrics_report",
            "assume_pure", "scan", "scan_layers", "while_loop", "fori_loop", "compile",
-           "lowered_ops", "aten_ops_lowered", "fx_graphs_compiled", "Mesh", "mark_sharding",
-           "sharding_of"]
+           "lowered_ops", "aten_ops_lowered", "fx_graphs_compiled", "compile_counters", "Mesh",
+           "mark_sharding", "sharding_of"]
 
 _DRAWS = {"randn": loom.randn, "rand": loom.rand, "zeros": loom.zeros, "ones": loom.ones,
           "empty": loom.zeros}
@@ -318,8 +318,23 @@ def fx_graphs_compiled():
     return _STATS.get("fx_graphs", 0)
 
 
+def compile_counters():
+    """torch.compile(backend="loom")'s graphs, Dynamo's frames and graph breaks (with reasons):
+    see loom.torch._compile.counters."""
+    return _compile.counters()
+
+
 def metrics_report():
-    return loom.metrics_report() + f"\naten ops lowered: {_STATS['lowered']}"
+    """loom's report, the aten ops lowered and, once torch.compile ran, its graphs, frames
+    and graph breaks."""
+    text = loom.metrics_report() + f"\naten ops lowered: {_STATS['lowered']}"
+    c = _compile.counters()
+    if c["fx_graphs"] or c["dynamo_frames"]:
+        text += (f"\ntorch.compile: {c['fx_graphs']} FX graphs on loom, {c['dynamo_frames']} "
+                 f"Dynamo frames compiled, {c['graph_breaks']} graph breaks")
+        for reason, n in c["graph_break_reasons"].items():
+            text += f"\n  graph break x{n}: {reason}"
+    return text
 
 
 def lowered_ops():

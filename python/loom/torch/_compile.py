@@ -49,6 +49,25 @@ def _forward(gm, example_inputs):
     return _on_loom(gm, example_inputs, keep_from=_saved_from())
 
 
+def counters():
+    """torch.compile's counts: fx_graphs, the FX graphs handed to loom; from Dynamo's own
+    counters (process-wide, every backend's): dynamo_frames, the frames it compiled (a frame
+    compiled again after a guard failed is a recompile), graph_breaks and
+    graph_break_reasons (each reason's first line and its count)."""
+    out = {"fx_graphs": _STATS.get("fx_graphs", 0), "dynamo_frames": 0, "graph_breaks": 0,
+           "graph_break_reasons": {}}
+    try:
+        from torch._dynamo.utils import counters as dynamo
+    except ImportError:
+        return out
+    out["dynamo_frames"] = int(dynamo["frames"].get("total", 0))
+    for reason, n in dynamo["graph_break"].items():
+        first = str(reason).strip().splitlines()[0] if str(reason).strip() else "?"
+        out["graph_break_reasons"][first] = out["graph_break_reasons"].get(first, 0) + n
+        out["graph_breaks"] += n
+    return out
+
+
 def register():
     """Registers the Dynamo backend "loom" (torch >= 2.0; a no-op on 1.13)."""
     try:
