@@ -12,12 +12,13 @@ medians).
 - decoder: the seed decoder (LAYERS x [Linear(512, 512) -> GELU -> + residual], LayerNorm;
   x [4, 512, 512]; bench/peers/torch_models.py), one training step (forward, mean, backward,
   SGD step, zero_grad) per round: the torch model with torch.optim.SGD on loom.torch (synced
-  per step), the same model in loom's own API (loom.nn, loom.optim.SGD), and torch eager.
-  Steady step ms, the median of the rounds after two warm-up steps each.
+  per step), the same model in loom's own API (loom.nn, loom.optim.SGD), torch eager and
+  (torch >= 2.0) torch.compile's Inductor; steady step ms, the median of the rounds after two
+  warm-up steps each; the ratio to the best peer (eager, Inductor, torch_xla).
 - torch >= 2.0: torch.compile(model, backend="loom") beside torch.compile's default backend
   (Inductor) on the same decoder step (skipped with a message on 1.13).
-With LOOM_PEER_TORCH_XLA=path/to/python, torch_xla's assume_pure call and per-op tracing
-of the same functions, run in that venv. Prints "key value" lines.
+With LOOM_PEER_TORCH_XLA=path/to/python, torch_xla's assume_pure call, per-op tracing and
+decoder step (the same model, run in that venv after the others). Prints "key value" lines.
 """
 import argparse
 import os
@@ -147,6 +148,10 @@ def decoder_steps(layers, rounds):
                                     torch.optim.SGD(on_loom.parameters(), lr=1e-3), lt.sync),
            "loom_native": native_step,
            "torch_eager": torch_step(ref, x, torch.optim.SGD(ref.parameters(), lr=1e-3))}
+    if hasattr(torch, "compile"):  # Inductor, the peer the issue's goal names with eager
+        inductor = Decoder(DIM, layers)
+        fns["torch_compile"] = torch_step(torch.compile(inductor), x,
+                                          torch.optim.SGD(inductor.parameters(), lr=1e-3))
     for fn in fns.values():  # warm-up: the compiles, allocators, thread pools
         fn()
         fn()
@@ -172,7 +177,7 @@ def compiled_steps(layers, rounds):
 
 
 XLA_SCRIPT = r"""
-import time, torch, torch_xla
+import sys, time, torch, torch_xla
 from torch_xla.experimental.assume_pure import assume_pure
 dev = torch_xla.device()
 @assume_pure
@@ -197,16 +202,35 @@ for _ in range(3):
     best = min(best, (time.perf_counter() - t0) / ops)
     torch_xla.sync(wait=True)
 print("torch_xla_trace_us_per_op", best * 1e6)
+if LAYERS:  # the seed decoder's training step (torch.optim.SGD), after two warm-up steps
+    sys.path.insert(0, PEERS)
+    from torch_models import Decoder
+    torch.manual_seed(0)
+    m = Decoder(512, LAYERS).to(dev)
+    opt = torch.optim.SGD(m.parameters(), lr=1e-3)
+    xd = torch.randn(4, 512, 512).to(dev)
+    times = []
+    for i in range(ROUNDS + 2):
+        t0 = time.perf_counter()
+        m(xd).mean().backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        torch_xla.sync(wait=True)
+        times.append(time.perf_counter() - t0)
+    times = sorted(times[2:])
+    print("torch_xla_decoder_step_ms", times[len(times) // 2] * 1e3)
 """
 
 
-def torch_xla_figures():
+def torch_xla_figures(layers=0, rounds=0):
     py = os.environ.get("LOOM_PEER_TORCH_XLA")
     if not py:
         print("# no PyTorch/XLA baseline: set LOOM_PEER_TORCH_XLA=path/to/venv/bin/python "
               "(recipe: ../shared/reference/peers_setup.md)")
         return {}
-    r = subprocess.run([py, "-c", XLA_SCRIPT], capture_output=True, text=True,
+    peers = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "peers")
+    script = f"LAYERS, ROUNDS, PEERS = {layers}, {rounds}, {peers!r}\n" + XLA_SCRIPT
+    r = subprocess.run([py, "-c", script], capture_output=True, text=True,
                        env=dict(os.environ, PJRT_DEVICE="CPU"))
     if r.returncode != 0:
         print("# PyTorch/XLA baseline failed:", r.stderr.strip().splitlines()[-1:])
@@ -232,7 +256,7 @@ def main():
     emit("torch_trace_us_per_op", op_us)
     emit("baseline_loom_trace_us_per_op", native_op_us)
     emit("ratio_trace_over_loom", op_us / native_op_us)
-    xla = torch_xla_figures()
+    xla = torch_xla_figures(args.layers, args.rounds)
     if xla:
         emit("baseline_torch_xla_pure_call_us", xla["torch_xla_pure_call_us"])
         emit("ratio_pure_over_torch_xla", pure_us / xla["torch_xla_pure_call_us"])
@@ -246,6 +270,16 @@ def main():
     emit("baseline_decoder_torch_eager_step_ms", ms["torch_eager"], ".1f")
     emit("ratio_loom_torch_over_native", ms["loom_torch"] / ms["loom_native"])
     emit("ratio_loom_torch_over_eager", ms["loom_torch"] / ms["torch_eager"])
+    peers = {"torch_eager": ms["torch_eager"]}
+    if "torch_compile" in ms:
+        emit("baseline_decoder_torch_compile_step_ms", ms["torch_compile"], ".1f")
+        peers["torch_compile"] = ms["torch_compile"]
+    if "torch_xla_decoder_step_ms" in xla:
+        emit("baseline_decoder_torch_xla_step_ms", xla["torch_xla_decoder_step_ms"], ".1f")
+        peers["torch_xla"] = xla["torch_xla_decoder_step_ms"]
+    best = min(peers, key=peers.get)
+    emit("ratio_loom_torch_over_best_peer", ms["loom_torch"] / peers[best])
+    print(f"best_peer {best}")
 
     if not hasattr(torch, "compile"):
         print(f"# torch.compile comparison skipped: torch {torch.__version__} has no "
