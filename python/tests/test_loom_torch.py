@@ -624,3 +624,67 @@ def test_scatter_and_the_backward_of_max_over_a_dim_as_torch():
     n = torch.tensor([1.0, float("nan"), float("inf")])
     for f in (torch.isnan, torch.isinf, torch.isfinite):
         torch.testing.assert_close(lt.to_torch(f(n.to(dev))), f(n))
+
+
+class CharLSTM(nn.Module):  # pytorch/examples' word_language_model, char-level
+    def __init__(self, ntoken=28, ninp=8, nhid=12):
+        super().__init__()
+        self.encoder = nn.Embedding(ntoken, ninp)
+        self.rnn = nn.LSTM(ninp, nhid, 2, dropout=0.0)
+        self.decoder = nn.Linear(nhid, ntoken)
+
+    def forward(self, x, hidden):
+        out, hidden = self.rnn(self.encoder(x), hidden)
+        return F.log_softmax(self.decoder(out).view(-1, self.decoder.out_features), 1), hidden
+
+
+def test_truncated_bptt_windows_of_a_device_dataset_share_one_graph():
+    """word_language_model's loop: the whole token stream on the device, batchified, a window
+    `source[i:i + bptt]` a step (and its targets `source[i + 1:...]`, narrow() too), the
+    hidden state carried with .detach(). A window's offset is a host scalar, not part of the
+    graph: after the first windows no step compiles (a static slice compiled one graph per
+    offset). Losses, final weights and a windowed slice's gradient as eager's."""
+    data = torch.tensor([VOCAB.index(c) for c in TEXT])
+    source = data[:len(data) // 4 * 4].view(4, -1).t().contiguous()  # batchify(data, 4)
+    bptt, losses, compiles = 6, {}, []
+    for where in ("cpu", "loom"):
+        torch.manual_seed(0)
+        model = CharLSTM()
+        src = source
+        if where == "loom":
+            model.to(dev)
+            src = source.to(dev)
+        opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+        hidden, out = None, []
+        for epoch in range(2):
+            for i in range(0, src.size(0) - 1 - bptt, bptt):  # full windows only
+                x, y = src[i:i + bptt], src.narrow(0, i + 1, bptt).reshape(-1)
+                hidden = None if hidden is None else tuple(h.detach() for h in hidden)
+                opt.zero_grad()
+                output, hidden = model(x, hidden)
+                loss = F.nll_loss(output, y)
+                loss.backward()
+                opt.step()
+                out.append(loss.item())
+                if where == "loom":
+                    compiles.append(lt.metrics().compiles)
+        losses[where] = (out, model)
+    assert len(losses["cpu"][0]) > 10
+    torch.testing.assert_close(torch.tensor(losses["loom"][0]), torch.tensor(losses["cpu"][0]),
+                               rtol=1e-5, atol=1e-6)
+    for p, q in zip(losses["loom"][1].parameters(), losses["cpu"][1].parameters()):
+        torch.testing.assert_close(lt.to_torch(p), q.detach(), rtol=1e-4, atol=1e-5)
+    # windows 3.. of an epoch compile nothing (the first, at offset 0, is a static slice;
+    # Adam's first steps make their state): a constant count, not one per offset
+    n = len(compiles) // 2
+    assert n >= 8 and len(set(compiles[3:n])) == 1 and len(set(compiles[n:])) == 1, compiles
+    # a window of a leaf with a gradient, negative bounds, windows along dim 1
+    w = torch.randn(7, 5, requires_grad=True)
+    wl = lt.to_loom(w.detach()).requires_grad_()
+    for key in ((slice(2, 5), slice(1, None)), (slice(-4, -1),), (slice(None), slice(3, 5))):
+        ref, got = w[key], wl[key]
+        (ref * torch.arange(ref.numel()).view(ref.shape)).sum().backward()
+        (got * lt.to_loom(torch.arange(got.numel()).view(got.shape))).sum().backward()
+        torch.testing.assert_close(lt.to_torch(got), ref.detach())
+    torch.testing.assert_close(lt.to_torch(wl.grad), w.grad)
+    torch.testing.assert_close(lt.to_torch(lt.to_loom(data).narrow(0, 5, 9)), data.narrow(0, 5, 9))

@@ -407,7 +407,25 @@ def _slice(x, dim=0, start=None, end=None, step=1):
     n = x.shape[dim]
     start = 0 if start is None else start
     end = n if end is None else min(end, n)
+    if start and step == 1 and not x.is_pending:
+        return _window(x, dim, start, end)
     return loom.slice(x, dim, start, end, step)
+
+
+def _window(x, dim, start, end):
+    """x[start:end] along dim for an x that holds data (not a pending op) at a nonzero start:
+    a loop's moving window over a dataset on the device (`source[i:i + bptt]`,
+    `data[k * bs:(k + 1) * bs]`). A static slice would put the offset into the graph, one
+    graph (and compile) per offset; gathering rows start + arange(length) passes the offset
+    as a host scalar instead, so every window of a length shares one graph. A zero start (the
+    `buf[:, :T]` of a buffer) stays a static slice."""
+    n = x.shape[dim]
+    start = max(start + n, 0) if start < 0 else min(start, n)
+    end = max(end + n, 0) if end < 0 else end
+    length = max(end - start, 0)
+    if length == 0 or length == n:
+        return loom.slice(x, dim, start, end, 1)
+    return loom.index_select(x, dim % x.ndim, loom.arange(length, dtype=loom.int64) + start)
 
 
 @lowers("cat")
@@ -666,6 +684,8 @@ def _as_strided(x, size, stride, storage_offset=None):
 
 @lowers("narrow")
 def _narrow(x, dim, start, length):
+    if start and not x.is_pending:
+        return _window(x, dim, start, start + length)
     return loom.slice(x, dim, start, start + length, 1)
 
 
