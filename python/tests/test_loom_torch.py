@@ -688,3 +688,57 @@ def test_truncated_bptt_windows_of_a_device_dataset_share_one_graph():
         torch.testing.assert_close(lt.to_torch(got), ref.detach())
     torch.testing.assert_close(lt.to_torch(wl.grad), w.grad)
     torch.testing.assert_close(lt.to_torch(lt.to_loom(data).narrow(0, 5, 9)), data.narrow(0, 5, 9))
+
+
+def test_batches_indexed_from_a_device_tensor_share_one_graph():
+    """`xs[i]` of a pre-batched tensor on the device, a step per i: the index is a host scalar
+    (a static select compiled a graph per i). Losses and weights as eager."""
+    torch.manual_seed(0)
+    xs, ys = torch.randn(6, 4, 3), torch.randn(6, 4, 2)
+    ref = nn.Linear(3, 2)
+    m = copy.deepcopy(ref).to(dev)
+    opts = [torch.optim.SGD(p.parameters(), lr=0.1, momentum=0.9) for p in (ref, m)]
+    xl, yl = xs.to(dev), ys.to(dev)
+    compiles = []
+    for i in [1, 2, 3, 4, 5, -1, -6]:
+        for model, opt, x, y in ((ref, opts[0], xs, ys), (m, opts[1], xl, yl)):
+            loss = F.mse_loss(model(x[i]), y[i])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            if model is ref:
+                want = loss.item()
+            else:
+                assert abs(loss.item() - want) <= 1e-5 * abs(want), (i, loss.item(), want)
+        compiles.append(lt.metrics().compiles)
+    assert len(set(compiles[2:])) == 1, compiles
+    for p, q in zip(m.parameters(), ref.parameters()):
+        torch.testing.assert_close(lt.to_torch(p), q.detach())
+    torch.testing.assert_close(lt.to_torch(xl[:, 2]), xs[:, 2])
+    with pytest.raises((IndexError, RuntimeError, loom.Error)):
+        xl[6]
+
+
+def test_equal_allclose_and_a_given_gradient_as_torch():
+    """torch.equal, torch.allclose (rtol/atol, inf, nan, equal_nan) and is_same_size answer
+    Python bools as eager's; loss.backward(gradient) and autograd.grad with grad_outputs
+    (torch 1.13's autograd asks is_same_size) give eager's gradients."""
+    a = torch.tensor([1.0, 2.0, float("inf"), float("nan")])
+    for b in (a.clone(), a + 1e-6, a + 1e-3, torch.tensor([1.0, 2.0, float("inf"), 0.0]),
+              torch.tensor([1.0, 2.0, -float("inf"), float("nan")])):
+        for kw in ({}, {"equal_nan": True}, {"rtol": 1e-2, "atol": 0.0}):
+            assert torch.allclose(lt.to_loom(a), lt.to_loom(b), **kw) == \
+                torch.allclose(a, b, **kw), (b, kw)
+        assert torch.equal(lt.to_loom(a[:3]), lt.to_loom(b[:3])) == torch.equal(a[:3], b[:3])
+    assert torch.equal(lt.to_loom(a), lt.to_loom(a)) == torch.equal(a, a)  # nan: False
+    assert not torch.equal(lt.to_loom(a), lt.to_loom(a[:2]))
+    assert lt.to_loom(a).is_same_size(lt.to_loom(a + 1)) and \
+        not lt.to_loom(a).is_same_size(lt.to_loom(a[:2]))
+    x, g = torch.randn(3, 4, requires_grad=True), torch.randn(3, 4)
+    xl = lt.to_loom(x.detach()).requires_grad_()
+    (x * 2).sin().backward(g)
+    (xl * 2).sin().backward(lt.to_loom(g))
+    torch.testing.assert_close(lt.to_torch(xl.grad), x.grad)
+    (gx,) = torch.autograd.grad(x.exp(), x, grad_outputs=g)
+    (gl,) = torch.autograd.grad(xl.exp(), xl, grad_outputs=lt.to_loom(g))
+    torch.testing.assert_close(lt.to_torch(gl), gx)

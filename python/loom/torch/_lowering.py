@@ -399,6 +399,11 @@ def _squeeze(x, dim=None):
 
 @lowers("select")
 def _select(x, dim, index):
+    # batches[i] of data on the device: the index a host scalar (see _window)
+    if index and not x.is_pending and -x.shape[dim] <= index < x.shape[dim]:
+        d = dim % x.ndim
+        i = index + x.shape[d] if index < 0 else index
+        return loom.squeeze(_window(x, d, i, i + 1), d)
     return loom.select(x, dim, index)
 
 
@@ -921,3 +926,33 @@ for _n, _f in {"bitwise_and": loom.logical_and, "bitwise_or": loom.logical_or,
 @lowers("logical_xor", "logical_xor_")
 def _logical_xor(a, b):
     return (a != 0) != (b != 0)
+
+
+# ---- ops answering a Python value -----------------------------------------------------------
+# torch.equal, torch.allclose and Tensor.is_same_size return a Python bool (equal and
+# allclose read the values: a sync, as on CUDA). torch 1.13's autograd asks is_same_size of
+# a given gradient (loss.backward(gradient), torch.autograd.grad(..., grad_outputs)).
+
+@lowers("is_same_size")
+def _is_same_size(a, b):
+    return tuple(a.shape) == tuple(b.shape)
+
+
+@lowers("equal")
+def _equal(a, b):
+    return tuple(a.shape) == tuple(b.shape) and bool(_all(a == b).item())
+
+
+@lowers("allclose")
+def _allclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
+    if a.dtype != b.dtype:
+        raise loom.Error(f"[loom.torch] aten.allclose: {a.dtype} did not match {b.dtype} "
+                         f"(torch refuses mixed dtypes too)")
+    close = a == b
+    if equal_nan:
+        close = loom.logical_or(close, loom.logical_and(a != a, b != b))
+    if a.dtype.is_floating_point:
+        err = loom.abs(a - b)
+        close = loom.logical_or(close, loom.logical_and(_isfinite(err),
+                                                        err <= atol + rtol * loom.abs(b)))
+    return bool(_all(close).item())
