@@ -742,3 +742,26 @@ def test_equal_allclose_and_a_given_gradient_as_torch():
     (gx,) = torch.autograd.grad(x.exp(), x, grad_outputs=g)
     (gl,) = torch.autograd.grad(xl.exp(), xl, grad_outputs=lt.to_loom(g))
     torch.testing.assert_close(lt.to_torch(gl), gx)
+
+
+def test_torch_manual_seed_repeats_loom_draws_and_dropout_masks():
+    """torch.manual_seed(s) seeds loom's generator too: as on torch's CPU, the same seed gives
+    the same rand/randn values and dropout masks again (a training run repeats), another seed
+    other ones; the masks keep torch's dropout semantics (kept elements scaled by 1/(1-p))."""
+    def draws(seed):
+        torch.manual_seed(seed)
+        r = torch.rand(64, device=dev)
+        n = torch.randn(8, 8, device=dev)
+        d = F.dropout(torch.ones(256, device=dev), 0.25)
+        return [lt.to_torch(t) for t in (r, n, d)]
+    a, b, c = draws(3), draws(3), draws(4)
+    for x, y in zip(a, b):
+        torch.testing.assert_close(x, y, rtol=0, atol=0)
+    assert all(not torch.equal(x, y) for x, y in zip(a, c))
+    # the CPU's stream is seeded as before: torch.manual_seed(3) then torch.rand as eager
+    assert isinstance(torch.manual_seed(3), torch.Generator)
+    cpu = torch.rand(5)
+    assert torch.equal(cpu, torch.rand(5, generator=torch.Generator().manual_seed(3)))
+    kept = a[2][a[2] != 0]
+    torch.testing.assert_close(kept, torch.full_like(kept, 1 / 0.75))
+    assert 0.5 < kept.numel() / 256 < 0.95

@@ -16,9 +16,11 @@ once per structure and runs.
         lt.sync()                      # or only loss.item(): one graph a step, compiled once
 
 Factories take the device (torch.randn(3, 4, device=dev), zeros, ones, empty and rand drawn
-by loom's generator; full, arange, tensor, randint, randperm, linspace, eye made by torch and
-moved). lt.to_loom(tree) moves tensors, pytrees and modules (in place) to loom; lt.to_torch(tree)
-gives CPU tensors, and a CPU copy of a module. torch.save stores loom tensors as CPU ones.
+by loom's generator, which torch.manual_seed seeds too: a seed repeats loom's draws and
+dropout masks, though they are not the CPU's numbers; full, arange, tensor, randint,
+randperm, linspace, eye made by torch and moved). lt.to_loom(tree) moves tensors, pytrees
+and modules (in place) to loom; lt.to_torch(tree) gives CPU tensors, and a CPU copy of a
+module. torch.save stores loom tensors as CPU ones.
 An aten op the table does not lower raises loom.Error naming the op, its overload and its
 arguments; CPU tensors beside loom ones raise loom.Error too (CPU scalars and copy_ aside).
 
@@ -259,15 +261,28 @@ def _rnn_forward(forward):
     return wrapped
 
 
+def _manual_seed(original):
+    """torch.manual_seed also seeds loom's generator (dropout, rand, randn on loom's device):
+    the same seed gives the same draws again, as on torch's devices (loom's numbers, not the
+    CPU's: Philox, the same on every loom backend)."""
+    def manual_seed(seed):
+        out = original(seed)
+        loom.manual_seed(int(seed) % (1 << 64))
+        return out
+    manual_seed.__wrapped__ = original
+    manual_seed.__doc__ = original.__doc__
+    return manual_seed
+
+
 _installed = False
 
 
 def _install():
     """Routes the torch calls that name loom's device to loom: the factories, Tensor.to,
-    Module.to, Tensor.__setitem__, F.scaled_dot_product_attention and the recurrent modules'
-    forward (their zero state) are wrapped (one check
-    each; other calls are untouched, unlike a TorchFunctionMode, which would add microseconds
-    to every eager torch op)."""
+    Module.to, Tensor.__setitem__, torch.manual_seed (seeds loom's generator too),
+    F.scaled_dot_product_attention and the recurrent modules' forward (their zero state) are
+    wrapped (one check each; other calls are untouched, unlike a TorchFunctionMode, which
+    would add microseconds to every eager torch op)."""
     global _installed
     if _installed:
         return
@@ -279,6 +294,7 @@ def _install():
     torch.Tensor.__setitem__ = _setitem
     torch.Tensor.__getitem__ = _getitem
     torch.nn.Module.to = _module_to_device
+    torch.manual_seed = torch.random.manual_seed = _manual_seed(torch.random.manual_seed)
     for rnn in (torch.nn.RNN, torch.nn.LSTM, torch.nn.GRU):
         rnn.forward = _rnn_forward(rnn.forward)
     torch.autograd.backward = _backward
