@@ -765,3 +765,79 @@ def test_torch_manual_seed_repeats_loom_draws_and_dropout_masks():
     kept = a[2][a[2] != 0]
     torch.testing.assert_close(kept, torch.full_like(kept, 1 / 0.75))
     assert 0.5 < kept.numel() / 256 < 0.95
+
+
+@pytest.mark.parametrize("make", [
+    lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9, nesterov=True, weight_decay=1e-3),
+    lambda ps: torch.optim.Adam(ps, lr=1e-2),
+    lambda ps: torch.optim.AdamW(ps, lr=1e-2, amsgrad=True),
+], ids=["sgd-nesterov", "adam", "adamw-amsgrad"])
+def test_resume_from_an_optimizer_checkpoint_as_eager(make):
+    """A checkpoint (model, optimizer and scheduler state_dicts, torch.save to a BytesIO) made
+    mid-training on loom, loaded into a fresh model and optimizer on loom: the optimizer's
+    state (momentum buffers, moments) lands on loom (torch 2.x's Optimizer.load_state_dict
+    casts it to param.device, 'meta' for a loom parameter, which made data-less meta tensors),
+    and the resumed steps' losses and weights equal eager's resumed from eager's checkpoint."""
+    torch.manual_seed(0)
+    base = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3))
+    data = [(torch.randn(5, 4), torch.randint(0, 3, (5,))) for _ in range(6)]
+    results = {}
+    for where in ("cpu", "loom"):
+        d = dev if where == "loom" else "cpu"
+        model = copy.deepcopy(base).to(d)
+        opt = make(model.parameters())
+        sched = torch.optim.lr_scheduler.StepLR(opt, 2, gamma=0.5)
+
+        def train(model, opt, sched, batches):
+            out = []
+            for x, y in batches:
+                loss = F.cross_entropy(model(x.to(d)), y.to(d))
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                sched.step()
+                out.append(loss.item())
+            return out
+        train(model, opt, sched, data[:3])
+        buf = io.BytesIO()
+        torch.save({"model": model.state_dict(), "opt": opt.state_dict(),
+                    "sched": sched.state_dict()}, buf)
+        buf.seek(0)
+        ckpt = torch.load(buf)
+        model2 = copy.deepcopy(base).to(d)
+        model2.load_state_dict(ckpt["model"])
+        opt2 = make(model2.parameters())
+        opt2.load_state_dict(ckpt["opt"])
+        sched2 = torch.optim.lr_scheduler.StepLR(opt2, 2, gamma=0.5)
+        sched2.load_state_dict(ckpt["sched"])
+        if where == "loom":
+            for st in opt2.state.values():
+                for k, v in st.items():
+                    if isinstance(v, torch.Tensor) and k != "step":
+                        assert isinstance(v, lt.LoomTensor), (k, type(v), v.device)
+        results[where] = (train(model2, opt2, sched2, data[3:]), model2)
+    torch.testing.assert_close(torch.tensor(results["loom"][0]), torch.tensor(results["cpu"][0]),
+                               rtol=1e-5, atol=1e-6)
+    for p, q in zip(results["loom"][1].parameters(), results["cpu"][1].parameters()):
+        torch.testing.assert_close(lt.to_torch(p), q.detach(), rtol=1e-5, atol=1e-6)
+
+
+def test_out_variants_write_their_out_as_torch():
+    """out= overloads (AdamW(amsgrad=True) runs torch.maximum(m, v, out=m)): the result is
+    written into out, its base and its views, cast to out's dtype; values as eager's."""
+    a, b = torch.randn(3, 4), torch.randn(3, 4)
+    for f in (lambda x, y, o: torch.maximum(x, y, out=o), lambda x, y, o: torch.add(x, y, out=o),
+              lambda x, y, o: torch.mul(x, 2.5, out=o), lambda x, y, o: torch.exp(x, out=o)):
+        ref_base = torch.zeros(2, 3, 4)
+        f(a, b, ref_base[1])
+        base = lt.to_loom(torch.zeros(2, 3, 4))
+        view = base[1]
+        assert f(lt.to_loom(a), lt.to_loom(b), view) is view
+        torch.testing.assert_close(lt.to_torch(base), ref_base)
+        torch.testing.assert_close(lt.to_torch(view), ref_base[1])
+    ref = torch.zeros(3, 4, dtype=torch.float64)
+    got = lt.to_loom(ref.clone())
+    torch.add(a, b, out=ref)
+    torch.add(lt.to_loom(a), lt.to_loom(b), out=got)
+    assert got.dtype == torch.float64
+    torch.testing.assert_close(lt.to_torch(got), ref)

@@ -101,6 +101,8 @@ def dispatch(func, args, kwargs):
         raise loom.Error(f"[loom.torch] aten.{name}.{func._overloadname} has no lowering to "
                          f"loom (arguments: {_describe(args)}); loom.torch lowers "
                          f"{len(TABLE)} aten names")
+    if kwargs and type(kwargs.get("out")) is LoomTensor and not inplace:
+        return _out_variant(func, name, fn, args, kwargs)
     if name == "copy_" and isinstance(args[1], torch.Tensor) and \
             not isinstance(args[1], LoomTensor) and args[1].dim() > 0:
         args = (args[0], LoomTensor(from_cpu(args[1]))) + tuple(args[2:])  # CPU -> loom
@@ -123,6 +125,27 @@ def dispatch(func, args, kwargs):
     if view and isinstance(args[0], LoomTensor):
         _link_views(args[0], wrapped, name, fn, rest[1:], kw, func)
     return wrapped
+
+
+def _out_variant(func, name, fn, args, kwargs):
+    """An op's out= overload (torch.maximum(a, b, out=a): Adam's amsgrad; torch.add(x, y,
+    out=z)): the functional lowering's result written into `out` as an in-place op writes
+    its argument (carried to its base and views), cast to out's dtype as torch casts."""
+    kw = dict(kwargs)
+    dst = kw.pop("out")
+    _STATS["lowered"] += 1
+    val = fn(*_unwrap_all(args), **{k: _unwrap(v) for k, v in kw.items()})
+    if not isinstance(val, loom.Tensor):
+        raise loom.Error(f"[loom.torch] aten.{name}.{func._overloadname}: out= of an op with "
+                         f"several results is not lowered; call it without out=")
+    if tuple(val.shape) != tuple(dst.shape):
+        raise loom.Error(f"[loom.torch] aten.{name}.{func._overloadname}: out= of shape "
+                         f"{list(dst.shape)} for a result of shape {list(val.shape)}: loom.torch "
+                         f"cannot resize out; pass a tensor of the result's shape")
+    if val.dtype != dst._elem.dtype:
+        val = val.to(dst._elem.dtype)
+    _assign(dst, val, func)
+    return dst
 
 
 # In-place view ops (GRU's and RNN's `input.transpose_(0, 1)` on torch's own code path): the
