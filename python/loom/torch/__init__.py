@@ -37,6 +37,8 @@ ModuleList, lt.fori_loop(lower, upper, body_fn, *carried), lt.while_loop(cond_fn
 carried), lt.compile(fn). Each traces fn once per signature; assume_pure, scan and scan_layers
 are differentiable through torch's autograd (loom's VJP of the region).
 """
+import warnings
+
 import torch
 from torch.utils._pytree import tree_map
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -274,15 +276,50 @@ def _manual_seed(original):
     return manual_seed
 
 
+def _optimizer_state_policy(original):
+    """Optimizer.load_state_dict casts each state tensor with value.to(device=param.device):
+    'meta' for a parameter on loom, which torch's own code means as torch's meta device on
+    torch 2.x (see is_loom_device), so the momentum buffers and moments came back data-less.
+    A state tensor of a parameter on loom goes to loom (dtype as torch's policy casts it; a
+    CPU 'step' stays on the CPU, as torch keeps it)."""
+    def process(param, value, *args, **kwargs):
+        out = original(param, value, *args, **kwargs)
+        if isinstance(param, LoomTensor) and type(out) is torch.Tensor and \
+                out.device.type == "meta" and isinstance(value, torch.Tensor) and \
+                value.device.type != "meta":
+            out = to_loom(value.detach().to(out.dtype))
+        return out
+    return staticmethod(process)
+
+
+_module_load_state_dict = torch.nn.Module.load_state_dict
+
+
+def _load_state_dict(self, *args, **kwargs):
+    """Module.load_state_dict into a module on loom: torch 2.x warns 'copying from a
+    non-meta parameter in the checkpoint to a meta parameter in the current model, which is
+    a no-op' for each tensor, since loom's report the device 'meta'; the copy does happen
+    (loom's copy_), so the warning is silenced for modules that hold loom tensors."""
+    if not any(type(t) is LoomTensor for t in self.parameters()) and \
+            not any(type(t) is LoomTensor for t in self.buffers()):
+        return _module_load_state_dict(self, *args, **kwargs)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r".*copying from a non-meta parameter in "
+                                r"the checkpoint to a meta parameter", category=UserWarning)
+        return _module_load_state_dict(self, *args, **kwargs)
+
+
 _installed = False
 
 
 def _install():
     """Routes the torch calls that name loom's device to loom: the factories, Tensor.to,
-    Module.to, Tensor.__setitem__, torch.manual_seed (seeds loom's generator too),
-    F.scaled_dot_product_attention and the recurrent modules' forward (their zero state) are
-    wrapped (one check each; other calls are untouched, unlike a TorchFunctionMode, which
-    would add microseconds to every eager torch op)."""
+    Module.to, Tensor.__setitem__, torch.manual_seed (seeds loom's generator too), the
+    optimizers' state cast in load_state_dict, Module.load_state_dict (torch 2.x's false
+    'meta parameter ... no-op' warning), F.scaled_dot_product_attention and the
+    recurrent modules' forward (their zero state) are wrapped (one check each; other calls
+    are untouched, unlike a TorchFunctionMode, which would add microseconds to every eager
+    torch op)."""
     global _installed
     if _installed:
         return
@@ -295,6 +332,11 @@ def _install():
     torch.Tensor.__getitem__ = _getitem
     torch.nn.Module.to = _module_to_device
     torch.manual_seed = torch.random.manual_seed = _manual_seed(torch.random.manual_seed)
+    torch.nn.Module.load_state_dict = _load_state_dict
+    policy = getattr(torch.optim.Optimizer, "_process_value_according_to_param_policy", None)
+    if policy is not None:  # torch >= 2.1
+        torch.optim.Optimizer._process_value_according_to_param_policy = \
+            _optimizer_state_policy(policy)
     for rnn in (torch.nn.RNN, torch.nn.LSTM, torch.nn.GRU):
         rnn.forward = _rnn_forward(rnn.forward)
     torch.autograd.backward = _backward
