@@ -11,6 +11,7 @@ from . import _device
 from ._loom import Tensor, dtype
 
 _topk_result = collections.namedtuple("topk", ["values", "indices"])
+_sort_result = collections.namedtuple("sort", ["values", "indices"])
 
 
 def _clone(t):
@@ -103,6 +104,19 @@ def cumsum(input, dim, *, dtype=None):
     if dtype is not None:
         input = _loom.to(input, dtype)
     return _loom._cumsum(input, dim)
+
+
+def sort(input, dim=-1, descending=False, stable=False):
+    """(values, indices): input sorted along dim, as torch.sort(stable=True) (loom's sort is
+    always stable: equal entries keep their order; nan after every number ascending, before
+    descending). Gradients reach input through the values."""
+    v, i = _loom._sort(input, -1 if dim is None else dim, descending)
+    return _sort_result(v, i)
+
+
+def argsort(input, dim=-1, descending=False, stable=False):
+    """The int64 indices that sort input along dim (stable, as sort)."""
+    return _loom._argsort(input, -1 if dim is None else dim, descending)
 
 
 def topk(input, k, dim=-1, largest=True, sorted=True):
@@ -297,6 +311,8 @@ def _install():
     T.chunk = chunk
     T.cumsum = cumsum
     T.topk = topk
+    T.sort = sort
+    T.argsort = argsort
     T.multinomial = multinomial
     T.gelu = gelu
     for name in _DATA_INPLACE:

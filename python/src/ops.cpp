@@ -150,6 +150,7 @@ void register_reductions(nb::module_& m) {
         return d ? argmax(x, *d, k) : argmax(x);
       },
       arg("input"), arg("dim").none(), arg("keepdim"));
+  m.def("_argsort", &argsort, arg("input"), arg("dim"), arg("descending"));
   m.def("softmax", &softmax, arg("input"), arg("dim"));
   m.def("log_softmax", &log_softmax, arg("input"), arg("dim"));
   m.def("matmul", &matmul, arg("input"), arg("other"));

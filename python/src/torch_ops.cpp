@@ -75,6 +75,7 @@ void register_conveniences(nb::module_& m) {
       arg("input"), arg("split_sizes"), arg("dim"));
   m.def("_chunk", &chunk, arg("input"), arg("chunks"), arg("dim"));
   m.def("_cumsum", &cumsum, arg("input"), arg("dim"));
+  m.def("_sort", &loom::sort, arg("input"), arg("dim"), arg("descending"));
   m.def("_topk", &topk, arg("input"), arg("k"), arg("dim"), arg("largest"), arg("sorted"));
   m.def("_multinomial", &multinomial, arg("input"), arg("num_samples"), arg("replacement"));
 }

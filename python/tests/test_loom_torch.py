@@ -557,6 +557,32 @@ def test_recurrent_modules_train_as_on_torch(cls, kw):
         atol=1e-5, rtol=1e-5)
 
 
+def test_sort_argsort_and_a_large_topk_as_eager():
+    """torch.sort (stable), argsort, msort and topk past 16 on loom's device: values, indices
+    and the gradient through torch's autograd (sort's backward scatters), as eager."""
+    torch.manual_seed(3)
+    x = torch.randn(4, 50)
+    x[0, :5] = 0.5  # ties
+    for descending in (False, True):
+        xl = x.to(dev).requires_grad_()
+        xe = x.clone().requires_grad_()
+        v, i = torch.sort(xl, dim=1, descending=descending, stable=True)
+        ve, ie = torch.sort(xe, dim=1, descending=descending, stable=True)
+        torch.testing.assert_close(lt.to_torch(v), ve.detach())
+        assert lt.to_torch(i).tolist() == ie.tolist()
+        w = torch.randn(4, 50)
+        (v * w.to(dev)).sum().backward()
+        (ve * w).sum().backward()
+        torch.testing.assert_close(lt.to_torch(xl.grad), xe.grad)
+        assert lt.to_torch(xl.argsort(dim=0, descending=descending)).tolist() == \
+            torch.sort(xe, dim=0, descending=descending, stable=True)[1].tolist()
+    torch.testing.assert_close(lt.to_torch(torch.msort(x.to(dev))), torch.msort(x))
+    v, i = torch.topk(x[1:].to(dev), 30)
+    ve, ie = torch.topk(x[1:], 30)
+    torch.testing.assert_close(lt.to_torch(v), ve)
+    assert lt.to_torch(i).tolist() == ie.tolist()
+
+
 def test_a_boolean_mask_assignment_and_its_limits():
     """nanoGPT's top-k filter, logits[logits < v] = -inf, as eager; a list index writes as
     eager; a mask with several values (a data-dependent shape) says what is lowered."""

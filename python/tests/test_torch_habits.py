@@ -356,6 +356,48 @@ def test_topk_nanogpt_sampling_crop(rng=np.random.default_rng(10)):
     same(loom.softmax(out, -1), torch.softmax(out_t, -1))
 
 
+@pytest.mark.parametrize("descending", [False, True])
+@pytest.mark.parametrize("shape,dim", [((7,), -1), ((3, 9), 1), ((5, 4, 3), 0), ((2, 3, 4), -2),
+                                       ((), 0), ((0, 3), 1)])
+def test_sort_and_argsort_equal_torchs_stable_sort(shape, dim, descending,
+                                                   rng=np.random.default_rng(11)):
+    """Ties (values drawn from a few), nan and infinities, floats and integers and bools, as
+    torch.sort(stable=True): values, indices, and the values' gradient."""
+    a = rng.integers(-3, 4, size=shape).astype(np.float32)
+    if a.size >= 4:
+        a.flat[[0, 3]] = [np.nan, np.inf]
+        a.flat[-1] = -np.inf
+    for x in (a, np.nan_to_num(a, posinf=9, neginf=-9).astype(np.int64), a > 0):
+        v, i = loom.sort(loom.tensor(x), dim=dim, descending=descending)
+        vt, it = torch.sort(torch.tensor(x), dim=dim, descending=descending, stable=True)
+        np.testing.assert_array_equal(v.numpy(), vt.numpy())
+        np.testing.assert_array_equal(i.numpy(), it.numpy())
+        assert i.dtype == loom.int64 and v.dtype == loom.tensor(x).dtype
+        np.testing.assert_array_equal(loom.tensor(x).argsort(dim, descending).numpy(),
+                                      it.numpy())
+    w = rng.normal(size=shape).astype(np.float32)
+    g = rng.normal(size=shape).astype(np.float32)
+    x, xt = loom.tensor(w, requires_grad=True), torch.tensor(w, requires_grad=True)
+    (loom.sort(x, dim, descending).values * loom.tensor(g)).sum().backward()
+    (torch.sort(xt, dim=dim, descending=descending, stable=True).values * torch.tensor(g)).sum().backward()
+    same(x.grad, xt.grad)
+
+
+def test_topk_past_sixteen_sorts_as_torch(rng=np.random.default_rng(12)):
+    """k > 16 takes one sort: the values and indices of torch.topk (distinct values), its
+    gradient; a large vocabulary's top-p style crop."""
+    a = rng.permutation(600).reshape(3, 200).astype(np.float32) / 11
+    for largest in (True, False):
+        x, xt = loom.tensor(a, requires_grad=True), torch.tensor(a, requires_grad=True)
+        v, i = loom.topk(x, 40, largest=largest)
+        vt, it = torch.topk(xt, 40, largest=largest)
+        same(v, vt)
+        same(i, it, 0, 0)
+        (v * v).sum().backward()
+        (vt * vt).sum().backward()
+        same(x.grad, xt.grad)
+
+
 def test_multinomial_one_sample_distribution():
     loom.manual_seed(0)
     p = np.array([0.1, 0.0, 0.6, 0.3], np.float32)

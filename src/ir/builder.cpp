@@ -329,6 +329,12 @@ Value Builder::argmax(Value x, int64_t axis, bool keepdim) {
   a.flag = keepdim;
   return make(OpKind::ArgMax, std::span<const Value>(&x, 1), std::move(a));
 }
+Value Builder::argsort(Value x, int64_t axis, bool descending) {
+  Attrs a;
+  a.i = axis;
+  a.flag = descending;
+  return make(OpKind::ArgSort, std::span<const Value>(&x, 1), std::move(a));
+}
 Value Builder::matmul(Value a, Value b) { return binary(OpKind::MatMul, a, b); }
 Value Builder::reshape(Value x, const Shape& shape) {
   if (type(x).shape == shape) return x;

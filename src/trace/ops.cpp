@@ -252,4 +252,15 @@ Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) {
   return rec.ctx.wrap(r);
 }
 
+Tensor argsort(const Tensor& x, int64_t dim, bool descending) {
+  if (x.dtype() == DType::Bool) return argsort(to(x, DType::Int32), dim, descending);
+  OpRecord rec;
+  int64_t d = normalize_axis("argsort", dim, x.dim());
+  ir::Value v = rec.ctx.value_of(x);
+  if (x.dim() == 0) v = rec.b().reshape(v, Shape{1});
+  ir::Value r = rec.b().argsort(v, d, descending);
+  if (x.dim() == 0) r = rec.b().reshape(r, Shape{});
+  return rec.ctx.wrap(r);
+}
+
 }  // namespace loom

@@ -168,6 +168,15 @@ Tensor cumsum(const Tensor& x, int64_t dim) {
   return to(r, out);
 }
 
+std::pair<Tensor, Tensor> sort(const Tensor& x, int64_t dim, bool descending) {
+  Tensor idx = argsort(x, dim, descending);
+  if (x.dim() == 0) return {x, idx};
+  return {gather(x, normalize_axis("sort", dim, x.dim()), idx), idx};
+}
+
+// Past this k, topk sorts the line instead of taking k rounds of a masked argmax.
+constexpr int64_t kTopkRounds = 16;
+
 std::pair<Tensor, Tensor> topk(const Tensor& x, int64_t k, int64_t dim, bool largest, bool sorted) {
   if (x.dim() == 0) {
     LOOM_CHECK_T(ShapeError, k == 0 || k == 1, "[topk] selected index k out of range: k ", k,
@@ -183,6 +192,10 @@ std::pair<Tensor, Tensor> topk(const Tensor& x, int64_t k, int64_t dim, bool lar
   std::vector<int64_t> ks = x.shape().vec();
   ks[d] = 0;
   if (k == 0) return {slice(x, d, 0, 0), zeros(Shape(ks), DType::Int64)};
+  if (k > kTopkRounds) {  // one stable sort: the same order (ties by index, nan as largest)
+    Tensor indices = slice(argsort(x.detach(), d, largest), d, 0, k);
+    return {gather(x, d, indices), indices};
+  }
   DType dt = x.dtype();
   bool flt = is_floating(dt);
   double inf = std::numeric_limits<double>::infinity();

@@ -60,6 +60,7 @@ inline Graph structural_graph() {
   outs.push_back(b.reduce(OpKind::ReduceMax, x, {0, 1}, true));
   outs.push_back(b.reduce(OpKind::ReduceMin, x, {}, false));
   outs.push_back(b.argmax(x, 1, true));
+  outs.push_back(b.argsort(x, 1, true));
   Value xt = b.permute(x, {1, 0});
   outs.push_back(b.matmul(x, xt));
   outs.push_back(b.reshape(x, {3, 2}));

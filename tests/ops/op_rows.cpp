@@ -439,6 +439,38 @@ Expected matmul_of(const HostArg& a, const HostArg& b) {
   return e;
 }
 
+// argsort / sort along dim by ranks: entry k of a line goes to the place counting the entries
+// before it (smaller, or nan-last, or equal and earlier: stable), descending by the reversed
+// order; indices (values: false) or the entries themselves.
+Expected sorted_of(const HostArg& x, int64_t dim, bool descending, bool values) {
+  Expected e{values ? x.dtype : DType::Int64, x.shape, std::vector<double>(x.v.size(), 0), {}};
+  if (x.shape.empty()) {
+    e.v[0] = values ? x.v[0] : 0;
+    return e;
+  }
+  const int64_t d = norm_axis(dim, x.shape.size());
+  auto before = [&](double a, double b) {  // a sorts strictly before b, ascending
+    if (std::isnan(a)) return false;
+    return std::isnan(b) || a < b;
+  };
+  for (int64_t k = 0; k < x.shape.numel(); ++k) {
+    auto c = coords(k, x.shape);
+    int64_t place = 0;
+    for (int64_t j = 0; j < x.shape[d]; ++j) {
+      auto cj = c;
+      cj[d] = j;
+      const double a = x.v[flat(cj, x.shape)], b = x.v[k];
+      const bool earlier = descending ? before(b, a) : before(a, b);
+      const bool tie = !before(a, b) && !before(b, a);
+      if (earlier || (tie && j < c[d])) ++place;
+    }
+    auto out = c;
+    out[d] = place;
+    e.v[flat(out, x.shape)] = values ? x.v[k] : static_cast<double>(c[d]);
+  }
+  return e;
+}
+
 Row make(std::string name, std::string variant, std::vector<std::string> ir, OpFn op,
          std::vector<DType> dts, std::vector<Case> cases, ClosedForm closed, bool diff,
          bool exact = false, double mult = 1) {
@@ -815,6 +847,28 @@ std::vector<Row> reduction_rows() {
                            : Shape{0, 3, 2})}}},
           [keep, dim](const Hs& a) { return argmax_of(a[0], dim, keep); }, false, true));
       r.back().wide = argmax_wide(false);
+    }
+  }
+  for (bool desc : {false, true}) {
+    for (int64_t dim : {-1, 0}) {
+      const std::string v = "dim " + std::to_string(dim) + (desc ? " descending" : "");
+      r.push_back(make(
+          "argsort", v, {"argsort", "reshape"},
+          [=](const Ts& x) { return loom::argsort(x[0], dim, desc); }, kNumeric,
+          {{"3-d", {in({3, 4, 5}, -5, 5)}},
+           {"ties", {given({2, 5}, {1, 5, 5, 2, 5, 0, 0, 0, 0, 0}, DType::Float32)}},
+           {"nan", {given({2, 4}, {1, kNaN, 7, kNaN, -kInf, 3, kInf, -kInf}, DType::Float32)}},
+           {"0-d", {in({})}},
+           {"0-size", {in({2, 0})}}},
+          [=](const Hs& a) { return sorted_of(a[0], dim, desc, false); }, false, true));
+      r.back().wide = argmax_wide(false);
+      r.push_back(make(
+          "argsort", v + " (sort's values)", {"argsort", "gather"},
+          [=](const Ts& x) { return loom::sort(x[0], dim, desc).first; }, kNumeric,
+          {{"3-d", {in({3, 4, 5}, -5, 5)}, false, true},
+           {"nan", {given({2, 4}, {1, kNaN, 7, kNaN, -kInf, 3, kInf, -kInf}, DType::Float32)}},
+           {"0-d", {in({})}}},
+          [=](const Hs& a) { return sorted_of(a[0], dim, desc, true); }, true, true));
     }
   }
   for (bool log : {false, true}) {

@@ -56,6 +56,7 @@ class Builder {
   Value convert(Value x, DType dt);  // no node when the dtype already matches
   Value reduce(OpKind op, Value x, std::vector<int64_t> axes, bool keepdim);
   Value argmax(Value x, int64_t axis, bool keepdim);
+  Value argsort(Value x, int64_t axis, bool descending);
   Value matmul(Value a, Value b);
   Value reshape(Value x, const Shape& shape);  // no node when the shape already matches
   Value permute(Value x, std::vector<int64_t> perm);

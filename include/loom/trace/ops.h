@@ -102,6 +102,9 @@ Tensor min(const Tensor& x);
 Tensor min(const Tensor& x, std::vector<int64_t> dims, bool keepdim = false);
 Tensor argmax(const Tensor& x);  // index into the flattened tensor
 Tensor argmax(const Tensor& x, int64_t dim, bool keepdim = false);
+// The int64 indices that sort x along dim: stable (equal entries keep their order), nan after
+// every number ascending and before descending, as torch.argsort(stable=True); bool as 0/1.
+Tensor argsort(const Tensor& x, int64_t dim = -1, bool descending = false);
 Tensor softmax(const Tensor& x, int64_t dim);
 Tensor log_softmax(const Tensor& x, int64_t dim);
 

@@ -46,9 +46,14 @@ std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim = 0);
 Tensor cumsum(const Tensor& x, int64_t dim);
 
 // The k largest (smallest) entries along dim and their int64 indices, in order (nan counts
-// as the largest, as torch); k rounds of a masked argmax, so for the small k of sampling.
+// as the largest, as torch; ties by index); k rounds of a masked argmax up to k = 16, a sort
+// past it.
 std::pair<Tensor, Tensor> topk(const Tensor& x, int64_t k, int64_t dim = -1, bool largest = true,
                                bool sorted = true);
+
+// (values, indices): x sorted along dim, as torch.sort(stable=True): argsort's indices, the
+// values gathered with them (gradients flow to x through the gather).
+std::pair<Tensor, Tensor> sort(const Tensor& x, int64_t dim = -1, bool descending = false);
 
 // num_samples int64 category indices per row of probs ([C] or [N, C], non-negative weights,
 // not necessarily normalized) by Gumbel-max on loom::rand (without replacement: the

@@ -705,6 +705,21 @@ def _topk(x, k, dim=-1, largest=True, sorted=True):
     return tuple(loom.topk(x, k, dim, largest, sorted))
 
 
+@lowers("sort", "sort.stable")
+def _sort(x, dim=-1, descending=False, stable=None):
+    return tuple(loom.sort(x, dim, descending))  # always stable, so also for stable=False
+
+
+@lowers("argsort", "argsort.stable")
+def _argsort(x, dim=-1, descending=False, stable=None):
+    return loom.argsort(x, dim, descending)
+
+
+@lowers("msort")
+def _msort(x):
+    return loom.sort(x, 0).values
+
+
 @lowers("multinomial")
 def _multinomial(probs, num_samples, replacement=False, generator=None):
     return loom.multinomial(probs, num_samples, replacement)

@@ -62,6 +62,7 @@ Lowering lowering(OpKind op, DType dt) {
     case OpKind::Gather:
     case OpKind::IndexSelect:  // data-dependent addresses, bounds checks: index.cpp
     case OpKind::IndexAdd: return native_index(op, dt) ? Lowering::Native : Lowering::Fallback;
+    case OpKind::ArgSort: return Lowering::Fallback;  // a stable sort per line: the reference's
     case OpKind::Attention:  // blocks of scores between products: attention.cpp
     case OpKind::AttentionGrad:
       return dt == DType::Float32 || dt == DType::Float64 ? Lowering::Native : Lowering::Fallback;

@@ -1,6 +1,9 @@
-// Reference kernels of the indexing ops: gather (torch.gather), index_select and index_add. Indices
+// Reference kernels of the indexing ops: gather (torch.gather), index_select, index_add and
+// argsort. Indices
 // are data, so a bad one is a run-time ExecError, never an out-of-bounds read. Negative indices are
 // out of range (as in torch), not counted from the back.
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -124,12 +127,49 @@ void index_add_kernel(const ir::Node& node, std::span<const Array> in, Array& ou
   });
 }
 
+// Each line along the axis: indices in stable order of their values (NaN largest).
+void argsort_kernel(const ir::Node& node, std::span<const Array> in, Array& out) {
+  const Array& x = in[0];
+  const Shape& s = x.shape();
+  if (s.empty()) {
+    out.set_i(0, 0);
+    return;
+  }
+  const int64_t axis = node_axis(node, s.rank());
+  const bool descending = node.attrs.flag, fp = is_floating(x.dtype());
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < axis; ++d) outer *= s[d];
+  for (int64_t d = axis + 1; d < s.rank(); ++d) inner *= s[d];
+  const int64_t n = s[axis];
+  std::vector<int64_t> order(static_cast<size_t>(n));
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t i = 0; i < inner; ++i) {
+      const int64_t base = o * n * inner + i;
+      auto less = [&](int64_t a, int64_t b) {  // a before b, ascending
+        if (fp) {
+          const double va = x.get_f(base + a * inner), vb = x.get_f(base + b * inner);
+          if (std::isnan(va)) return false;
+          return std::isnan(vb) || va < vb;
+        }
+        return x.get_i(base + a * inner) < x.get_i(base + b * inner);
+      };
+      for (int64_t k = 0; k < n; ++k) order[static_cast<size_t>(k)] = k;
+      if (descending)
+        std::stable_sort(order.begin(), order.end(),
+                         [&](int64_t a, int64_t b) { return less(b, a); });
+      else
+        std::stable_sort(order.begin(), order.end(), less);
+      for (int64_t k = 0; k < n; ++k) out.set_i(base + k * inner, order[static_cast<size_t>(k)]);
+    }
+}
+
 }  // namespace
 
 void register_index_kernels(KernelTable& t) {
   t.set(OpKind::Gather, gather_kernel);
   t.set(OpKind::IndexSelect, index_select_kernel);
   t.set(OpKind::IndexAdd, index_add_kernel);
+  t.set(OpKind::ArgSort, argsort_kernel);
 }
 
 }  // namespace loom::detail::ref

@@ -91,8 +91,15 @@ TensorType infer_layout(const Graph& g, OpKind op, std::span<const Value> xs, co
 TensorType infer_index(const Graph& g, OpKind op, std::span<const Value> xs, const Attrs& a) {
   const char* name = op_name(op).data();
   const TensorType& x = g.type(xs[0]);
-  const TensorType& idx = g.type(xs[1]);
   int64_t r = x.shape.rank();
+  if (op == OpKind::ArgSort) {
+    LOOM_CHECK_T(ShapeError, a.i >= 0 && a.i < std::max<int64_t>(r, 1), "[argsort] axis ", a.i,
+                 " out of range for ", x, "; expected 0 <= axis < ", std::max<int64_t>(r, 1));
+    LOOM_CHECK_T(DTypeError, x.dtype != DType::Bool, "[argsort] expected a numeric operand, got ",
+                 x);
+    return {DType::Int64, x.shape};
+  }
+  const TensorType& idx = g.type(xs[1]);
   LOOM_CHECK_T(DTypeError, is_integral(idx.dtype), "[", name,
                "] index must be int32 or int64, got ", operand_types(g, xs));
   LOOM_CHECK_T(ShapeError, a.i >= 0 && a.i < r, "[", name, "] axis ", a.i, " out of range for ", x);
