@@ -22,8 +22,8 @@ namespace {
 struct Pair {
   const char* loom_key;
   const char* peer_key;
-  bool higher_is_better;  // rates (steps/s) against times
-  const char* goal;       // the goal against the best peer, for the table
+  bool higher_is_better;        // rates (steps/s) against times
+  const char* goal;             // the goal against the best peer, for the table
   bool compilers_only = false;  // a compile time: peers that compile nothing are not compared
 };
 
