@@ -13,6 +13,7 @@ import numpy as np
 import loom
 
 from ._dispatch import lowers
+from ._lowering import _constant_pad_nd
 
 
 def _ints(v, n):
@@ -28,32 +29,13 @@ def _prod(xs):
     return out
 
 
-def _narrow(x, d, start, length):
-    return loom.slice(x, d, start, start + length, 1)
-
-
 def _pad_trailing(x, before, after, value=0):
     """x padded with `value` by before[i] / after[i] in its trailing len(before) dims (a
-    negative amount cuts)."""
-    nd = len(before)
-    for i in range(nd):
-        d = x.ndim - nd + i
-        b, a = before[i], after[i]
-        if b < 0:
-            x, b = _narrow(x, d, -b, x.shape[d] + b), 0
-        if a < 0:
-            x, a = _narrow(x, d, 0, x.shape[d] + a), 0
-        parts = []
-        for width in (b, None, a):
-            if width is None:
-                parts.append(x)
-            elif width:
-                shape = list(x.shape)
-                shape[d] = width
-                parts.append(loom.full(shape, value, dtype=x.dtype))
-        if len(parts) > 1:
-            x = loom.cat(parts, d)
-    return x
+    negative amount cuts): constant_pad_nd's lowering, its pad list built last dim first."""
+    pad = []
+    for b, a in zip(reversed(before), reversed(after)):
+        pad += [b, a]
+    return _constant_pad_nd(x, pad, value)
 
 
 class _Windows:
