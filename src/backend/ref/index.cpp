@@ -1,7 +1,6 @@
 // Reference kernels of the indexing ops: gather (torch.gather), index_select, index_add and
-// argsort. Indices
-// are data, so a bad one is a run-time ExecError, never an out-of-bounds read. Negative indices are
-// out of range (as in torch), not counted from the back.
+// argsort. Indices are data, so a bad one is a run-time ExecError, never an out-of-bounds read.
+// Negative indices are out of range (as in torch), not counted from the back.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
