@@ -189,6 +189,15 @@ Tensor from_local(const Tensor& piece, const Mesh& mesh, const ShardSpec& spec) 
   }
   Tensor g = zeros(global, pt.dtype);
   const ir::Sharding s = resolve(g, mesh, spec);
+  // Every rank's piece of one type, or the global tensor is no tensor: one exchange says which.
+  if (dist::Communicator* c = dist::current(); c && c->size() > 1) {
+    const std::string mine = loom::detail::str_cat(pt);
+    const std::vector<std::string> all = c->exchange(mine);
+    for (size_t r = 0; r < all.size(); ++r)
+      LOOM_CHECK_T(DistError, all[r] == all[0], "[from_local] the ranks' pieces differ: rank 0 ",
+                   "passed ", all[0], ", rank ", r, " ", all[r],
+                   "; every rank passes a piece of one shape and dtype");
+  }
   loom::materialize({piece});
   auto impl = loom::detail::new_tensor_impl();
   impl->type = {pt.dtype, global};

@@ -415,6 +415,20 @@ TEST(ShardingTest, PartialSumsScatteredIntoSplitRows) {
   }
 }
 
+// from_local: the ranks' blocks make the global value; pieces of different shapes are a
+// DistError on every rank.
+TEST(ShardingTest, FromLocalJoinsTheRanksBlocksAndRefusesDifferentPieces) {
+  ranks(2, [&](int r) {
+    Mesh mesh({2}, {"m"});
+    Tensor piece = full({2, 3}, static_cast<double>(r + 1));
+    Tensor t = dist::from_local(piece, mesh, {{"m"}, {}});
+    EXPECT_EQ(t.shape(), (Shape{4, 3}));
+    expect_close(dist::full(t), cat({full({2, 3}, 1.0), full({2, 3}, 2.0)}, 0), "joined");
+    Tensor odd = full({r + 1, 3}, 1.0);
+    EXPECT_THROW(dist::from_local(odd, mesh, {{"m"}, {}}), DistError);
+  });
+}
+
 // Attributes from outside (parsed IR): a mesh of 2^48 ranks is an Error, not an overflow.
 TEST(ShardingTest, HugeMeshesInIrAreErrors) {
   EXPECT_THROW(

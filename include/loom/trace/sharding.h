@@ -56,7 +56,8 @@ std::optional<std::string> sharding_of(const Tensor& t);
 Tensor full(const Tensor& t);
 // The sharded tensor whose block on this rank is `piece` (DTensor's from_local): its global
 // shape is piece's with each split dim multiplied by its block count. Every rank passes its
-// own piece, of the same shape.
+// own piece, of the same shape and dtype (DistError on every rank otherwise); the pieces of
+// ranks that replicate a block are not compared (each rank's own block is used).
 Tensor from_local(const Tensor& piece, const Mesh& mesh, const ShardSpec& spec);
 
 // The partitioner's account of the last graph this thread ran with shardings: the layout of
