@@ -583,9 +583,49 @@ def test_sort_argsort_and_a_large_topk_as_eager():
     assert lt.to_torch(i).tolist() == ie.tolist()
 
 
+def test_nonzero_and_boolean_masks_as_eager():
+    """Data-dependent shapes: nonzero (and as_tuple, one-argument where), x[mask] on the leading
+    dims and on dim 1, masked_select with its gradient (masked_scatter), x[mask] = a vector of
+    values and += with accumulate: values and gradients as eager, each computing the mask at
+    once (counted in metrics_report)."""
+    torch.manual_seed(4)
+    x = torch.randn(4, 5)
+    xl = x.to(dev)
+    assert lt.to_torch(torch.nonzero(xl > 0)).tolist() == torch.nonzero(x > 0).tolist()
+    for got, want in zip(torch.nonzero(xl > 0.5, as_tuple=True), torch.nonzero(x > 0.5,
+                                                                              as_tuple=True)):
+        assert lt.to_torch(got).tolist() == want.tolist()
+    assert lt.to_torch(torch.where(xl < 0)[1]).tolist() == torch.where(x < 0)[1].tolist()
+    m = x > 0
+    a, b = x.clone().requires_grad_(), x.to(dev).requires_grad_()
+    w = torch.randn(int(m.sum()))
+    (a[m] * w).sum().backward()
+    (b[m.to(dev)] * w.to(dev)).sum().backward()
+    torch.testing.assert_close(lt.to_torch(b.grad), a.grad)
+    cols = torch.tensor([True, False, True, True, False])
+    torch.testing.assert_close(lt.to_torch(xl[:, cols.to(dev)]), x[:, cols])
+    a, b = x.clone().requires_grad_(), x.to(dev).requires_grad_()
+    torch.masked_select(a, m[0]).square().sum().backward()  # the mask broadcast over rows
+    got = torch.masked_select(b, m[0].to(dev))
+    got.square().sum().backward()
+    torch.testing.assert_close(lt.to_torch(got), torch.masked_select(x, m[0]))
+    torch.testing.assert_close(lt.to_torch(b.grad), a.grad)
+    y, yl = x.clone(), x.to(dev)
+    vals = torch.arange(float(m.sum()))
+    y[m] = vals
+    yl[m.to(dev)] = vals.to(dev)
+    torch.testing.assert_close(lt.to_torch(yl), y)
+    y.index_put_((m,), vals, accumulate=True)
+    yl.index_put_((m.to(dev),), vals.to(dev), accumulate=True)
+    torch.testing.assert_close(lt.to_torch(yl), y)
+    assert "data-dependent shapes" in lt.metrics_report()
+    nothing = xl > 10
+    assert tuple(xl[nothing].shape) == (0,)
+
+
 def test_a_boolean_mask_assignment_and_its_limits():
-    """nanoGPT's top-k filter, logits[logits < v] = -inf, as eager; a list index writes as
-    eager; a mask with several values (a data-dependent shape) says what is lowered."""
+    """nanoGPT's top-k filter, logits[logits < v] = -inf, as eager (a where: no graph cut); a
+    list index writes as eager; values that do not fit the selection raise torch's error."""
     torch.manual_seed(1)
     x = torch.randn(3, 7)
     v, _ = torch.topk(x, 2)
@@ -598,7 +638,9 @@ def test_a_boolean_mask_assignment_and_its_limits():
     got[:, [0, 2]] = 1.0
     want[:, [0, 2]] = 1.0
     torch.testing.assert_close(lt.to_torch(got), want)
-    with pytest.raises(loom.Error, match="only x\\[mask\\] = value"):
+    with pytest.raises(RuntimeError, match="shape mismatch"):  # torch's error, and loom's
+        want[want > 0] = torch.ones(2)
+    with pytest.raises(loom.ShapeError, match="shape mismatch: value tensor of shape \\[2\\]"):
         got[got > 0] = torch.ones(2, device=dev)
 
 

@@ -386,6 +386,9 @@ def metrics_report():
     """loom's report, the aten ops lowered and, once torch.compile ran, its graphs, frames
     and graph breaks."""
     text = loom.metrics_report() + f"\naten ops lowered: {_STATS['lowered']}"
+    if _STATS.get("data_dependent_cuts"):
+        text += (f"\ndata-dependent shapes (nonzero, boolean masks) computed at once: "
+                 f"{_STATS['data_dependent_cuts']}")
     c = _compile.counters()
     if c["fx_graphs"] or c["dynamo_frames"]:
         text += (f"\ntorch.compile: {c['fx_graphs']} FX graphs on loom, {c['dynamo_frames']} "

@@ -3,9 +3,11 @@ scatter_reduce, index_add, and advanced indexing (index, index_put with tensors 
 from loom's gather / index_select / index_add. A sum into addresses is one index_add at flat
 positions; a reduction that is not a sum (prod, amax, amin) compares each target with the
 index (a one-hot over the scattered dim), as loom has no scatter-max."""
+import numpy as np
+
 import loom
 
-from ._dispatch import lowers
+from ._dispatch import _STATS, lowers
 
 
 def _prod(xs):
@@ -225,14 +227,69 @@ def _move(t, src_at, n, dst_at):
     return loom.permute(t, others[:dst_at] + block + others[dst_at:])
 
 
+# ---- data-dependent shapes: nonzero, boolean masks ------------------------------------------
+
+def _nonzero_now(t):
+    """The positions of t's nonzero entries, int64 [n, t.ndim], computed now: their count is
+    data, so the pending work that makes t runs first (a graph cut, as torch_xla's nonzero);
+    counted as a data-dependent cut in loom.torch's metrics_report."""
+    _STATS["data_dependent_cuts"] = _STATS.get("data_dependent_cuts", 0) + 1
+    a = np.asarray(t.numpy())
+    return np.argwhere(a).astype(np.int64).reshape(-1, a.ndim)
+
+
+@lowers("nonzero")
+def _nonzero(x):
+    return loom.tensor(_nonzero_now(x))
+
+
+def _without_masks(indices):
+    """indices with each bool mask replaced by the index tensors of its nonzero positions, one
+    per dim it covers (torch's own meaning of a mask among indices)."""
+    out = []
+    for i in indices:
+        if i is not None and i.dtype == loom.bool_:
+            nz = _nonzero_now(i)
+            out += [loom.tensor(np.ascontiguousarray(nz[:, d])) for d in range(max(i.ndim, 1))]
+        else:
+            out.append(i)
+    return out
+
+
+@lowers("masked_select")
+def _masked_select(x, mask):
+    """x's entries where mask (broadcast together) holds, in order: a data-dependent length."""
+    shape = list(np.broadcast_shapes(tuple(x.shape), tuple(mask.shape)))
+    m = np.broadcast_to(np.asarray(mask.numpy()), shape)
+    _STATS["data_dependent_cuts"] = _STATS.get("data_dependent_cuts", 0) + 1
+    flat = loom.tensor(np.flatnonzero(m).astype(np.int64))
+    xs = x.expand(*shape) if list(x.shape) != shape else x
+    return loom.index_select(xs.reshape(-1), 0, flat)
+
+
+@lowers("masked_scatter", "masked_scatter_")
+def _masked_scatter(x, mask, source):
+    """x with its entries where mask holds (broadcast to x) taken from source's first ones, in
+    order (masked_select's adjoint)."""
+    m = np.broadcast_to(np.asarray(mask.numpy()), tuple(x.shape))
+    _STATS["data_dependent_cuts"] = _STATS.get("data_dependent_cuts", 0) + 1
+    at = np.flatnonzero(m).astype(np.int64)
+    flat = x.reshape(-1)
+    if at.size == 0:
+        return loom.clone(x)
+    src = loom.to(source.reshape(-1)[:at.size], x.dtype)
+    placed = loom.index_add(loom.zeros_like(flat), 0, loom.tensor(at), src)
+    keep = loom.tensor(np.ascontiguousarray(m.reshape(-1)))
+    return loom.where(keep, placed, flat).reshape(*x.shape)
+
+
 @lowers("index", "_unsafe_index")
 def _index(x, indices):
-    """x[i0, i1, ...] with tensors of indices (None: a whole dim), as torch's rule; one boolean
-    mask is refused (a data-dependent shape)."""
-    used = [i for i in indices if i is not None]
-    if len(used) == 1 and used[0].dtype == loom.bool_:
-        raise loom.Error("[loom.torch] aten.index with a bool mask (a data-dependent shape) is "
-                         "not lowered; use torch.where or masked_fill")
+    """x[i0, i1, ...] with tensors of indices (None: a whole dim), as torch's rule; a boolean
+    mask stands for the index tensors of its nonzero positions (computed now: a data-dependent
+    shape)."""
+    if any(i is not None and i.dtype == loom.bool_ for i in indices):
+        indices = _without_masks(indices)
     lin, bshape, perm, rest, at = _advanced(x, indices, "index")
     xp = loom.permute(x, perm) if perm != list(range(x.ndim)) else x
     nidx = x.ndim - len(rest)
@@ -256,9 +313,11 @@ def _last_writers(lin):
 
 @lowers("index_put", "index_put_", "_index_put_impl_", "_unsafe_index_put")
 def _index_put(x, indices, values, accumulate=False, unsafe=False):
-    """x[indices] = values (or += with accumulate) with tensors of indices (None: a whole dim),
-    or one boolean mask with one value. Repeated positions: accumulate sums them, a plain
-    write keeps the last (as torch on the CPU; their mean past 2048 writes)."""
+    """x[indices] = values (or += with accumulate) with tensors of indices (None: a whole dim)
+    or boolean masks. One mask over x's leading dims with one value or row for every selected
+    position is a where (no graph cut); other masks stand for their nonzero positions, computed
+    now (a data-dependent shape). Repeated positions: accumulate sums them, a plain write keeps
+    the last (as torch on the CPU; their mean past 2048 writes)."""
     used = [i for i in indices if i is not None]
     if len(used) == 1 and used[0].dtype == loom.bool_:
         mask = used[0]
@@ -266,18 +325,24 @@ def _index_put(x, indices, values, accumulate=False, unsafe=False):
         v = values
         if rest is not None and v.ndim == len(rest) + 1 and v.shape[0] == 1:
             v = loom.squeeze(v, 0)  # one row for every selected position
-        if rest is None or v.ndim > len(rest) or any(i is not None for i in indices[1:]):
-            raise loom.Error("[loom.torch] aten.index_put: with a bool mask, only x[mask] = value "
-                             "(one mask over x's leading dims, one value or row for every "
-                             "selected position) is lowered; use torch.where or masked_fill")
-        mask = mask.reshape(*mask.shape, *([1] * len(rest)))
-        v = loom.to(v, x.dtype)
-        return loom.where(mask, x + v if accumulate else v, x)
+        if rest is not None and v.ndim <= len(rest) and \
+                not any(i is not None for i in indices[1:]):
+            mask = mask.reshape(*mask.shape, *([1] * len(rest)))
+            v = loom.to(v, x.dtype)
+            return loom.where(mask, x + v if accumulate else v, x)
+    if any(i is not None and i.dtype == loom.bool_ for i in indices):
+        indices = _without_masks(indices)
     lin, bshape, perm, rest, at = _advanced(x, indices, "index_put")
     nidx = x.ndim - len(rest)
     target = [x.shape[d] for d in rest]
     shape = target[:at] + bshape + target[at:]  # x[indices]'s shape
     v = loom.to(values, x.dtype)
+    try:
+        np.broadcast_shapes(tuple(v.shape), tuple(shape))
+    except ValueError:
+        raise loom.ShapeError(f"[loom.torch] aten.index_put: shape mismatch: value tensor of "
+                              f"shape {list(v.shape)} cannot be broadcast to indexing result of "
+                              f"shape {shape}") from None
     v = v.expand(*shape) if list(v.shape) != shape else v
     v = _move(v, at, len(bshape), 0).reshape(_prod(bshape), _prod(target))
     xp = loom.permute(x, perm) if perm != list(range(x.ndim)) else x
