@@ -583,6 +583,25 @@ def test_sort_argsort_and_a_large_topk_as_eager():
     assert lt.to_torch(i).tolist() == ie.tolist()
 
 
+def test_torch_load_with_map_location_loom():
+    """torch.load(f, map_location=lt.device()) gives loom tensors (a state dict and a bare
+    tensor) with the saved values; other map_locations are torch's."""
+    model = nn.Linear(3, 2)
+    buf = io.BytesIO()
+    torch.save({"model": model.state_dict(), "t": torch.arange(4.0)}, buf)
+    buf.seek(0)
+    got = torch.load(buf, map_location=lt.device())
+    assert isinstance(got["t"], lt.LoomTensor)
+    assert isinstance(got["model"]["weight"], lt.LoomTensor)
+    torch.testing.assert_close(lt.to_torch(got["model"]["weight"]), model.weight.detach())
+    torch.testing.assert_close(lt.to_torch(got["t"]), torch.arange(4.0))
+    fresh = nn.Linear(3, 2).to(dev)
+    fresh.load_state_dict(got["model"])
+    torch.testing.assert_close(lt.to_torch(fresh.bias), model.bias.detach())
+    buf.seek(0)
+    assert not isinstance(torch.load(buf, map_location="cpu")["t"], lt.LoomTensor)
+
+
 def test_nonzero_and_boolean_masks_as_eager():
     """Data-dependent shapes: nonzero (and as_tuple, one-argument where), x[mask] on the leading
     dims and on dim 1, masked_select with its gradient (masked_scatter), x[mask] = a vector of

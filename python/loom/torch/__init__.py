@@ -239,6 +239,17 @@ def _loom_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=
     return fused(run, *tensors, draws=dropout_p > 0 and "scaled_dot_product_attention")
 
 
+def _load(original):
+    """torch.load(..., map_location=lt.device()): loaded to the CPU, then moved to loom (a
+    state dict, a tensor or any pytree of them)."""
+    def load(f, map_location=None, *args, **kwargs):
+        if isinstance(map_location, (str, torch.device)) and \
+                torch.device(map_location).type == DEVICE.type:  # 'meta' stays torch's on 2.x
+            return to_loom(original(f, "cpu", *args, **kwargs))
+        return original(f, map_location, *args, **kwargs)
+    return load
+
+
 def _rnn_forward(forward):
     """nn.RNN/LSTM/GRU.forward: with input on loom and no hx, the zero state made on loom (torch
     makes it on input.device, which is 'meta' for loom's tensors on torch 2.x)."""
@@ -316,8 +327,8 @@ def _install():
     """Routes the torch calls that name loom's device to loom: the factories, Tensor.to,
     Module.to, Tensor.__setitem__, torch.manual_seed (seeds loom's generator too), the
     optimizers' state cast in load_state_dict, Module.load_state_dict (torch 2.x's false
-    'meta parameter ... no-op' warning), F.scaled_dot_product_attention and the
-    recurrent modules' forward (their zero state) are wrapped (one check each; other calls
+    'meta parameter ... no-op' warning), F.scaled_dot_product_attention, torch.load
+    (map_location loom) and the recurrent modules' forward (their zero state) are wrapped (one check each; other calls
     are untouched, unlike a TorchFunctionMode, which would add microseconds to every eager
     torch op)."""
     global _installed
@@ -337,6 +348,7 @@ def _install():
     if policy is not None:  # torch >= 2.1
         torch.optim.Optimizer._process_value_according_to_param_policy = \
             _optimizer_state_policy(policy)
+    torch.load = _load(torch.load)
     for rnn in (torch.nn.RNN, torch.nn.LSTM, torch.nn.GRU):
         rnn.forward = _rnn_forward(rnn.forward)
     torch.autograd.backward = _backward
