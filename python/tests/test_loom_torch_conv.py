@@ -290,3 +290,32 @@ def test_torch_compile_of_a_cnn_with_batch_norm_trains_as_eager():
             o.zero_grad()
     for (name, a), b in zip(model.state_dict().items(), ref.state_dict().values()):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5, msg=lambda m: f"{name}: {m}")
+
+
+@pytest.mark.parametrize("mode", ["reflect", "replicate", "circular"])
+@pytest.mark.parametrize("shape,pad", [((2, 3, 7), (2, 3)), ((1, 2, 5, 6), (1, 2, 3, 0)),
+                                       ((1, 1, 3, 4, 5), (1, 1, 2, 0, 1, 2))],
+                         ids=["1d", "2d", "3d"])
+def test_reflect_replicate_and_circular_padding_as_eager(mode, shape, pad):
+    """F.pad's index modes (and nn.ReflectionPad/ReplicationPad's ops): values and the input's
+    gradient (each output position summed into its source) as eager."""
+    if mode == "circular" and int(torch.__version__.split(".")[0]) < 2:
+        pytest.skip("torch 1.13's circular pad is Python slicing whose backward uses a strided "
+                    "view loom.torch does not lower (torch >= 2.0 sends it as one op)")
+    torch.manual_seed(5)
+    x = torch.randn(*shape)
+    a, b = x.clone().requires_grad_(), x.to(dev).requires_grad_()
+    w = torch.randn(*F.pad(x, pad, mode=mode).shape)
+    ya, yb = F.pad(a, pad, mode=mode), F.pad(b, pad, mode=mode)
+    (ya * w).sum().backward()
+    (yb * w.to(dev)).sum().backward()
+    torch.testing.assert_close(lt.to_torch(yb), ya.detach())
+    torch.testing.assert_close(lt.to_torch(b.grad), a.grad)
+
+
+def test_reflection_pad_as_wide_as_the_input_is_refused_as_torch():
+    x = torch.randn(1, 1, 3)
+    with pytest.raises(RuntimeError):
+        F.pad(x, (3, 0), mode="reflect")
+    with pytest.raises(loom.ShapeError, match="less than the corresponding input dimension"):
+        F.pad(x.to(dev), (3, 0), mode="reflect")

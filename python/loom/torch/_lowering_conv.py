@@ -569,3 +569,64 @@ def _native_group_norm_backward(grad, x, mean, rstd, weight, n, c, hxw, group, o
     if output_mask[2]:
         gb = loom.sum(g, [0, 2])
     return gx, gw, gb
+
+
+# ---- reflect / replicate / circular padding ----------------------------------------------
+
+def _pad_positions(n, before, after, mode):
+    """The source position of each of the n + before + after outputs along one dim."""
+    i = np.arange(-before, n + after)
+    if mode == "reflect":
+        period = 2 * (n - 1)
+        j = np.abs(i) % period if period else np.zeros_like(i)
+        return np.where(j >= n, period - j, j).astype(np.int64)
+    if mode == "replicate":
+        return np.clip(i, 0, n - 1).astype(np.int64)
+    return (i % n).astype(np.int64)  # circular
+
+
+def _padded_dims(x_ndim, pad):
+    """(dim, before, after) for torch's pad list (last dim first)."""
+    return [(x_ndim - 1 - k, pad[2 * k], pad[2 * k + 1]) for k in range(len(pad) // 2)]
+
+
+def _index_pad(mode):
+    def pad_fn(x, padding):
+        for d, b, a in _padded_dims(x.ndim, padding):
+            n = x.shape[d]
+            if mode == "reflect" and (b >= n or a >= n):
+                raise loom.ShapeError(f"[loom.torch] reflection pad: padding ({b}, {a}) should be "
+                                      f"less than the corresponding input dimension {n}")
+            x = loom.index_select(x, d, loom.tensor(_pad_positions(n, b, a, mode)))
+        return x
+
+    def backward(grad, x, padding):
+        # Each padded dim in reverse: the output positions summed into their sources.
+        for d, b, a in reversed(_padded_dims(x.ndim, padding)):
+            n = x.shape[d]
+            shape = list(grad.shape)
+            shape[d] = n
+            grad = loom.index_add(loom.zeros(*shape, dtype=grad.dtype), d,
+                                  loom.tensor(_pad_positions(n, b, a, mode)), grad)
+        return grad
+    return pad_fn, backward
+
+
+for _mode, _names in (("reflect", "reflection"), ("replicate", "replication")):
+    _fwd, _bwd = _index_pad(_mode)
+    for _k in (1, 2, 3):
+        lowers(f"{_names}_pad{_k}d")(_fwd)
+        lowers(f"{_names}_pad{_k}d_backward")(_bwd)
+
+
+@lowers("_pad_circular")
+def _pad_circular(x, pad):
+    return _index_pad("circular")[0](x, pad)
+
+
+@lowers("_pad_enum")
+def _pad_enum(x, pad, mode, value=None):
+    """torch 2.x's F.pad: mode 0 constant, 1 reflect, 2 replicate, 3 circular."""
+    if mode == 0:
+        return _constant_pad_nd(x, pad, 0 if value is None else value)
+    return _index_pad(("reflect", "replicate", "circular")[mode - 1])[0](x, pad)
