@@ -319,3 +319,29 @@ def test_reflection_pad_as_wide_as_the_input_is_refused_as_torch():
         F.pad(x, (3, 0), mode="reflect")
     with pytest.raises(loom.ShapeError, match="less than the corresponding input dimension"):
         F.pad(x.to(dev), (3, 0), mode="reflect")
+
+
+@pytest.mark.parametrize("shape,kw", [
+    ((1, 2, 5), dict(scale_factor=2, mode="nearest")),
+    ((1, 2, 5), dict(size=8, mode="linear")),
+    ((2, 3, 4, 5), dict(scale_factor=2, mode="nearest")),
+    ((2, 3, 4, 5), dict(size=(7, 9), mode="nearest")),
+    ((2, 3, 4, 5), dict(scale_factor=2, mode="bilinear")),
+    ((2, 3, 4, 5), dict(size=(7, 3), mode="bilinear", align_corners=True)),
+    ((2, 3, 6, 5), dict(scale_factor=0.5, mode="bilinear")),
+    ((1, 1, 3, 4, 5), dict(scale_factor=2, mode="trilinear")),
+    ((1, 1, 3, 4, 5), dict(size=(4, 6, 7), mode="nearest")),
+], ids=["nearest1d", "linear1d", "nearest2d-x2", "nearest2d-size", "bilinear-x2",
+        "bilinear-align", "bilinear-down", "trilinear", "nearest3d"])
+def test_interpolate_as_eager(shape, kw):
+    """F.interpolate's nearest and (bi/tri)linear modes (sizes and scale factors, up and down,
+    align_corners): values and the input's gradient as eager."""
+    torch.manual_seed(6)
+    x = torch.randn(*shape)
+    a, b = x.clone().requires_grad_(), x.to(dev).requires_grad_()
+    ya, yb = F.interpolate(a, **kw), F.interpolate(b, **kw)
+    w = torch.randn(*ya.shape)
+    (ya * w).sum().backward()
+    (yb * w.to(dev)).sum().backward()
+    torch.testing.assert_close(lt.to_torch(yb), ya.detach())
+    torch.testing.assert_close(lt.to_torch(b.grad), a.grad)

@@ -630,3 +630,112 @@ def _pad_enum(x, pad, mode, value=None):
     if mode == 0:
         return _constant_pad_nd(x, pad, 0 if value is None else value)
     return _index_pad(("reflect", "replicate", "circular")[mode - 1])[0](x, pad)
+
+
+# ---- interpolation (F.interpolate's nearest and (bi/tri)linear modes) ---------------------
+
+def _scale(n_in, n_out, given, align_corners=False):
+    """torch's source-index scale of one dim (area_pixel_compute_scale)."""
+    if align_corners:
+        return (n_in - 1) / (n_out - 1) if n_out > 1 else 0.0
+    return 1.0 / given if given else n_in / n_out
+
+
+def _nearest_positions(n_in, n_out, given):
+    s = _scale(n_in, n_out, given)
+    return np.minimum(np.floor(np.arange(n_out) * s).astype(np.int64), n_in - 1)
+
+
+def _linear_weights(n_in, n_out, given, align_corners):
+    """(i0, i1, lambda) of each output position: the two sources and the second's weight."""
+    s = _scale(n_in, n_out, given, align_corners)
+    dst = np.arange(n_out, dtype=np.float64)
+    src = dst * s if align_corners else np.maximum((dst + 0.5) * s - 0.5, 0.0)
+    i0 = np.minimum(np.floor(src).astype(np.int64), n_in - 1)
+    i1 = np.minimum(i0 + 1, n_in - 1)
+    return i0, i1, src - i0
+
+
+def _spatial(x_ndim, sizes, scales):
+    k = len(sizes)
+    scales = list(scales) + [None] * (k - len(scales))
+    return [(x_ndim - k + j, sizes[j], scales[j]) for j in range(k)]
+
+
+def _upsample_nearest(x, output_size, *scales):
+    scales = scales[0] if len(scales) == 1 and isinstance(scales[0], (list, tuple)) else scales
+    for d, n_out, s in _spatial(x.ndim, output_size, scales):
+        x = loom.index_select(x, d, loom.tensor(_nearest_positions(x.shape[d], n_out, s)))
+    return x
+
+
+def _upsample_nearest_backward(grad, output_size, input_size, *scales):
+    for d, n_out, s in reversed(_spatial(len(input_size), output_size, scales)):
+        shape = list(grad.shape)
+        shape[d] = input_size[d]
+        grad = loom.index_add(loom.zeros(*shape, dtype=grad.dtype), d,
+                              loom.tensor(_nearest_positions(input_size[d], n_out, s)), grad)
+    return grad
+
+
+def _weights_along(lam, d, ndim, dtype):
+    shape = [1] * ndim
+    shape[d] = lam.shape[0]
+    return loom.tensor(lam.astype(np.float64)).reshape(*shape).to(dtype)
+
+
+def _upsample_linear(x, output_size, align_corners, *scales):
+    for d, n_out, s in _spatial(x.ndim, output_size, scales):
+        i0, i1, lam = _linear_weights(x.shape[d], n_out, s, align_corners)
+        w = _weights_along(lam, d, x.ndim, x.dtype)
+        x = loom.index_select(x, d, loom.tensor(i0)) * (1 - w) + \
+            loom.index_select(x, d, loom.tensor(i1)) * w
+    return x
+
+
+def _upsample_linear_backward(grad, output_size, input_size, align_corners, *scales):
+    for d, n_out, s in reversed(_spatial(len(input_size), output_size, scales)):
+        i0, i1, lam = _linear_weights(input_size[d], n_out, s, align_corners)
+        w = _weights_along(lam, d, grad.ndim, grad.dtype)
+        shape = list(grad.shape)
+        shape[d] = input_size[d]
+        zero = loom.zeros(*shape, dtype=grad.dtype)
+        grad = loom.index_add(loom.index_add(zero, d, loom.tensor(i0), grad * (1 - w)), d,
+                              loom.tensor(i1), grad * w)
+    return grad
+
+
+def _size_and_scales(spatial_in, output_size, factors):
+    """The .vec overloads' output size (given, or the scale factors' floor) and scales."""
+    if output_size is None:
+        return ([int(math.floor(n * f)) for n, f in zip(spatial_in, factors)], list(factors))
+    return output_size, [None] * len(spatial_in)
+
+
+def _vec(fn, linear):
+    """The .vec overloads: output_size or scale_factors, as torch computes the size."""
+    def vec(x, output_size, *rest):
+        size, scales = _size_and_scales(x.shape[2:], output_size, rest[-1])
+        return fn(x, size, *rest[:1 if linear else 0], *scales)
+    return vec
+
+
+def _vec_backward(fn, linear):
+    """The backward's .vec overloads (torch 1.13)."""
+    def vec(grad, output_size, input_size, *rest):
+        size, scales = _size_and_scales(input_size[2:], output_size, rest[-1])
+        return fn(grad, size, input_size, *rest[:1 if linear else 0], *scales)
+    return vec
+
+
+for _k in (1, 2, 3):
+    lowers(f"upsample_nearest{_k}d_backward.vec")(_vec_backward(_upsample_nearest_backward,
+                                                                False))
+    lowers(f"upsample_nearest{_k}d", f"upsample_nearest{_k}d.default")(_upsample_nearest)
+    lowers(f"upsample_nearest{_k}d.vec")(_vec(_upsample_nearest, False))
+    lowers(f"upsample_nearest{_k}d_backward")(_upsample_nearest_backward)
+for _name in ("upsample_linear1d", "upsample_bilinear2d", "upsample_trilinear3d"):
+    lowers(_name, f"{_name}.default")(_upsample_linear)
+    lowers(f"{_name}.vec")(_vec(_upsample_linear, True))
+    lowers(f"{_name}_backward")(_upsample_linear_backward)
+    lowers(f"{_name}_backward.vec")(_vec_backward(_upsample_linear_backward, True))
