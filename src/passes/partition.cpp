@@ -3,6 +3,7 @@
 #include "loom/passes/partition.h"
 
 #include <algorithm>
+#include <initializer_list>
 
 #include "loom/core/error.h"
 #include "loom/ir/builder.h"
@@ -151,24 +152,16 @@ class Partitioner {
     state_[id] = std::move(s);
   }
 
-  Value mesh_op(OpKind op, Value x, int64_t dim, uint32_t group) {
+  // A collective over `group`; dims: [dim], or [split, concat] for mesh_all_to_all.
+  Value mesh_op(OpKind op, Value x, std::initializer_list<int64_t> dims, uint32_t group) {
     ir::Attrs a;
-    a.ints.push_back(dim);
+    a.ints.assign(dims.begin(), dims.end());
     for (int64_t m : mesh_) a.ints.push_back(m);
     a.i = group;
     Value y = b_.make(op, std::span<const Value>(&x, 1), std::move(a));
     const TensorType& t = b_.type(op == OpKind::MeshAllGather ? y : x);
     out_.collectives.push_back({op, group, t.nbytes(), node_});
     return y;
-  }
-
-  Value mesh_all_to_all(Value x, int64_t split, int64_t concat, uint32_t group) {
-    ir::Attrs a;
-    a.ints = {split, concat};
-    for (int64_t m : mesh_) a.ints.push_back(m);
-    a.i = group;
-    out_.collectives.push_back({OpKind::MeshAllToAll, group, b_.type(x).nbytes(), node_});
-    return b_.make(OpKind::MeshAllToAll, std::span<const Value>(&x, 1), std::move(a));
   }
 
   // x (local, laid out as `from`) laid out as `to`: partial sums reduced, then the axes a dim
@@ -187,7 +180,8 @@ class Partitioner {
         if (e == d || moved[e] || gained != lost || (from.dims[e] & ~to.dims[e]) ||
             !minor_to(gained, from.dims[e]))
           continue;
-        x = mesh_all_to_all(x, static_cast<int64_t>(e), static_cast<int64_t>(d), lost);
+        x = mesh_op(OpKind::MeshAllToAll, x, {static_cast<int64_t>(e), static_cast<int64_t>(d)},
+                    lost);
         moved[d] = moved[e] = true;
         break;
       }
@@ -199,9 +193,9 @@ class Partitioner {
       if (!lost && minor_to(gained, f)) {
         slice[d] = gained;
       } else if (!gained && minor_to(lost, t)) {
-        x = mesh_op(OpKind::MeshAllGather, x, static_cast<int64_t>(d), lost);
+        x = mesh_op(OpKind::MeshAllGather, x, {static_cast<int64_t>(d)}, lost);
       } else {
-        x = mesh_op(OpKind::MeshAllGather, x, static_cast<int64_t>(d), f);
+        x = mesh_op(OpKind::MeshAllGather, x, {static_cast<int64_t>(d)}, f);
         slice[d] = t;
       }
     }
@@ -209,13 +203,13 @@ class Partitioner {
     // (each rank receives only its block of the sum) instead of an all_reduce and a slice.
     for (size_t d = 0; d < slice.size() && partial; ++d)
       if (slice[d] == partial) {
-        x = mesh_op(OpKind::MeshReduceScatter, x, static_cast<int64_t>(d), partial);
+        x = mesh_op(OpKind::MeshReduceScatter, x, {static_cast<int64_t>(d)}, partial);
         slice[d] = 0;
         partial = 0;
       }
-    if (partial) x = mesh_op(OpKind::MeshAllReduce, x, 0, partial);
+    if (partial) x = mesh_op(OpKind::MeshAllReduce, x, {0}, partial);
     for (size_t d = 0; d < slice.size(); ++d)
-      if (slice[d]) x = mesh_op(OpKind::MeshSlice, x, static_cast<int64_t>(d), slice[d]);
+      if (slice[d]) x = mesh_op(OpKind::MeshSlice, x, {static_cast<int64_t>(d)}, slice[d]);
     return x;
   }
   Value to_layout(Value v, const Sharding& to) { return reshard(local(v), state(v), to); }

@@ -29,6 +29,10 @@ struct Sharding {
   friend bool operator==(const Sharding& a, const Sharding& b) = default;
 };
 
+// How many of a mesh collective's leading ints are dims before its mesh extents: [split,
+// concat] for mesh_all_to_all, [dim] for the others.
+inline size_t mesh_dims(OpKind op) { return op == OpKind::MeshAllToAll ? 2 : 1; }
+
 // The blocks of a group of axes: their number, and this rank's index (`rank` in row-major
 // order of `mesh`).
 int64_t group_size(const std::vector<int64_t>& mesh, uint32_t axes);

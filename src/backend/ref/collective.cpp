@@ -120,8 +120,8 @@ struct Group {
 Group group_of(const ir::Node& node) {
   Group g;
   g.dim = node.attrs.ints[0];
-  const std::ptrdiff_t lead = node.op == OpKind::MeshAllToAll ? 2 : 1;
-  g.mesh.assign(node.attrs.ints.begin() + lead, node.attrs.ints.end());
+  g.mesh.assign(node.attrs.ints.begin() + static_cast<std::ptrdiff_t>(ir::mesh_dims(node.op)),
+                node.attrs.ints.end());
   g.axes = static_cast<uint32_t>(node.attrs.i);
   g.comm = &dist::require(ir::op_name(node.op).data());
   const int64_t world = ir::group_size(g.mesh, ~0u);

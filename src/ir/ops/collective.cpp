@@ -16,7 +16,7 @@ TensorType infer_mesh(OpKind op, const TensorType& x, const Attrs& a) {
                    " does not split evenly into ", s.shards(d), " blocks (", to_string(s), ")");
     return x;
   }
-  const size_t lead = op == OpKind::MeshAllToAll ? 2 : 1;  // [split, concat] or [dim]
+  const size_t lead = mesh_dims(op);
   LOOM_CHECK(a.ints.size() >= lead + 1 && a.ints.size() <= lead + 16, "[", name, "] expected ",
              lead == 2 ? "dims_mesh = [split, concat, " : "mesh = [dim, ", "mesh extents...]");
   std::vector<int64_t> mesh(a.ints.begin() + static_cast<std::ptrdiff_t>(lead), a.ints.end());
