@@ -328,9 +328,9 @@ def _install():
     Module.to, Tensor.__setitem__, torch.manual_seed (seeds loom's generator too), the
     optimizers' state cast in load_state_dict, Module.load_state_dict (torch 2.x's false
     'meta parameter ... no-op' warning), F.scaled_dot_product_attention, torch.load
-    (map_location loom) and the recurrent modules' forward (their zero state) are wrapped (one check each; other calls
-    are untouched, unlike a TorchFunctionMode, which would add microseconds to every eager
-    torch op)."""
+    (map_location loom) and the recurrent modules' forward (their zero state) are wrapped
+    (one check each; other calls are untouched, unlike a TorchFunctionMode, which would add
+    microseconds to every eager torch op)."""
     global _installed
     if _installed:
         return

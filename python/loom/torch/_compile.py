@@ -5,6 +5,8 @@ to loom per call and its outputs come back as CPU tensors, as torch_xla's openxl
 does for a CPU model, except the tensors the forward saves for the backward: they stay on
 loom between the two graphs (no copy out and back in). Counted in aten_ops_lowered() and
 fx_graphs_compiled()."""
+import sys
+
 import torch
 
 import loom
@@ -56,10 +58,9 @@ def counters():
     graph_break_reasons (each reason's first line and its count)."""
     out = {"fx_graphs": _STATS.get("fx_graphs", 0), "dynamo_frames": 0, "graph_breaks": 0,
            "graph_break_reasons": {}}
-    try:
-        from torch._dynamo.utils import counters as dynamo
-    except ImportError:
+    if "torch._dynamo.utils" not in sys.modules:  # Dynamo never ran: importing it takes seconds
         return out
+    from torch._dynamo.utils import counters as dynamo
     out["dynamo_frames"] = int(dynamo["frames"].get("total", 0))
     for reason, n in dynamo["graph_break"].items():
         first = str(reason).strip().splitlines()[0] if str(reason).strip() else "?"

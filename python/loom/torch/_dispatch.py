@@ -14,7 +14,7 @@ from torch.utils._mode_utils import no_dispatch
 
 import loom
 
-from ._tensor import DEVICE, LoomTensor, from_cpu
+from ._tensor import DEVICE, LoomTensor, contiguous_strides, from_cpu
 
 TABLE = {}
 _STATS = {"lowered": 0}
@@ -164,13 +164,8 @@ def _reshape_in_place(func, name, args, kwargs):
     out = TABLE[_RESHAPE_IN_PLACE[name]](*_unwrap_all(args),
                                          **{k: _unwrap(v) for k, v in kwargs.items()})
     x._elem = out
-    shape = tuple(out.shape)
-    strides, step = [], 1
-    for n in reversed(shape):
-        strides.append(step)
-        step *= max(n, 1)
     with no_dispatch():  # the wrapper's own sizes: torch's meta kernel sets them
-        torch.Tensor.as_strided_(x, shape, tuple(reversed(strides)))
+        torch.Tensor.as_strided_(x, tuple(out.shape), contiguous_strides(out.shape))
     return x
 
 

@@ -8,7 +8,8 @@ import loom
 import loom.nn.functional as LF
 
 from ._dispatch import TABLE, _no_write, lowers
-from ._tensor import LoomTensor, is_loom_device, loom_dtype, to_torch_tensor
+from ._tensor import (LoomTensor, contiguous_strides, is_loom_device, loom_dtype,
+                      to_torch_tensor)
 
 
 def _lt(dt):
@@ -675,10 +676,7 @@ def _select_backward(grad, input_sizes, dim, index):
 def _as_strided(x, size, stride, storage_offset=None):
     """Only the identity geometry (x's own shape, contiguous strides): what torch 1.13's
     autograd makes of a whole tensor when a write into a view of it is differentiated."""
-    contiguous, step = [], 1
-    for n in reversed(list(size)):
-        contiguous.insert(0, step)
-        step *= n
+    contiguous = contiguous_strides(size)
     if list(size) != list(x.shape) or any(n > 1 and s != c for n, s, c in
                                            zip(size, stride, contiguous)) or storage_offset:
         raise loom.Error(f"[loom.torch] aten.as_strided has no lowering to loom for sizes "
@@ -688,7 +686,7 @@ def _as_strided(x, size, stride, storage_offset=None):
 
 
 @lowers("narrow")
-def _narrow(x, dim, start, length):
+def _narrow_op(x, dim, start, length):
     if start and not x.is_pending:
         return _window(x, dim, start, start + length)
     return loom.slice(x, dim, start, start + length, 1)

@@ -5,6 +5,7 @@ N-d spatial dims is im2col (one strided slice of the padded input per kernel off
 col2im, is one index_add at flat positions that the window geometry fixes (computed here with
 numpy: shapes are static). Every geometry torch accepts is lowered: stride, padding, dilation,
 groups, ceil_mode, count_include_pad, divisor_override, transposed convolution."""
+import functools
 import itertools
 import math
 
@@ -14,19 +15,13 @@ import loom
 
 from ._dispatch import lowers
 from ._lowering import _constant_pad_nd
+from ._lowering_index import extreme
 
 
 def _ints(v, n):
     """aten's int[] arguments: one value for all n spatial dims, or one each."""
     v = list(v) if isinstance(v, (list, tuple)) else [v]
     return v * n if len(v) == 1 else v
-
-
-def _prod(xs):
-    out = 1
-    for x in xs:
-        out *= x
-    return out
 
 
 def _pad_trailing(x, before, after, value=0):
@@ -82,7 +77,7 @@ class _Windows:
         grids = np.meshgrid(*[np.arange(o) * s for o, s in zip(self.out, self.stride)],
                             indexing="ij")
         base = np.zeros([len(self.offsets)] + self.out, dtype=np.int64)
-        strides = [_prod(self.padded[i + 1:]) for i in range(len(self.out))]
+        strides = [math.prod(self.padded[i + 1:]) for i in range(len(self.out))]
         for k, off in enumerate(self.offsets):
             for i, g in enumerate(grids):
                 base[k] += (g + off[i] * self.dilation[i]) * strides[i]
@@ -110,9 +105,9 @@ def _col2im(cols, w):
     """The adjoint of _im2col: cols [..., K, *out] summed into [..., *size] (one index_add)."""
     nd = len(w.size)
     lead = list(cols.shape[:cols.ndim - nd - 1])
-    flat = cols.reshape(*lead, len(w.offsets) * _prod(w.out))
+    flat = cols.reshape(*lead, len(w.offsets) * math.prod(w.out))
     pos = loom.tensor(w.flat_positions().reshape(-1))
-    zeros = loom.zeros(*lead, _prod(w.padded), dtype=cols.dtype)
+    zeros = loom.zeros(*lead, math.prod(w.padded), dtype=cols.dtype)
     out = loom.index_add(zeros, len(lead), pos, flat).reshape(*lead, *w.padded)
     return _pad_trailing(out, [-p for p in w.padding], [-r for r in w.right])
 
@@ -127,7 +122,7 @@ def _conv(x, weight, stride, padding, dilation, groups, out=None):
                  out=out)
     n, c, o, g = x.shape[0], x.shape[1], weight.shape[0], groups
     k = len(w.offsets)
-    cols = _im2col(x, w).reshape(n, g, c // g * k, _prod(w.out))
+    cols = _im2col(x, w).reshape(n, g, c // g * k, math.prod(w.out))
     y = loom.matmul(weight.reshape(1, g, o // g, c // g * k), cols)
     return y.reshape(n, o, *w.out) if nd else y
 
@@ -138,8 +133,8 @@ def _conv_weight_grad(x, gy, weight_shape, stride, padding, dilation, groups):
                  out=list(gy.shape[2:]))
     n, c, o, g = x.shape[0], x.shape[1], weight_shape[0], groups
     k = len(w.offsets)
-    cols = _im2col(x, w).reshape(n, g, c // g * k, _prod(w.out))
-    gw = loom.matmul(gy.reshape(n, g, o // g, _prod(w.out)), loom.transpose(cols, 2, 3))
+    cols = _im2col(x, w).reshape(n, g, c // g * k, math.prod(w.out))
+    gw = loom.matmul(gy.reshape(n, g, o // g, math.prod(w.out)), loom.transpose(cols, 2, 3))
     return loom.sum(gw, [0]).reshape(*weight_shape)
 
 
@@ -151,7 +146,7 @@ def _conv_transpose(x, weight, stride, padding, dilation, groups, out_size):
     n, o, g, k = x.shape[0], weight.shape[0], groups, len(w.offsets)
     cg = weight.shape[1]
     wm = loom.transpose(weight.reshape(1, g, o // g, cg * k), 2, 3)
-    cols = loom.matmul(wm, x.reshape(n, g, o // g, _prod(w.out)))  # [N, g, C/g * K, L]
+    cols = loom.matmul(wm, x.reshape(n, g, o // g, math.prod(w.out)))  # [N, g, C/g * K, L]
     return _col2im(cols.reshape(n, g * cg, k, *w.out), w)
 
 
@@ -213,16 +208,16 @@ def _im2col_op(x, kernel_size, dilation, padding, stride):
     w = _Windows("im2col", x.shape[-2:], kernel_size, stride, padding, dilation)
     cols = _im2col(x, w)
     lead = list(x.shape[:-3])
-    return cols.reshape(*lead, x.shape[-3] * len(w.offsets), _prod(w.out))
+    return cols.reshape(*lead, x.shape[-3] * len(w.offsets), math.prod(w.out))
 
 
 @lowers("col2im")
 def _col2im_op(cols, output_size, kernel_size, dilation, padding, stride):
     w = _Windows("col2im", list(output_size), kernel_size, stride, padding, dilation)
     k = len(w.offsets)
-    if cols.shape[-1] != _prod(w.out) or cols.shape[-2] % k:
+    if cols.shape[-1] != math.prod(w.out) or cols.shape[-2] % k:
         raise loom.ShapeError(f"[loom.torch] aten.col2im: expected [.., C * {k}, "
-                              f"{_prod(w.out)}] blocks, got {list(cols.shape)}")
+                              f"{math.prod(w.out)}] blocks, got {list(cols.shape)}")
     lead = list(cols.shape[:-2])
     return _col2im(cols.reshape(*lead, cols.shape[-2] // k, k, *w.out), w)
 
@@ -246,21 +241,16 @@ def _pool_windows(op, x, nd, kernel, stride, padding, dilation=1, ceil_mode=Fals
     return _Windows(op, x.shape[x.ndim - nd:], kernel, stride, padding, dilation, ceil_mode)
 
 
-def _lowest(dtype):
-    return -math.inf if dtype.is_floating_point else -(2 ** 63) if dtype == loom.int64 else \
-        -(2 ** 31)
-
-
 def _max_pool(nd):
     def lowering(x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
         op = f"max_pool{nd}d_with_indices"
         w = _pool_windows(op, x, nd, kernel_size, stride, padding, dilation, ceil_mode)
         lead = x.ndim - nd
-        cols = _im2col(x, w, _lowest(x.dtype))
+        cols = _im2col(x, w, extreme(x.dtype, lowest=True))
         values = loom.amax(cols, [lead], False)
         which = loom.argmax(cols, lead, False)  # the first maximum, as torch's scan
         # the flat input position of window element k of output l: base[l] + offset[k]
-        strides = [_prod(w.size[i + 1:]) for i in range(nd)]
+        strides = [math.prod(w.size[i + 1:]) for i in range(nd)]
         grids = np.meshgrid(*[np.arange(o) * s - p for o, s, p in
                               zip(w.out, w.stride, w.padding)], indexing="ij")
         base = sum(g * st for g, st in zip(grids, strides)).astype(np.int64)
@@ -276,7 +266,7 @@ def _max_pool_backward(nd):
     torch's indices (the last argument) name, plane by plane."""
     def lowering(grad, x, *args):
         indices = args[-1]
-        planes = _prod(x.shape[:x.ndim - nd])
+        planes = math.prod(x.shape[:x.ndim - nd])
         size = x.numel() // planes
         offsets = loom.arange(planes, dtype=loom.int64).reshape(planes, 1) * size
         flat = (indices.reshape(planes, indices.numel() // max(planes, 1)) + offsets).reshape(-1)
@@ -370,7 +360,7 @@ def _adaptive_avg_backward(nd):
         size = list(x.shape[x.ndim - nd:])
         out = list(grad.shape[grad.ndim - nd:])
         if all(o == 1 for o in out):
-            return (grad / float(_prod(size))).expand(*x.shape)
+            return (grad / float(math.prod(size))).expand(*x.shape)
         return _apply_per_dim(grad, nd, [None if o == n else
                                          loom.transpose(_adaptive_matrix(n, o, x.dtype), 0, 1)
                                          for n, o in zip(size, out)])
@@ -385,9 +375,9 @@ def _adaptive_max(nd):
         size = list(x.shape[x.ndim - nd:])
         bounds = [_adaptive_bounds(n, o) for n, o in zip(size, out)]
         widths = [max(b - a for a, b in bd) for bd in bounds]
-        total = _prod(size)
-        strides = [_prod(size[i + 1:]) for i in range(nd)]
-        k, l_ = _prod(widths), _prod(out)
+        total = math.prod(size)
+        strides = [math.prod(size[i + 1:]) for i in range(nd)]
+        k, l_ = math.prod(widths), math.prod(out)
         pos = np.full((k, l_), total, dtype=np.int64)  # `total`: the padding slot
         for li, oidx in enumerate(np.ndindex(*out)):
             for ki, kidx in enumerate(np.ndindex(*widths)):
@@ -400,7 +390,7 @@ def _adaptive_max(nd):
                     pos[ki, li] = p
         lead = list(x.shape[:x.ndim - nd])
         flat = x.reshape(*lead, total)
-        flat = loom.cat([flat, loom.full(lead + [1], _lowest(x.dtype), dtype=x.dtype)],
+        flat = loom.cat([flat, loom.full(lead + [1], extreme(x.dtype, lowest=True), dtype=x.dtype)],
                         len(lead))
         cols = loom.index_select(flat, len(lead), loom.tensor(pos.reshape(-1)))
         cols = cols.reshape(*lead, k, l_)
@@ -573,6 +563,14 @@ def _native_group_norm_backward(grad, x, mean, rstd, weight, n, c, hxw, group, o
 
 # ---- reflect / replicate / circular padding ----------------------------------------------
 
+def _select_adjoint(grad, d, n, positions):
+    """The adjoint of index_select(x, d, positions) for an x of extent n along d: grad's
+    entries summed into their source positions."""
+    shape = list(grad.shape)
+    shape[d] = n
+    return loom.index_add(loom.zeros(*shape, dtype=grad.dtype), d, loom.tensor(positions), grad)
+
+
 def _pad_positions(n, before, after, mode):
     """The source position of each of the n + before + after outputs along one dim."""
     i = np.arange(-before, n + after)
@@ -590,38 +588,31 @@ def _padded_dims(x_ndim, pad):
     return [(x_ndim - 1 - k, pad[2 * k], pad[2 * k + 1]) for k in range(len(pad) // 2)]
 
 
-def _index_pad(mode):
-    def pad_fn(x, padding):
-        for d, b, a in _padded_dims(x.ndim, padding):
-            n = x.shape[d]
-            if mode == "reflect" and (b >= n or a >= n):
-                raise loom.ShapeError(f"[loom.torch] reflection pad: padding ({b}, {a}) should be "
-                                      f"less than the corresponding input dimension {n}")
-            x = loom.index_select(x, d, loom.tensor(_pad_positions(n, b, a, mode)))
-        return x
+def _index_pad(x, padding, mode):
+    for d, b, a in _padded_dims(x.ndim, padding):
+        n = x.shape[d]
+        if mode == "reflect" and (b >= n or a >= n):
+            raise loom.ShapeError(f"[loom.torch] reflection pad: padding ({b}, {a}) should be "
+                                  f"less than the corresponding input dimension {n}")
+        x = loom.index_select(x, d, loom.tensor(_pad_positions(n, b, a, mode)))
+    return x
 
-    def backward(grad, x, padding):
-        # Each padded dim in reverse: the output positions summed into their sources.
-        for d, b, a in reversed(_padded_dims(x.ndim, padding)):
-            n = x.shape[d]
-            shape = list(grad.shape)
-            shape[d] = n
-            grad = loom.index_add(loom.zeros(*shape, dtype=grad.dtype), d,
-                                  loom.tensor(_pad_positions(n, b, a, mode)), grad)
-        return grad
-    return pad_fn, backward
+
+def _index_pad_backward(grad, x, padding, mode):
+    for d, b, a in reversed(_padded_dims(x.ndim, padding)):
+        grad = _select_adjoint(grad, d, x.shape[d], _pad_positions(x.shape[d], b, a, mode))
+    return grad
 
 
 for _mode, _names in (("reflect", "reflection"), ("replicate", "replication")):
-    _fwd, _bwd = _index_pad(_mode)
     for _k in (1, 2, 3):
-        lowers(f"{_names}_pad{_k}d")(_fwd)
-        lowers(f"{_names}_pad{_k}d_backward")(_bwd)
+        lowers(f"{_names}_pad{_k}d")(functools.partial(_index_pad, mode=_mode))
+        lowers(f"{_names}_pad{_k}d_backward")(functools.partial(_index_pad_backward, mode=_mode))
 
 
 @lowers("_pad_circular")
 def _pad_circular(x, pad):
-    return _index_pad("circular")[0](x, pad)
+    return _index_pad(x, pad, "circular")
 
 
 @lowers("_pad_enum")
@@ -629,7 +620,7 @@ def _pad_enum(x, pad, mode, value=None):
     """torch 2.x's F.pad: mode 0 constant, 1 reflect, 2 replicate, 3 circular."""
     if mode == 0:
         return _constant_pad_nd(x, pad, 0 if value is None else value)
-    return _index_pad(("reflect", "replicate", "circular")[mode - 1])[0](x, pad)
+    return _index_pad(x, pad, ("reflect", "replicate", "circular")[mode - 1])
 
 
 # ---- interpolation (F.interpolate's nearest and (bi/tri)linear modes) ---------------------
@@ -663,7 +654,6 @@ def _spatial(x_ndim, sizes, scales):
 
 
 def _upsample_nearest(x, output_size, *scales):
-    scales = scales[0] if len(scales) == 1 and isinstance(scales[0], (list, tuple)) else scales
     for d, n_out, s in _spatial(x.ndim, output_size, scales):
         x = loom.index_select(x, d, loom.tensor(_nearest_positions(x.shape[d], n_out, s)))
     return x
@@ -671,10 +661,8 @@ def _upsample_nearest(x, output_size, *scales):
 
 def _upsample_nearest_backward(grad, output_size, input_size, *scales):
     for d, n_out, s in reversed(_spatial(len(input_size), output_size, scales)):
-        shape = list(grad.shape)
-        shape[d] = input_size[d]
-        grad = loom.index_add(loom.zeros(*shape, dtype=grad.dtype), d,
-                              loom.tensor(_nearest_positions(input_size[d], n_out, s)), grad)
+        n = input_size[d]
+        grad = _select_adjoint(grad, d, n, _nearest_positions(n, n_out, s))
     return grad
 
 
@@ -697,11 +685,8 @@ def _upsample_linear_backward(grad, output_size, input_size, align_corners, *sca
     for d, n_out, s in reversed(_spatial(len(input_size), output_size, scales)):
         i0, i1, lam = _linear_weights(input_size[d], n_out, s, align_corners)
         w = _weights_along(lam, d, grad.ndim, grad.dtype)
-        shape = list(grad.shape)
-        shape[d] = input_size[d]
-        zero = loom.zeros(*shape, dtype=grad.dtype)
-        grad = loom.index_add(loom.index_add(zero, d, loom.tensor(i0), grad * (1 - w)), d,
-                              loom.tensor(i1), grad * w)
+        n = input_size[d]
+        grad = _select_adjoint(grad * (1 - w), d, n, i0) + _select_adjoint(grad * w, d, n, i1)
     return grad
 
 

@@ -3,18 +3,13 @@ scatter_reduce, index_add, and advanced indexing (index, index_put with tensors 
 from loom's gather / index_select / index_add. A sum into addresses is one index_add at flat
 positions; a reduction that is not a sum (prod, amax, amin) compares each target with the
 index (a one-hot over the scattered dim), as loom has no scatter-max."""
+import math
+
 import numpy as np
 
 import loom
 
 from ._dispatch import _STATS, lowers
-
-
-def _prod(xs):
-    out = 1
-    for x in xs:
-        out *= x
-    return out
 
 
 def _wrap(index, n):
@@ -43,7 +38,7 @@ def _positions(x, dim, index):
     if x.ndim == 0:
         return loom.zeros(*index.shape, dtype=loom.int64)
     d = dim % x.ndim
-    strides = [_prod(x.shape[k + 1:]) for k in range(x.ndim)]
+    strides = [math.prod(x.shape[k + 1:]) for k in range(x.ndim)]
     pos = index * strides[d]
     for k in range(index.ndim):
         if k != d and index.shape[k] > 1:
@@ -106,12 +101,16 @@ def _tree_prod(t, d):
     return loom.squeeze(t, d)
 
 
+def extreme(dtype, lowest):
+    """dtype's lowest (or highest) value: -inf (inf) for floats, the integer bound else."""
+    if dtype.is_floating_point:
+        return -math.inf if lowest else math.inf
+    bits = 63 if dtype == loom.int64 else 31
+    return -(2 ** bits) if lowest else 2 ** bits - 1
+
+
 def _identity(reduce, dtype):
-    if reduce == "prod":
-        return 1
-    big = float("inf") if dtype.is_floating_point else (2 ** 63 - 1 if dtype == loom.int64
-                                                        else 2 ** 31 - 1)
-    return -big if reduce == "amax" else big
+    return 1 if reduce == "prod" else extreme(dtype, lowest=reduce == "amax")
 
 
 def _reduce_into(x, dim, index, src, reduce):
@@ -208,7 +207,7 @@ def _advanced(x, indices, op):
     sizes = [x.shape[d] for d in used]
     lin = None
     for j, d in enumerate(used):
-        term = _wrap(loom.to(indices[d], loom.int64), x.shape[d]) * _prod(sizes[j + 1:])
+        term = _wrap(loom.to(indices[d], loom.int64), x.shape[d]) * math.prod(sizes[j + 1:])
         lin = term if lin is None else lin + term
     lin = lin.expand(*bshape) if list(lin.shape) != bshape else lin
     rest = [d for d in range(x.ndim) if d not in used]
@@ -293,7 +292,7 @@ def _index(x, indices):
     lin, bshape, perm, rest, at = _advanced(x, indices, "index")
     xp = loom.permute(x, perm) if perm != list(range(x.ndim)) else x
     nidx = x.ndim - len(rest)
-    flat = xp.reshape(_prod(xp.shape[:nidx]), *xp.shape[nidx:])
+    flat = xp.reshape(math.prod(xp.shape[:nidx]), *xp.shape[nidx:])
     out = loom.index_select(flat, 0, lin.reshape(-1))
     out = out.reshape(*bshape, *[x.shape[d] for d in rest])
     return _move(out, 0, len(bshape), at)
@@ -344,9 +343,9 @@ def _index_put(x, indices, values, accumulate=False, unsafe=False):
                               f"shape {list(v.shape)} cannot be broadcast to indexing result of "
                               f"shape {shape}") from None
     v = v.expand(*shape) if list(v.shape) != shape else v
-    v = _move(v, at, len(bshape), 0).reshape(_prod(bshape), _prod(target))
+    v = _move(v, at, len(bshape), 0).reshape(math.prod(bshape), math.prod(target))
     xp = loom.permute(x, perm) if perm != list(range(x.ndim)) else x
-    flat = xp.reshape(_prod(xp.shape[:nidx]), _prod(target))
+    flat = xp.reshape(math.prod(xp.shape[:nidx]), math.prod(target))
     pos = lin.reshape(-1)
     if accumulate:
         flat = loom.index_add(flat, 0, pos, v)

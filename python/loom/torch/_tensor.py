@@ -67,6 +67,15 @@ def is_loom_device(device, from_user=False):
     return not (from_user and _called_by_torch())
 
 
+def contiguous_strides(shape):
+    """torch's row-major strides of shape (a dim of extent 0 or 1 steps as one of extent 1)."""
+    strides, step = [], 1
+    for n in reversed(list(shape)):
+        strides.append(step)
+        step *= max(n, 1)
+    return tuple(reversed(strides))
+
+
 class LoomTensor(torch.Tensor):
     """A torch tensor on loom's device: its value is a lazy loom.Tensor (`_elem`); aten ops on
     it are recorded into loom's pending graph (see loom.torch)."""
