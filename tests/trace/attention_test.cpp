@@ -193,6 +193,38 @@ TEST(AttentionTest, BlockedKernelMatchesTheReferenceBackendAcrossBlocks) {
     }
 }
 
+// A NaN score makes its softmax row NaN, as torch's: a query row of NaNs (every score of the row
+// NaN, which a max ignoring NaN would take for a fully masked row and give zeros) and a NaN in
+// one key of another head (in a later key block: every row of that head). Other rows stay exact.
+TEST(AttentionTest, NaNScoresSpreadToTheirRowsOnBothBackends) {
+  const int64_t H = 2, L = 140, S = 300, E = 8;
+  for (loom::DType dt : {loom::DType::Float32, loom::DType::Float64}) {
+    loom::manual_seed(9);
+    std::vector<double> q = dv(loom::randn({1, H, L, E})), k = dv(loom::randn({1, H, S, E}));
+    for (int64_t e = 0; e < E; ++e) q[5 * E + e] = std::numeric_limits<double>::quiet_NaN();
+    k[(S + 280) * E] = std::numeric_limits<double>::quiet_NaN();
+    Tensor qt = loom::to(loom::tensor(q, {1, H, L, E}), dt);
+    Tensor kt = loom::to(loom::tensor(k, {1, H, S, E}), dt);
+    Tensor vt = loom::to(loom::randn({1, H, S, E}), dt);
+    std::vector<double> got[2];
+    for (int backend = 0; backend < 2; ++backend) {
+      loom::runtime::set_backend(backend ? "ref" : "cpu");
+      got[backend] = dv(loom::scaled_dot_product_attention(qt, kt, vt));
+    }
+    loom::runtime::set_backend("cpu");
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t i = 0; i < L; ++i)
+        for (int64_t e = 0; e < E; ++e) {
+          const size_t at = static_cast<size_t>((h * L + i) * E + e);
+          const bool want_nan = h == 1 || i == 5;
+          for (int backend = 0; backend < 2; ++backend)
+            ASSERT_EQ(std::isnan(got[backend][at]), want_nan)
+                << (backend ? "ref" : "cpu") << " head " << h << " row " << i << " " << dt;
+          if (!want_nan) ASSERT_NEAR(got[0][at], got[1][at], 1e-5 * (1 + std::abs(got[1][at])));
+        }
+  }
+}
+
 // Forward and backward at T = 4096 keep no [T, S] buffer: the peak of live buffers stays
 // within 1.2x the closed-form size of q, k, v, the output's weights, the output, the
 // log-sum-exp, delta and the three gradients (one score tensor alone is 4x that).

@@ -43,56 +43,71 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const
               static_cast<int>(lda), b, static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
 }
 
-// float32 rows run on GCC's vector types, eight lanes (one AVX register, two SSE ones). The
-// helpers passing them are always inlined, so the ABI note on 32-byte vectors does not apply.
+// float32 rows run on GCC's vector types: sixteen lanes where the CPU has AVX-512, eight (one
+// AVX register, two SSE ones) elsewhere. The helpers passing them are always inlined, so the
+// ABI note on wide vectors does not apply.
 #pragma GCC diagnostic ignored "-Wpsabi"
-using f8 = float __attribute__((vector_size(32)));
-using i8 = int32_t __attribute__((vector_size(32)));
-constexpr int kLanes = 8;
-[[gnu::always_inline]] inline f8 load8(const float* p) {
-  f8 v;
+template <int W>
+struct Lanes;
+template <>
+struct Lanes<8> {
+  typedef float f __attribute__((vector_size(32)));
+  typedef int32_t i __attribute__((vector_size(32)));
+};
+template <>
+struct Lanes<16> {
+  typedef float f __attribute__((vector_size(64)));
+  typedef int32_t i __attribute__((vector_size(64)));
+};
+template <int W>
+[[gnu::always_inline]] inline typename Lanes<W>::f load(const float* p) {
+  typename Lanes<W>::f v;
   std::memcpy(&v, p, sizeof v);
   return v;
 }
-[[gnu::always_inline]] inline void store8(float* p, f8 v) { std::memcpy(p, &v, sizeof v); }
-[[gnu::always_inline]] inline f8 splat(float x) { return f8{} + x; }
-[[gnu::always_inline]] inline float lane_max(f8 v) {
-  float m = v[0];
-  for (int u = 1; u < kLanes; ++u) m = m < v[u] ? v[u] : m;
-  return m;
-}
-[[gnu::always_inline]] inline float lane_sum(f8 v) {
-  float s = 0;
-  for (int u = 0; u < kLanes; ++u) s += v[u];
-  return s;
+template <int W>
+[[gnu::always_inline]] inline void store(float* p, typename Lanes<W>::f v) {
+  std::memcpy(p, &v, sizeof v);
 }
 
-// Cephes' expf: 2^n times a degree-7 polynomial of x - n ln 2 (within 2 ulp), in lanes; 0 below
-// -87.3, so exp(-inf) = 0.
-[[gnu::always_inline]] inline f8 vexp(f8 x) {
-  const f8 lo = splat(-87.3f), hi = splat(88.7f), magic = splat(12582912.0f);  // 1.5 * 2^23
-  f8 xc = x < lo ? lo : x;
+// float32 scores are kept in base-2 units (the product's alpha carries log2 e), so each
+// exponential is an exp2: 2^n times a degree-5 polynomial of the fraction (1.9e-7 relative,
+// exact at 0), half the instructions of a natural exp. 0 below -126, so 2^-inf = 0; NaN stays NaN.
+template <int W>
+[[gnu::always_inline]] inline typename Lanes<W>::f vexp2(typename Lanes<W>::f x) {
+  using F = typename Lanes<W>::f;
+  using I = typename Lanes<W>::i;
+  const F lo = F{} - 126.0f, hi = F{} + 127.0f;
+  const I zero = x < lo;
+  F xc = x < lo ? lo : x;
   xc = xc > hi ? hi : xc;
-  const f8 t = xc * 1.44269504088896341f + magic;  // rounds x / ln 2 to an integer
-  const f8 n = t - magic;
-  const f8 r = xc - n * 0.693359375f + n * 2.12194440e-4f;
-  f8 p = splat(1.9875691500e-4f);
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  const i8 e = std::bit_cast<i8>(t) - 0x4B400000;  // the bits of magic
-  const i8 bits = (e + 127) << 23;
-  return x < lo ? splat(0) : p * std::bit_cast<f8>(bits);
+  const F t = xc + 12583039.0f;  // 1.5 * 2^23 + 127: rounds, leaving n + 127 in the low bits
+  const F f = xc - (t - 12583039.0f);
+  F p = F{} + 1.326472731e-3f;
+  p = p * f + 9.671512991e-3f;
+  p = p * f + 5.550733581e-2f;
+  p = p * f + 2.402224243e-1f;
+  p = p * f + 6.931470037e-1f;
+  p = p * f + 1.0f;
+  const F two_n = std::bit_cast<F>(std::bit_cast<I>(t) << 23);
+  return std::bit_cast<F>(std::bit_cast<I>(p * two_n) & ~zero);
 }
-[[gnu::always_inline]] inline float vexp(float x) { return vexp(splat(x))[0]; }
-[[gnu::always_inline]] inline double vexp(double x) { return std::exp(x); }
+
+// The scores' unit: float32 rows in base-2 logarithms (exp2 above), float64 in natural ones.
+template <class T>
+constexpr T kUnit = std::is_same_v<T, float> ? T(1.44269504088896341) : T(1);
+template <class T, int W>
+[[gnu::always_inline]] inline T unit_exp(T x) {
+  if constexpr (std::is_same_v<T, float>) {
+    return vexp2<W>(typename Lanes<W>::f{} + x)[0];
+  } else {
+    return std::exp(x);
+  }
+}
 
 // One block of scores s [bq, bk] into probabilities in place, rows carrying their running max
 // m and sum l; alpha[r] is what row r's earlier output is rescaled by.
-template <class T>
+template <class T, int W>
 [[gnu::always_inline]] inline void softmax_block_impl(T* s, int64_t bq, int64_t bk, T* m, T* l,
                                                       T* alpha) {
   const T inf = std::numeric_limits<T>::infinity();
@@ -101,62 +116,72 @@ template <class T>
     T top = -inf;
     int64_t j = 0;
     if constexpr (std::is_same_v<T, float>) {
-      f8 part = splat(-inf);
-      for (; j + kLanes <= bk; j += kLanes) {
-        const f8 x = load8(row + j);
+      using F = typename Lanes<W>::f;
+      F part = F{} - inf;
+      for (; j + W <= bk; j += W) {
+        const F x = load<W>(row + j);
         part = part < x ? x : part;
       }
-      top = lane_max(part);
+      for (int u = 0; u < W; ++u) top = top < part[u] ? part[u] : top;
     }
     for (; j < bk; ++j) top = top < row[j] ? row[j] : top;
     const T next = m[r] < top ? top : m[r];
-    if (next == -inf) {  // every key so far masked
-      std::fill(row, row + bk, T(0));
+    if (next == -inf) {  // every key so far masked, or NaN: NaN spreads to the row as in torch
+      const bool nan = std::any_of(row, row + bk, [](T x) { return x != x; });
+      std::fill(row, row + bk, nan ? std::numeric_limits<T>::quiet_NaN() : T(0));
+      if (nan) l[r] = std::numeric_limits<T>::quiet_NaN();
       alpha[r] = 1;
       continue;
     }
-    alpha[r] = vexp(m[r] - next);
+    alpha[r] = unit_exp<T, W>(m[r] - next);
     T total = 0;
     j = 0;
     if constexpr (std::is_same_v<T, float>) {
-      f8 sums = splat(0);
-      for (; j + kLanes <= bk; j += kLanes) {
-        const f8 p = vexp(load8(row + j) - next);
-        store8(row + j, p);
+      using F = typename Lanes<W>::f;
+      F sums = F{};
+      for (; j + W <= bk; j += W) {
+        const F p = vexp2<W>(load<W>(row + j) - next);
+        store<W>(row + j, p);
         sums += p;
       }
-      total = lane_sum(sums);
+      for (int u = 0; u < W; ++u) total += sums[u];
     }
-    for (; j < bk; ++j) total += (row[j] = vexp(row[j] - next));
+    for (; j < bk; ++j) total += (row[j] = unit_exp<T, W>(row[j] - next));
     l[r] = l[r] * alpha[r] + total;
     m[r] = next;
   }
 }
 
-// Scores s [bq, bk] into the forward's probabilities exp(s - lse) (0 for a fully masked row).
-template <class T>
+// Scores s [bq, bk] into the forward's probabilities exp(s - lse) (0 for a fully masked row);
+// lse in natural units.
+template <class T, int W>
 [[gnu::always_inline]] inline void probs_block_impl(T* s, int64_t bq, int64_t bk, const T* lse) {
   for (int64_t r = 0; r < bq; ++r) {
     T* row = s + r * bk;
-    const T l = lse[r];
+    const T l = lse[r] * kUnit<T>;
     if (l == -std::numeric_limits<T>::infinity()) {
       std::fill(row, row + bk, T(0));
       continue;
     }
     int64_t j = 0;
     if constexpr (std::is_same_v<T, float>)
-      for (; j + kLanes <= bk; j += kLanes) store8(row + j, vexp(load8(row + j) - l));
-    for (; j < bk; ++j) row[j] = vexp(row[j] - l);
+      for (; j + W <= bk; j += W) store<W>(row + j, vexp2<W>(load<W>(row + j) - l));
+    for (; j < bk; ++j) row[j] = unit_exp<T, W>(row[j] - l);
   }
 }
 
 // dp [bq, bk] into the scores' gradient times scale: p * (dp - delta) * scale.
-template <class T>
+template <class T, int W>
 [[gnu::always_inline]] inline void dscores_block_impl(const T* p, T* dp, int64_t bq, int64_t bk,
                                                       const T* delta, T scale) {
   for (int64_t r = 0; r < bq; ++r) {
     const T d = delta[r];
-    for (int64_t j = 0; j < bk; ++j) dp[r * bk + j] = p[r * bk + j] * (dp[r * bk + j] - d) * scale;
+    const T* pr = p + r * bk;
+    T* g = dp + r * bk;
+    int64_t j = 0;
+    if constexpr (std::is_same_v<T, float>)
+      for (; j + W <= bk; j += W) store<W>(g + j, load<W>(pr + j) * (load<W>(g + j) - d) * scale);
+    for (; j < bk; ++j) g[j] = pr[j] * (g[j] - d) * scale;
   }
 }
 
@@ -167,37 +192,34 @@ struct BlockFns {
   void (*dscores)(const T*, T*, int64_t, int64_t, const T*, T);
 };
 
-// The block functions twice: for AVX2 with FMA where the CPU has them, and for the baseline.
-template <class T>
-[[gnu::target("avx2,fma")]] void softmax_avx2(T* s, int64_t bq, int64_t bk, T* m, T* l, T* a) {
-  softmax_block_impl(s, bq, bk, m, l, a);
-}
-template <class T>
-[[gnu::target("avx2,fma")]] void probs_avx2(T* s, int64_t bq, int64_t bk, const T* lse) {
-  probs_block_impl(s, bq, bk, lse);
-}
-template <class T>
-[[gnu::target("avx2,fma")]] void dscores_avx2(const T* p, T* dp, int64_t bq, int64_t bk,
-                                              const T* delta, T scale) {
-  dscores_block_impl(p, dp, bq, bk, delta, scale);
-}
-template <class T>
-void softmax_base(T* s, int64_t bq, int64_t bk, T* m, T* l, T* a) {
-  softmax_block_impl(s, bq, bk, m, l, a);
-}
-template <class T>
-void probs_base(T* s, int64_t bq, int64_t bk, const T* lse) {
-  probs_block_impl(s, bq, bk, lse);
-}
-template <class T>
-void dscores_base(const T* p, T* dp, int64_t bq, int64_t bk, const T* delta, T scale) {
-  dscores_block_impl(p, dp, bq, bk, delta, scale);
-}
+// The block functions three times: sixteen lanes for AVX-512, eight for AVX2 with FMA, eight
+// for the baseline; one pointer table per CPU.
+#define LOOM_ATTENTION_BLOCK_FNS(suffix, W, ...)                                               \
+  template <class T>                                                                           \
+  __VA_ARGS__ void softmax_##suffix(T* s, int64_t bq, int64_t bk, T* m, T* l, T* a) {          \
+    softmax_block_impl<T, W>(s, bq, bk, m, l, a);                                              \
+  }                                                                                            \
+  template <class T>                                                                           \
+  __VA_ARGS__ void probs_##suffix(T* s, int64_t bq, int64_t bk, const T* lse) {                \
+    probs_block_impl<T, W>(s, bq, bk, lse);                                                    \
+  }                                                                                            \
+  template <class T>                                                                           \
+  __VA_ARGS__ void dscores_##suffix(const T* p, T* dp, int64_t bq, int64_t bk, const T* delta, \
+                                    T scale) {                                                 \
+    dscores_block_impl<T, W>(p, dp, bq, bk, delta, scale);                                     \
+  }
+LOOM_ATTENTION_BLOCK_FNS(avx512, 16, [[gnu::target("avx512f,avx512dq,avx512vl,avx512bw,fma")]])
+LOOM_ATTENTION_BLOCK_FNS(avx2, 8, [[gnu::target("avx2,fma")]])
+LOOM_ATTENTION_BLOCK_FNS(base, 8)
+#undef LOOM_ATTENTION_BLOCK_FNS
 
 template <class T>
 const BlockFns<T>& block_fns() {
   static const BlockFns<T> fns = [] {
     __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw"))
+      return BlockFns<T>{softmax_avx512<T>, probs_avx512<T>, dscores_avx512<T>};
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
       return BlockFns<T>{softmax_avx2<T>, probs_avx2<T>, dscores_avx2<T>};
     return BlockFns<T>{softmax_base<T>, probs_base<T>, dscores_base<T>};
@@ -263,7 +285,7 @@ struct Attn {
   }
   int64_t kv_batch(int64_t b) const { return (b / heads) * (heads / group) + (b % heads) / group; }
 
-  // Scores s [bq, bk] of rows i0.. and keys j0.. of batch b: the mask applied.
+  // Scores s [bq, bk] of rows i0.. and keys j0.. of batch b, in kUnit, the mask applied.
   void mask_block(int64_t b, int64_t i0, int64_t bq, int64_t j0, int64_t bk, T* s) const {
     const T inf = std::numeric_limits<T>::infinity();
     if (causal && j0 + bk - 1 > i0) {
@@ -281,7 +303,7 @@ struct Attn {
           if (!m[j * mask_col]) sr[j] = -inf;
       } else {
         const T* m = static_cast<const T*>(mask) + row;
-        for (int64_t j = 0; j < bk; ++j) sr[j] += m[j * mask_col];
+        for (int64_t j = 0; j < bk; ++j) sr[j] += m[j * mask_col] * kUnit<T>;
       }
     }
   }
@@ -328,7 +350,8 @@ void forward(const Program& p, const Step& st, void* const* ptr, int64_t t, int6
       const int64_t keys = a.causal ? std::min(a.S, i0 + bq) : a.S;
       for (int64_t j0 = 0; j0 < keys; j0 += kBlockK) {
         const int64_t bk = std::min(kBlockK, keys - j0);
-        gemm(false, true, bq, bk, a.E, a.scale, q, a.E, k + j0 * a.E, a.E, T(0), s.data(), bk);
+        gemm(false, true, bq, bk, a.E, a.scale * kUnit<T>, q, a.E, k + j0 * a.E, a.E, T(0),
+             s.data(), bk);
         a.mask_block(b, i0, bq, j0, bk, s.data());
         fns.softmax(s.data(), bq, bk, m.data(), l.data(), alpha.data());
         for (int64_t r = 0; r < bq; ++r)
@@ -341,7 +364,7 @@ void forward(const Program& p, const Step& st, void* const* ptr, int64_t t, int6
         T* o = out + (b * a.L + i0 + r) * a.Ev;
         const bool none = l[r] == T(0);  // every key masked: zeros, as torch >= 2.5
         for (int64_t e = 0; e < a.Ev; ++e) o[e] = none ? T(0) : acc[r * a.Ev + e] / l[r];
-        lse[b * a.L + i0 + r] = none ? -inf : m[r] + std::log(l[r]);
+        lse[b * a.L + i0 + r] = none ? -inf : m[r] / kUnit<T> + std::log(l[r]);
       }
     }
   });
@@ -377,7 +400,8 @@ void backward(const Program& p, const Step& st, void* const* ptr, int64_t t, int
             const int64_t bq = std::min(kBackQ, a.L - i0), row = b * a.L + i0;
             const T* q = a.q + row * a.E;
             const T* g = dout + row * a.Ev;
-            gemm(false, true, bq, bk, a.E, a.scale, q, a.E, k + j0 * a.E, a.E, T(0), s.data(), bk);
+            gemm(false, true, bq, bk, a.E, a.scale * kUnit<T>, q, a.E, k + j0 * a.E, a.E, T(0),
+                 s.data(), bk);
             a.mask_block(b, i0, bq, j0, bk, s.data());
             fns.probs(s.data(), bq, bk, lse + row);
             gemm(true, false, bk, a.Ev, bq, T(1), s.data(), bk, g, a.Ev, T(1), dv_acc.data(), a.Ev);

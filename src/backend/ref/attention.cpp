@@ -73,7 +73,7 @@ void attention_kernel(const ir::Node& n, std::span<const backend::Executable* co
     for (int64_t i = 0; i < w.L; ++i) {
       w.scores_row(b, i, mi ? &*mi : nullptr, s);
       double top = -kInf;
-      for (double x : s) top = std::max(top, x);
+      for (double x : s) top = std::isnan(x) || x > top ? x : top;  // NaN spreads, as in torch
       const int64_t row = b * w.L + i;
       if (top == -kInf) {  // every key masked: zeros, as torch >= 2.5
         lse.set_f(row, -kInf);
