@@ -174,10 +174,13 @@ def main():
         print(f"{it:>5} {losses['loom.torch'][it]:>12.6f} {losses['torch eager'][it]:>12.6f}")
     rel = max(abs(a - b) / abs(b) for a, b in zip(losses["loom.torch"], losses["torch eager"]))
     print(f"max relative loss difference: {rel:.2e}")
-    steady = {k: statistics.median(v[5:]) * 1e3 for k, v in times.items()}
-    print(f"steady step (median of steps 5-{steps - 1}): loom.torch {steady['loom.torch']:.1f} "
+    warm = min(5, steps - 1)  # the first steps compile (loom) and warm up (both)
+    steady = {k: statistics.median(v[warm:]) * 1e3 for k, v in times.items()}
+    print(f"steady step (median of steps {warm}-{steps - 1}): loom.torch "
+          f"{steady['loom.torch']:.1f} "
           f"ms, torch eager {steady['torch eager']:.1f} ms")
-    print(f"loom: {compiles[-1]} compilation(s) in {steps} steps, {compiles[-1] - compiles[1]} "
+    print(f"loom: {compiles[-1]} compilation(s) in {steps} steps, "
+          f"{compiles[-1] - compiles[min(1, steps - 1)]} "
           f"after step 1; {lt.aten_ops_lowered()} aten ops lowered")
 
 

@@ -27,7 +27,7 @@ from ._ops import (Size, sum, mean, amax, amin, argmax, argmin, max, min, reshap
                    permute, expand, squeeze, clone)
 from ._device import device
 from ._grad_mode import no_grad, enable_grad, inference_mode, set_grad_enabled
-from ._torch_ops import (gelu, tril, triu, masked_fill, split, chunk, cumsum, topk, multinomial,
+from ._torch_ops import (gelu, gelu_backward, tril, triu, masked_fill, split, chunk, cumsum, topk, multinomial,
                          sort, argsort, from_dlpack)
 
 bool_ = dtype.bool_

@@ -144,6 +144,12 @@ def gelu(input, approximate="none"):
     raise ValueError(f"gelu(): approximate must be 'none' or 'tanh', got {approximate!r}")
 
 
+def gelu_backward(grad_output, input, approximate="none"):
+    """torch's aten.gelu_backward: grad_output * gelu'(input), built from the nodes gelu(input)
+    builds, so a graph holding both computes the erf (tanh) once."""
+    return _loom.gelu_backward(grad_output, input, approximate)
+
+
 def from_dlpack(ext_tensor):
     """A tensor over a CPU DLPack producer's memory, without copying (torch's bool tensors,
     which torch will not export through DLPack, through their numpy view)."""

@@ -130,12 +130,12 @@ class custom_vjp:
 
     ``fwd`` computes what the function does and returns ``(output, residuals)``, pytrees of
     tensors; ``bwd(residuals, output_grad)`` returns a tuple with one gradient per positional
-    argument, of the argument's structure, or ``None`` for zeros. When an argument requires
-    grad (or inside a traced body), each call traces ``fwd`` and ``bwd`` once (``bwd`` runs then,
-    exactly once per use)
-    into one call whose backward is ``bwd``'s trace: legal inside ``scan``, ``while_loop``,
-    ``fori_loop``, ``assume_pure``, ``compile`` and other ``custom_vjp`` functions. Otherwise
-    the function runs plainly. ``fwd`` may not read a tensor that requires grad from outside
+    argument, of the argument's structure, or ``None`` for zeros. ``defvjp`` must come before
+    the first call (as in JAX; a call before it is a ``TypeError``). When an argument requires
+    grad (or inside a traced body), each call traces ``fwd`` and ``bwd`` once (``bwd`` runs
+    then, exactly once per use) into one call whose backward is ``bwd``'s trace: legal inside
+    ``scan``, ``while_loop``, ``fori_loop``, ``assume_pure``, ``compile`` and other
+    ``custom_vjp`` functions. Otherwise the function runs plainly. ``fwd`` may not read a tensor that requires grad from outside
     its arguments (a ``loom.TraceError`` says to pass it in).
     """
 
@@ -337,14 +337,16 @@ def pure_callback(callback, result_shape_dtypes, *args, vjp=None):
     ``.dtype`` (a numpy array, a loom Tensor, ``np.empty(shape, dtype)``); the result has its
     structure, and ``callback`` must return arrays of exactly those shapes and dtypes (else a
     ``loom.ExecError`` naming the callback and both types). ``args`` are pytrees of tensors
-    (numpy arrays and numbers become tensors); ``callback`` gets numpy copies. The call is an
+    (numpy arrays and numbers become tensors: a Python int arrives as an int64 array, which
+    numpy 2 promotes float32 arrays with, so cast in the callback or pass a float); ``callback``
+    gets numpy copies. The call is an
     op of the traced graph: legal inside ``scan``, ``while_loop``, ``assume_pure``,
     ``compile`` and ``custom_vjp`` bodies, run when the graph runs, on the thread that runs
     it, with the GIL. An exception ``callback`` raises propagates as itself, and the tensors
     that depend on the call raise it again when read; everything else stays usable.
 
-    ``callback`` must be pure: loom may drop a call whose result is unused or merge two with
-    the same arguments, and it must not use loom. Each function is registered once (the graph
+    ``callback`` must be pure: loom may drop a call whose result is unused, merge two with the
+    same arguments, or call it again (a ``scan``'s backward runs each step's callbacks again), and it must not use loom. Each function is registered once (the graph
     names it): pass the same function every step, not a new lambda, or every step compiles.
 
     ``vjp`` makes the call differentiable: ``vjp(args, out, out_grad)``, numpy in, returns a

@@ -49,6 +49,13 @@ void register_conveniences(nb::module_& m) {
       "_gelu_approx",
       [](const Tensor& x, const std::string& approximate) { return gelu(x, approximate); },
       arg("input"), arg("approximate"));
+  m.def(
+      "gelu_backward",
+      [](const Tensor& grad, const Tensor& x, const std::string& approximate) {
+        return gelu_backward(grad, x, approximate);
+      },
+      arg("grad_output"), arg("input"), arg("approximate") = "none",
+      "torch's aten.gelu_backward: grad_output * gelu'(input), sharing gelu(input)'s nodes.");
   m.def("tril", &tril, arg("input"), arg("diagonal") = 0);
   m.def("triu", &triu, arg("input"), arg("diagonal") = 0);
   m.def(

@@ -113,6 +113,13 @@ def test_inside_scan_fori_while_assume_pure_and_compile():
         assert f(loom.tensor(val)).item() == pytest.approx(3 * np.tanh(np.float32(val)), rel=1e-6)
     assert len(calls) == 3
 
+    # Two uses in one graph, a constant in the body: the inlined copies' duplicate constants
+    # are merged, the callback nodes copied (CSE once rebuilt them and failed).
+    twice = loom.assume_pure(lambda a: loom.pure_callback(np_sin, a, a * 2.0))
+    a = np.array([0.1, 0.2, 0.3], np.float32)
+    np.testing.assert_allclose((twice(loom.tensor(a)) + twice(loom.tensor(a) + 1)).numpy(),
+                               np.sin(a * 2) + np.sin((a + 1) * 2), rtol=1e-6)
+
     step = loom.compile(lambda a: loom.pure_callback(np_tanh, a, a) - a, trace_once=True)
     for val in (1.0, 2.0):
         assert step(loom.tensor(val)).item() == pytest.approx(np.tanh(val) - val, rel=1e-6)

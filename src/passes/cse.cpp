@@ -63,7 +63,7 @@ class Cse final : public Pass {
     std::vector<ir::NodeId> map(g.size());
     for (ir::NodeId id = 0; id < g.size(); ++id) {
       const ir::Node& n = g.node(id);
-      if (n.num_results() > 1 || !n.regions.empty()) {
+      if (ir::several_results(n.op)) {  // built by make_region: copied (a one-result one too)
         ir::Node copy = n;
         for (ir::Value& v : copy.operands) v.node = map[v.node];
         map[id] = b.add(std::move(copy));

@@ -54,13 +54,26 @@ class Simplifier {
       case OpKind::Expand:
         if (has_type(x[0], n)) return x[0];  // convert(x: d) to d -> x; expand(x) to x.shape -> x
         break;
-      case OpKind::Reshape: return reshape(n);
-      case OpKind::Permute: return permute(n);
+      case OpKind::Reshape:
+        if (auto v = reshape(n)) return v;
+        return flat_product(n);
+      case OpKind::Permute:
+        if (auto v = permute(n)) return v;
+        return transposed_product(n);
       case OpKind::GradAllReduce: return x[0];  // grad_all_reduce(x) -> x: only its VJP differs
       case OpKind::Where: return relu_mask(n);
       default: break;
     }
     return std::nullopt;
+  }
+
+  static constexpr int32_t kUnknownUses = 1 << 30;
+
+  // How many readers node `id` of out_ has (operands and outputs), where known: a node kept
+  // from the input graph has its readers there; a value a rule redirected readers to, unknown.
+  void set_uses(ir::NodeId id, int32_t n) {
+    if (uses_.size() <= id) uses_.resize(id + 1, kUnknownUses);
+    uses_[id] = n;
   }
 
   // Called with each node kept (v: its value in out_): remembers relus, h = where(x <= 0, 0, x).
@@ -114,6 +127,72 @@ class Simplifier {
     return b_.make(OpKind::Permute, std::span<const Value>(&y, 1), std::move(a));
   }
 
+  int32_t uses(Value v) const { return v.node < uses_.size() ? uses_[v.node] : kUnknownUses; }
+
+  // Whether perm swaps the last two dims and keeps the others.
+  static bool swaps_last_two(const SmallVector<int64_t, 6>& perm) {
+    const size_t r = perm.size();
+    if (r < 2 || perm[r - 1] != static_cast<int64_t>(r) - 2 ||
+        perm[r - 2] != static_cast<int64_t>(r) - 1)
+      return false;
+    for (size_t i = 0; i + 2 < r; ++i) {
+      if (perm[i] != static_cast<int64_t>(i)) return false;
+    }
+    return true;
+  }
+
+  // v [m, n] transposed: a permute's operand when v is itself a transpose, else a permute.
+  Value transpose(Value v) {
+    if (const Node* p = producer(v, OpKind::Permute); p && swaps_last_two(p->attrs.ints))
+      return p->operands[0];
+    ir::Attrs a;
+    a.ints = {1, 0};
+    return b_.make(OpKind::Permute, std::span<const Value>(&v, 1), std::move(a));
+  }
+
+  // transpose(a @ b) -> b^T @ a^T for 2-d products read only here: torch's autograd writes a
+  // weight's gradient as the transpose of x^T g, and a product whose result is the gradient
+  // itself takes the optimizer's update as its epilogue (the transposes are operand flags).
+  std::optional<Value> transposed_product(const Node& n) {
+    const Value x = n.operands[0];
+    const Node* mm = producer(x, OpKind::MatMul);
+    if (!mm || n.attrs.ints.size() != 2 || !swaps_last_two(n.attrs.ints) || uses(x) != 1)
+      return std::nullopt;
+    const Value a = mm->operands[0], b = mm->operands[1];
+    if (out_.type(a).shape.rank() != 2 || out_.type(b).shape.rank() != 2) return std::nullopt;
+    if (probe_) return x;
+    const Value ops[2] = {transpose(b), transpose(a)};
+    const Value r = b_.make(OpKind::MatMul, ops, {});
+    if (has_type(r, n)) return r;
+    return std::nullopt;  // the nodes just built are left for DCE
+  }
+
+  // reshape(reshape(x [..., k] to [m, k]) @ w [k, n]) to [..., n] -> x @ w, for a product read
+  // only here: torch's linear flattens its input around the product, which hid the product's
+  // elementwise readers (a residual add) from the planner's epilogues.
+  std::optional<Value> flat_product(const Node& n) {
+    const Value x = n.operands[0];
+    const Node* mm = producer(x, OpKind::MatMul);
+    if (!mm || uses(x) != 1) return std::nullopt;
+    const Value a = mm->operands[0], w = mm->operands[1];
+    const Node* flat = producer(a, OpKind::Reshape);
+    if (!flat || out_.type(a).shape.rank() != 2 || out_.type(w).shape.rank() != 2)
+      return std::nullopt;
+    const Value src = flat->operands[0];
+    const Shape& s = out_.type(src).shape;
+    const Shape& want = n.type.shape;
+    const size_t r = s.rank();
+    if (r < 3 || want.rank() != r || s[r - 1] != out_.type(a).shape[1]) return std::nullopt;
+    for (size_t d = 0; d + 1 < r; ++d) {
+      if (s[d] != want[d]) return std::nullopt;
+    }
+    if (probe_) return x;
+    const Value ops[2] = {src, w};
+    const Value out = b_.make(OpKind::MatMul, ops, {});
+    if (has_type(out, n)) return out;
+    return std::nullopt;
+  }
+
   static bool is_identity(const SmallVector<int64_t, 6>& perm) {
     for (size_t i = 0; i < perm.size(); ++i) {
       if (perm[i] != static_cast<int64_t>(i)) return false;
@@ -164,7 +243,18 @@ class Simplifier {
   ir::Builder b_;
   bool probe_;
   std::vector<std::pair<Value, Value>> relu_of_mask_;  // (x <= 0, where(x <= 0, 0, x))
+  std::vector<int32_t> uses_;                          // readers per node of out_, where known
 };
+
+// Readers of each node of g: operands of later nodes and the graph's outputs.
+std::vector<int32_t> readers(const Graph& g) {
+  std::vector<int32_t> n(g.size(), 0);
+  for (ir::NodeId id = 0; id < g.size(); ++id) {
+    for (const Value& v : g.node(id).operands) ++n[v.node];
+  }
+  for (const Value& v : g.outputs()) ++n[v.node];
+  return n;
+}
 
 class Simplify final : public Pass {
  public:
@@ -173,8 +263,10 @@ class Simplify final : public Pass {
   bool run(Graph& g) override {
     // Most graphs have nothing to simplify: find out before copying every node. Until a
     // rule fires the rebuilt graph is a copy of g, so matching against g itself is exact.
+    const std::vector<int32_t> uses = readers(g);
     {
       Simplifier probe(g, /*probe=*/true);
+      for (ir::NodeId id = 0; id < g.size(); ++id) probe.set_uses(id, uses[id]);
       bool fires = false;
       for (ir::NodeId id = 0; id < g.size() && !fires; ++id) {
         const Node& n = g.node(id);
@@ -192,12 +284,16 @@ class Simplify final : public Pass {
       Node n = g.node(id);
       for (Value& v : n.operands) v = remap(map, v);
       std::optional<Value> r;
+      const ir::NodeId before = static_cast<ir::NodeId>(out.size());
       if (n.num_results() == 1 && n.regions.empty()) r = s.rewrite(n);
       if (r) {
         map[id] = *r;
         changed = true;
+        // A node built for n takes n's readers; an older one gains readers it did not have.
+        s.set_uses(r->node, r->node >= before ? uses[id] : Simplifier::kUnknownUses);
       } else {
-        s.kept(n, {static_cast<ir::NodeId>(out.size()), 0});  // the id out.add gives it
+        s.kept(n, {before, 0});  // the id out.add gives it
+        s.set_uses(before, uses[id]);
         map[id] = {out.add(std::move(n)), 0};
       }
     }

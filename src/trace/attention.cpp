@@ -44,8 +44,6 @@ void check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const SdpaO
                " dropout_p must be in [0, 1], got ", o.dropout_p);
   if (!o.attn_mask.defined()) return;
   const Tensor& m = o.attn_mask;
-  LOOM_CHECK_T(Error, !o.is_causal, op,
-               " takes attn_mask or is_causal, not both (torch refuses the pair too)");
   LOOM_CHECK_T(DTypeError, m.dtype() == DType::Bool || m.dtype() == q.dtype(), op,
                " attn_mask must be bool or q's dtype ", q.dtype(), ", got ", type_of(m));
   const int64_t L = q.size(-2), S = k.size(-2);
@@ -54,6 +52,15 @@ void check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const SdpaO
   LOOM_CHECK_T(ShapeError, ok, op, " attn_mask ", type_of(m),
                " does not broadcast to the scores [..., ", L, ", ", S, "] of q ", type_of(q),
                " and k ", type_of(k));
+}
+
+// attn_mask with the causal triangle folded in (query i keeps keys j <= i), as torch's CPU
+// kernels apply the pair: a boolean mask and-ed with it, an additive one -inf above it.
+Tensor with_causal(const Tensor& mask, int64_t L, int64_t S) {
+  Tensor keep = unsqueeze(arange(0, static_cast<double>(L), DType::Int64), 1) >=
+                unsqueeze(arange(0, static_cast<double>(S), DType::Int64), 0);
+  if (mask.dtype() == DType::Bool) return where(keep, mask, keep);
+  return where(keep, mask, full({}, -std::numeric_limits<double>::infinity(), mask.dtype()));
 }
 
 // The composite: scores written out, for dropout (the fused op draws no random numbers).
@@ -122,8 +129,13 @@ void broadcast_batches(Tensor& q, Tensor& k, Tensor& v, const Tensor& mask, int6
 }  // namespace
 
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
-                                    const SdpaOptions& o) {
-  check_inputs(q, k, v, o);
+                                    const SdpaOptions& opts) {
+  check_inputs(q, k, v, opts);
+  SdpaOptions o = opts;
+  if (o.attn_mask.defined() && o.is_causal) {
+    o.attn_mask = with_causal(o.attn_mask, q.size(-2), k.size(-2));
+    o.is_causal = false;
+  }
   int64_t group = 1;
   if (o.enable_gqa && q.dim() >= 3 && k.dim() >= 3 && q.size(-3) != k.size(-3))
     group = q.size(-3) / k.size(-3);

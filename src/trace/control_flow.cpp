@@ -674,8 +674,10 @@ std::vector<Tensor> CustomVjp::operator()(const std::vector<Tensor>& args) const
             continue;
           }
           const TensorType got{grads[k].dtype(), grads[k].shape()};
-          LOOM_CHECK_T(ShapeError, got == types[k], "[custom_vjp] bwd's gradient ", k, " is ", got,
-                       " but argument ", k, " is ", types[k]);
+          LOOM_CHECK_T(ShapeError, got.shape == types[k].shape, "[custom_vjp] bwd's gradient ", k,
+                       " is ", got, " but argument ", k, " is ", types[k]);
+          LOOM_CHECK_T(DTypeError, got.dtype == types[k].dtype, "[custom_vjp] bwd's gradient ", k,
+                       " is ", got, " but argument ", k, " is ", types[k]);
         }
         return grads;
       });

@@ -59,6 +59,27 @@ Tensor gelu(const Tensor& x, std::string_view approximate) {
   return cbin(OpKind::Mul, x, 0.5) * cbin(OpKind::Add, tanh(inner), 1);
 }
 
+Tensor gelu_backward(const Tensor& grad, const Tensor& x, std::string_view approximate) {
+  LOOM_CHECK_T(Error, approximate == "none" || approximate == "tanh",
+               "[gelu_backward] approximate must be 'none' or 'tanh', got '", approximate, "'");
+  LOOM_CHECK_T(DTypeError, is_floating(x.dtype()) && grad.dtype() == x.dtype(),
+               "[gelu_backward] expected grad and x of one floating dtype, got ", type_of(grad),
+               " and ", type_of(x));
+  Tensor half_x = cbin(OpKind::Mul, x, 0.5);
+  if (approximate == "none") {  // d/dx x/2 (1 + erf(u)), u = x/sqrt(2), as gelu(x) builds them
+    Tensor u = cbin(OpKind::Mul, x, M_SQRT1_2);
+    Tensor cdf = cbin(OpKind::Add, erf(u), 1);
+    Tensor pdf = cbin(OpKind::Mul, exp(-(u * u)), M_2_SQRTPI * M_SQRT1_2);  // sqrt(2/pi) e^-u^2
+    return grad * (cbin(OpKind::Mul, cdf, 0.5) + half_x * pdf);
+  }
+  const double k = std::sqrt(2.0 / M_PI), c = 0.044715;  // t = tanh(k (x + c x^3))
+  Tensor t = tanh(cbin(OpKind::Mul, x + cbin(OpKind::Mul, x * x * x, c), k));
+  Tensor one_t = cbin(OpKind::Add, t, 1);
+  Tensor slope = cbin(OpKind::Mul, cbin(OpKind::Add, cbin(OpKind::Mul, x * x, 3 * c), 1), k);
+  Tensor sech2 = lit(1, x.dtype()) - t * t;
+  return grad * (cbin(OpKind::Mul, one_t, 0.5) + half_x * sech2 * slope);
+}
+
 Tensor tril(const Tensor& x, int64_t diagonal) { return triangle("tril", x, diagonal, true); }
 Tensor triu(const Tensor& x, int64_t diagonal) { return triangle("triu", x, diagonal, false); }
 

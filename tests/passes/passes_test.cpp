@@ -180,6 +180,39 @@ TEST(PassesTest, Permutes) {
                                    "  return %1\n}");
 }
 
+// transpose(a @ b) -> b^T @ a^T for a 2-d product read only by the transpose (torch's weight
+// gradient); a transposed operand loses its transpose.
+TEST(PassesTest, TransposedProduct) {
+  const std::string h = "graph(%x: f32[6,4], %g: f32[6,3]) {\n";
+  const std::string body =
+      "  %xt = permute(%x) {perm=[1,0]} : f32[4,6]\n"
+      "  %p = matmul(%xt, %g) : f32[4,3]\n"
+      "  %w = permute(%p) {perm=[1,0]} : f32[3,4]\n";
+  expect_pass("simplify,dce", h + body + "  return %w\n}",
+              h + "  %gt = permute(%g) {perm=[1,0]} : f32[3,6]\n"
+                  "  %w = matmul(%gt, %x) : f32[3,4]\n  return %w\n}");
+  expect_unchanged("simplify", h + body + "  return %w, %p\n}");  // the product read twice
+}
+
+// reshape(reshape(x [..., k] -> [m, k]) @ w) -> x @ w when the result goes back to x's leading
+// dims and the product is read only there (torch's linear around a 3-d input).
+TEST(PassesTest, FlatProduct) {
+  const std::string h = "graph(%x: f32[2,3,4], %w: f32[4,5]) {\n";
+  const std::string flat =
+      "  %f = reshape(%x) {shape=[6,4]} : f32[6,4]\n  %p = matmul(%f, %w) : f32[6,5]\n";
+  expect_pass("simplify,dce",
+              h + flat +
+                  "  %y = reshape(%p) {shape=[2,3,5]} : f32[2,3,5]\n"
+                  "  return %y\n}",
+              h + "  %y = matmul(%x, %w) : f32[2,3,5]\n  return %y\n}");
+  expect_unchanged("simplify", h + flat +
+                                   "  %y = reshape(%p) {shape=[2,3,5]} : f32[2,3,5]\n"
+                                   "  return %y, %p\n}");
+  expect_unchanged("simplify", h + flat +
+                                   "  %y = reshape(%p) {shape=[3,2,5]} : f32[3,2,5]\n"
+                                   "  return %y\n}");
+}
+
 TEST(PassesTest, FoldsScalarConstants) {
   expect_pass(
       "simplify,dce",

@@ -95,6 +95,11 @@ TEST(CustomVjpTest, BadBackwardsAreClearErrors) {
   });
   expect_error<loom::ShapeError>(
       [&] { shape({x}); }, {"[custom_vjp] bwd's gradient 0 is f32[] but argument 0 is f32[2]"});
+  loom::CustomVjp dtype(id, fwd, [](const std::vector<Tensor>&, const std::vector<Tensor>& g) {
+    return std::vector<Tensor>{loom::to(g[0], loom::DType::Float64)};
+  });
+  expect_error<loom::DTypeError>(
+      [&] { dtype({x}); }, {"[custom_vjp] bwd's gradient 0 is f64[2] but argument 0 is f32[2]"});
   Tensor w = loom::ones({2}).requires_grad_();
   loom::CustomVjp reads(
       id,

@@ -184,6 +184,33 @@ TEST_P(TorchOpsTest, GeluTanhMatchesItsFormulaAndFiniteDifferences) {
   LOOM_EXPECT_ERROR(loom::gelu(x, "fast"), loom::Error, "approximate");
 }
 
+// gelu_backward against central differences of gelu's closed forms in float64, and the graph
+// of gelu(x) and gelu_backward(g, x) computing the erf (tanh) once.
+TEST_P(TorchOpsTest, GeluBackwardMatchesFiniteDifferencesAndSharesTheForward) {
+  std::vector<double> v = {-4, -1.5, -0.3, 0, 0.2, 1, 2.5, 6}, gv = {1, -2, 0.5, 3, 1, -1, 2, 0.25};
+  auto exact = [](double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); };
+  auto tanh_form = [](double x) {
+    return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+  };
+  Tensor x = loom::tensor(v, {8}), g = loom::tensor(gv, {8});
+  for (const char* mode : {"none", "tanh"}) {
+    auto f = std::string(mode) == "none" ? +exact : +tanh_form;
+    std::vector<double> d = loom::gelu_backward(g, x, mode).to_vector<double>();
+    for (size_t k = 0; k < v.size(); ++k) {
+      const double h = 1e-6;
+      EXPECT_NEAR(d[k], gv[k] * (f(v[k] + h) - f(v[k] - h)) / (2 * h), 1e-8) << mode << " " << k;
+    }
+    const std::string ir = loom::pending_ir({loom::gelu(x, mode), loom::gelu_backward(g, x, mode)});
+    const std::string op = std::string(mode) == "none" ? " = erf(" : " = tanh(";
+    size_t n = 0;
+    for (size_t at = ir.find(op); at != std::string::npos; at = ir.find(op, at + 1)) ++n;
+    EXPECT_EQ(n, 1u) << mode << ": the forward's node is not shared\n" << ir;
+  }
+  LOOM_EXPECT_ERROR(loom::gelu_backward(g, x, "fast"), loom::Error, "approximate");
+  LOOM_EXPECT_ERROR(loom::gelu_backward(loom::to(g, loom::DType::Float32), x), loom::DTypeError,
+                    "one floating dtype");
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, TorchOpsTest, ::testing::Values("ref", "cpu"));
 
 TEST(TorchOpsGradTest, FillAndZeroFollowTheInPlaceLeafRule) {

@@ -15,7 +15,8 @@ struct SdpaOptions {
   // Boolean (true: the key takes part) or additive, of q's dtype; broadcast to [..., L, S].
   Tensor attn_mask;
   double dropout_p = 0;  // applied to the attention weights whenever > 0, as torch
-  // Query i sees keys j <= i (torch's top-left alignment when L != S); not with attn_mask.
+  // Query i sees keys j <= i (torch's top-left alignment when L != S); with attn_mask, both
+  // apply (as torch's CPU kernels).
   bool is_causal = false;
   std::optional<double> scale;  // default 1 / sqrt(E)
   // k and v may have fewer heads (dim -3) than q, each shared by Hq / Hk consecutive q heads.

@@ -23,6 +23,9 @@ namespace loom {
 // gelu with torch's `approximate`: "none" (the erf form, gelu(x)) or "tanh":
 // x/2 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3))).
 Tensor gelu(const Tensor& x, std::string_view approximate);
+// torch's gelu_backward: grad * gelu'(x), built from the same nodes as gelu(x, approximate), so
+// that in one graph the forward's erf (tanh) is shared rather than computed again.
+Tensor gelu_backward(const Tensor& grad, const Tensor& x, std::string_view approximate = "none");
 
 // The lower (upper) triangle of the last two dims: entries with j - i <= diagonal (>=) are kept,
 // the others are 0.

@@ -98,7 +98,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     """torch's scaled_dot_product_attention: softmax(query key^T * scale + mask) value, with
     query [..., L, E], key [..., S, E], value [..., S, Ev] -> [..., L, Ev] (batch dims
     broadcast). attn_mask is boolean (True: the key takes part) or additive of query's dtype,
-    broadcast to [..., L, S]; is_causal lets query i see keys j <= i (not with attn_mask);
+    broadcast to [..., L, S]; is_causal lets query i see keys j <= i (with attn_mask, both apply);
     scale defaults to 1 / sqrt(E); dropout_p applies to the weights whenever > 0, as torch;
     enable_gqa lets key and value have fewer heads (dim -3) than query. A query whose keys are
     all masked out gives zeros, as torch >= 2.5."""

@@ -229,15 +229,7 @@ def _threshold_backward(grad, x, threshold):
 
 @lowers("gelu_backward")
 def _gelu_backward(grad, x, approximate="none"):
-    if approximate == "tanh":
-        k = math.sqrt(2 / math.pi)
-        inner = k * (x + 0.044715 * x * x * x)
-        t = loom.tanh(inner)
-        d = 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * k * (1 + 3 * 0.044715 * x * x)
-        return grad * d
-    cdf = 0.5 * (1 + loom.erf(x * (1 / math.sqrt(2))))
-    pdf = loom.exp(-0.5 * x * x) * (1 / math.sqrt(2 * math.pi))
-    return grad * (cdf + x * pdf)
+    return loom.gelu_backward(grad, x, approximate)  # shares the forward's erf
 
 
 @lowers("tanh_backward")

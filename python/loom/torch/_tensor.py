@@ -117,6 +117,18 @@ class LoomTensor(torch.Tensor):
         return self._elem.tolist()
 
 
+_new_wrapper = torch.Tensor._make_wrapper_subclass
+
+
+def wrap(elem):
+    """LoomTensor(elem) for a fresh result (contiguous, no gradient), without __new__'s options:
+    the hot paths' constructor."""
+    t = _new_wrapper(LoomTensor, elem._shape(), dtype=_L2T_BY_ID[id(elem.dtype)],
+                     device=TENSOR_DEVICE)
+    t._elem = elem
+    return t
+
+
 _DISPATCH = None
 
 

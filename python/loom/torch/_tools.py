@@ -8,7 +8,7 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 
 import loom
 
-from ._tensor import LoomTensor, to_loom
+from ._tensor import LoomTensor, to_loom, wrap
 
 _FLOATS = (loom.float16, loom.bfloat16, loom.float32, loom.float64)
 _PLAIN = (int, float, bool, str)  # pytree leaves on every torch version (None is not on 2.x)
@@ -131,53 +131,59 @@ def assume_pure(fn):
     every tensor it reads passed as an argument, e.g. over torch.func.functional_call or, on
     torch 1.13, torch.nn.utils.stateless.functional_call) is traced once per signature into
     loom's IR; later calls insert the cached trace without running fn. Differentiable."""
-    specs, out_specs = {}, {}
+    out_specs, pures = {}, {}
 
-    def body(key, *flat):
-        where, spec = specs[key]
-        args, kwargs = tree_unflatten([_torch_view(x) for x in flat], spec)
-        with torch.no_grad():
-            out = fn(*args, **kwargs)
-        leaves, out_specs[key] = tree_flatten(out)
-        return [_loom_view(x) for x in leaves]
+    def traced(key, spec):
+        """loom's pure function of one argument structure (the structure is then no static
+        argument loom hashes per call)."""
+        pure = pures.get(key)
+        if pure is None:
+            def body(*flat):
+                args, kwargs = tree_unflatten([_torch_view(x) for x in flat], spec)
+                with torch.no_grad():
+                    out = fn(*args, **kwargs)
+                leaves, out_specs[key] = tree_flatten(out)
+                return [_loom_view(x) for x in leaves]
+            pure = pures[key] = loom.assume_pure(body)
+        return pure
 
-    pure = loom.assume_pure(body)
     # Calls whose arguments are LoomTensors and numbers or strings only (no containers): their
     # leaves are the arguments, so (positional count, keyword names, argument types) finds the
-    # full path's key without torch's pytree, which cost most of a cached call.
-    flat_keys = {}
+    # loom function without torch's pytree, which cost most of a cached call.
+    fast = {}
 
     def call(*args, **kwargs):
         flat = (*args, *kwargs.values()) if kwargs else args
-        sig = (len(args), tuple(kwargs), tuple(map(type, flat)))
-        hit = flat_keys.get(sig)
+        sig = (len(args), *kwargs, *map(type, flat))
+        hit = fast.get(sig)
         if hit is not None:
-            key, single, at_tensors = hit
-            grad = torch.is_grad_enabled()
-            elems = list(flat)
-            for i in at_tensors:
-                t = flat[i]
-                if grad and t.requires_grad:
-                    break
-                elems[i] = t._elem
-            else:  # nothing to differentiate: loom's call, no autograd.Function
-                outs = pure(key, *elems)
-                return LoomTensor(outs[0]) if single else \
-                    tree_unflatten([LoomTensor(o) for o in outs], out_specs[key])
+            pure, single, at_tensors, key, where = hit
+            if torch.is_grad_enabled():
+                for i in at_tensors:
+                    if flat[i].requires_grad:
+                        break
+                else:
+                    at_tensors = None
+            else:
+                at_tensors = None
+            if at_tensors is None:  # nothing to differentiate: loom's call, no autograd.Function
+                outs = pure(*[x._elem if type(x) is LoomTensor else x for x in flat])
+                return wrap(outs[0]) if single else \
+                    tree_unflatten([wrap(o) for o in outs], out_specs[key])
             tensors = [flat[i] for i in at_tensors]
             statics = tuple(x for x in flat if type(x) is not LoomTensor)
         else:
             leaves, spec = tree_flatten((args, kwargs))
-            full_where, tensors, statics = _split(leaves)
-            key = (str(spec), tuple(full_where))
-            specs[key] = (full_where, spec)
-        outs = _call_region(lambda statics_, elems: pure(key, *_merge(key[1], statics_, elems)),
+            where, tensors, statics = _split(leaves)
+            key = (str(spec), tuple(where))
+            pure = traced(key, spec)
+        outs = _call_region(lambda statics_, elems: pure(*_merge(where, statics_, elems)),
                             statics, tensors)
         out = tree_unflatten(list(outs), out_specs[key])
-        if hit is None and all(t is LoomTensor or t in _PLAIN for t in sig[2]) and \
+        if hit is None and all(type(x) is LoomTensor or type(x) in _PLAIN for x in flat) and \
                 len(leaves) == len(flat) and all(a is b for a, b in zip(leaves, flat)):
-            flat_keys[sig] = (key, len(outs) == 1 and out is outs[0],
-                              [i for i, t in enumerate(sig[2]) if t is LoomTensor])
+            fast[sig] = (pure, len(outs) == 1 and out is outs[0],
+                         [i for i, x in enumerate(flat) if type(x) is LoomTensor], key, where)
         return out
 
     call.__wrapped__ = fn
