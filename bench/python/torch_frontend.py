@@ -4,7 +4,8 @@ medians).
     PYTHONPATH=build/python .venv/bin/python bench/python/torch_frontend.py [--layers N]
 
 - pure_call_us: a cached lt.assume_pure call of a torch function with two tensors and a static
-  keyword (`f(a, b, scale=2.0)` = a @ b * scale, [16,16] float32), per call, no sync; beside
+  keyword (`f(a, b, scale=2.0)` = a @ b * scale, [16,16] float32), per call, the sync after the
+  timed calls (as torch_xla's figure: its calls timed, then torch_xla.sync); beside
   loom.assume_pure of the same function in loom's own API.
 - torch_trace_us_per_op: tracing through loom.torch, `x = x * 1.0001 + y` on 16-element
   LoomTensors (aten mul and add, no sync); beside the same chain in loom's own API
@@ -67,15 +68,19 @@ def pure_calls(n=20000, rounds=5):
     loom.sync()
 
     def calls(pure, a, b):
-        def run():
-            for _ in range(n):
-                pure(a, b, scale=2.0)
-            loom.sync()  # outside the timing would leave the pending graph growing
-        return run
+        t0 = time.perf_counter()
+        for _ in range(n):
+            pure(a, b, scale=2.0)
+        t = time.perf_counter() - t0
+        loom.sync()  # after the timing, as torch_xla's figure syncs after its calls
+        return t
 
-    t = interleaved({"torch": calls(torch_pure, ta, tb), "loom": calls(loom_pure, la, lb)},
-                    rounds)
-    return t["torch"] / n * 1e6, t["loom"] / n * 1e6
+    times = {"torch": [], "loom": []}
+    for _ in range(rounds):  # interleaved; medians (torch_xla's figure is its best of 3)
+        times["torch"].append(calls(torch_pure, ta, tb))
+        times["loom"].append(calls(loom_pure, la, lb))
+    return (statistics.median(times["torch"]) / n * 1e6,
+            statistics.median(times["loom"]) / n * 1e6)
 
 
 def trace_per_op(ops=100_000, rounds=5):

@@ -8,9 +8,10 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 
 import loom
 
-from ._tensor import LoomTensor, to_loom, wrap
+from ._tensor import _L2T_BY_ID, TENSOR_DEVICE, LoomTensor, _new_wrapper, to_loom, wrap
 
 _FLOATS = (loom.float16, loom.bfloat16, loom.float32, loom.float64)
+_grad_enabled = torch.is_grad_enabled
 _PLAIN = (int, float, bool, str)  # pytree leaves on every torch version (None is not on 2.x)
 
 
@@ -158,7 +159,7 @@ def assume_pure(fn):
         hit = fast.get(sig)
         if hit is not None:
             pure, single, at_tensors, key, where = hit
-            if torch.is_grad_enabled():
+            if _grad_enabled():
                 for i in at_tensors:
                     if flat[i].requires_grad:
                         break
@@ -168,8 +169,13 @@ def assume_pure(fn):
                 at_tensors = None
             if at_tensors is None:  # nothing to differentiate: loom's call, no autograd.Function
                 outs = pure(*[x._elem if type(x) is LoomTensor else x for x in flat])
-                return wrap(outs[0]) if single else \
-                    tree_unflatten([wrap(o) for o in outs], out_specs[key])
+                if single:  # wrap(outs[0]), inlined: this path is the tool's whole cost
+                    o = outs[0]
+                    t = _new_wrapper(LoomTensor, o._shape(), dtype=_L2T_BY_ID[id(o.dtype)],
+                                     device=TENSOR_DEVICE)
+                    t._elem = o
+                    return t
+                return tree_unflatten([wrap(o) for o in outs], out_specs[key])
             tensors = [flat[i] for i in at_tensors]
             statics = tuple(x for x in flat if type(x) is not LoomTensor)
         else:
