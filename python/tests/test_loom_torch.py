@@ -477,6 +477,27 @@ def test_torch_compile_with_the_loom_backend_trains_as_eager():
 
 
 @pytest.mark.skipif(not hasattr(torch, "compile"), reason="torch.compile needs torch >= 2.0")
+def test_torch_compile_inputs_are_read_in_place_and_saved_ones_copied():
+    """The loom backend reads CPU inputs without copying them; an input the forward keeps for
+    the backward is loom's own copy, so changing the CPU tensor in between does not change the
+    gradient (eager's gradient at the forward's values)."""
+    def f(x, w):
+        return (x * w).sum()
+
+    torch._dynamo.reset()
+    c = torch.compile(f, backend="loom")
+    x = torch.randn(5, requires_grad=True)
+    w = torch.randn(5, dtype=torch.float32)
+    want = w.clone()
+    y = c(x, w)
+    torch.testing.assert_close(y, (x * want).sum())
+    with torch.no_grad():
+        w.add_(1)
+    y.backward()
+    torch.testing.assert_close(x.grad, want)
+
+
+@pytest.mark.skipif(not hasattr(torch, "compile"), reason="torch.compile needs torch >= 2.0")
 def test_torch_compile_graph_breaks_and_recompiles_are_counted():
     """A print splits the function into two graphs (one graph break); a new shape recompiles
     both: the counters and the report say so, and the values are eager's."""

@@ -1,9 +1,11 @@
 """torch.compile(model, backend="loom") on torch >= 2.0: Dynamo's FX graphs, through
-aot_autograd for training, run on loom. Each graph's aten ops go through the same lowering
-table as eager loom.torch; the graph's inputs (CPU tensors, parameters included) are copied
-to loom per call and its outputs come back as CPU tensors, as torch_xla's openxla backend
-does for a CPU model, except the tensors the forward saves for the backward: they stay on
-loom between the two graphs (no copy out and back in). Counted in aten_ops_lowered() and
+aot_autograd for training (with Inductor's min-cut partition: the backward recomputes views
+and cheap ops rather than saving them), run on loom. Each graph's aten ops go through the same
+lowering table as eager loom.torch; the graph's inputs (CPU tensors, parameters included) are
+read in place (loom never writes into memory it borrows; the graph runs before the call
+returns) and its outputs come back as CPU tensors, as torch_xla's openxla backend does for a
+CPU model, except the tensors the forward saves for the backward: they stay on loom between
+the two graphs (an input saved so is copied first). Counted in aten_ops_lowered() and
 fx_graphs_compiled()."""
 import sys
 
@@ -26,18 +28,40 @@ def _saved_from():
         return None
 
 
+_BORROWED = (torch.float32, torch.float64, torch.int32, torch.int64)
+
+
+def _borrow(a):
+    """A CPU tensor as a loom tensor over its memory (no copy; loom never writes into memory it
+    does not own), else a copy."""
+    if a.dtype in _BORROWED and a.is_contiguous():
+        return loom.from_dlpack(a.detach())
+    return from_cpu(a)
+
+
 def _on_loom(gm, example_inputs, keep_from=None):
     _STATS["fx_graphs"] = _STATS.get("fx_graphs", 0) + 1
 
     def run(*args):
-        inputs = [LoomTensor(from_cpu(a)) if isinstance(a, torch.Tensor) and
-                  not isinstance(a, LoomTensor) else a for a in args]
+        borrowed = {}
+        inputs = []
+        for a in args:
+            if isinstance(a, torch.Tensor) and not isinstance(a, LoomTensor):
+                a = LoomTensor(_borrow(a))
+                borrowed[id(a)] = a
+            inputs.append(a)
         with torch.no_grad():
             outs = gm(*inputs)
-        loom.sync()
+        loom.sync()  # the borrowed inputs are read before their tensors can change
         seq = outs if isinstance(outs, (list, tuple)) else [outs]
-        back = [to_torch_tensor(o) if isinstance(o, LoomTensor) and
-                (keep_from is None or k < keep_from) else o for k, o in enumerate(seq)]
+        back = []
+        for k, o in enumerate(seq):
+            if isinstance(o, LoomTensor):
+                if keep_from is None or k < keep_from:
+                    o = to_torch_tensor(o)
+                elif id(o) in borrowed:  # kept for the backward: loom's own copy
+                    o = LoomTensor(from_cpu(to_torch_tensor(o)))
+            back.append(o)
         return type(outs)(back) if isinstance(outs, (list, tuple)) else back[0]
 
     try:
@@ -77,5 +101,14 @@ def register():
     except ImportError:
         return False
     if "loom" not in list_backends(exclude_tags=()):
-        register_backend(name="loom")(aot_autograd(fw_compiler=_forward, bw_compiler=_on_loom))
+        kw = {}
+        try:  # Inductor's partition: the backward recomputes cheap ops and views instead of
+            # saving them (each saved tensor is a buffer written out between the two graphs)
+            from torch._functorch.partitioners import min_cut_rematerialization_partition
+            import networkx  # noqa: F401  (the partition needs it)
+            kw["partition_fn"] = min_cut_rematerialization_partition
+        except ImportError:
+            pass
+        register_backend(name="loom")(aot_autograd(fw_compiler=_forward, bw_compiler=_on_loom,
+                                                   **kw))
     return True
