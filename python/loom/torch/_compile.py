@@ -48,7 +48,7 @@ def _on_loom(gm, example_inputs, keep_from=None):
         for a in args:
             if isinstance(a, torch.Tensor) and not isinstance(a, LoomTensor):
                 a = LoomTensor(_borrow(a))
-                borrowed[id(a)] = a
+                borrowed[id(a._elem)] = a
             inputs.append(a)
         with torch.no_grad():
             outs = gm(*inputs)
@@ -59,7 +59,7 @@ def _on_loom(gm, example_inputs, keep_from=None):
             if isinstance(o, LoomTensor):
                 if keep_from is None or k < keep_from:
                     o = to_torch_tensor(o)
-                elif id(o) in borrowed:  # kept for the backward: loom's own copy
+                elif id(o._elem) in borrowed:  # kept for the backward: loom's own copy
                     o = LoomTensor(from_cpu(to_torch_tensor(o)))
             back.append(o)
         return type(outs)(back) if isinstance(outs, (list, tuple)) else back[0]
