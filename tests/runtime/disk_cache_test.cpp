@@ -69,6 +69,7 @@ TEST(PersistentCacheChild, DISABLED_Run) {
     for (int i = 0; i < 2; ++i) child_program();
     cpu::wait_for_tier_ups();
   }
+  cpu::Jit::wait_for_start();  // the preload may still be rejecting entries: count them all
   loom::Metrics m = loom::metrics();
   std::ofstream out(out_path);
   out << "tier_ups " << cpu::tier_ups() << "\n"

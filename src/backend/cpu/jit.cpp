@@ -273,6 +273,11 @@ void Jit::start() {
   });
 }
 
+void Jit::wait_for_start() {
+  start();  // call_once: the future below is set, and visible here
+  start_up().wait();
+}
+
 // Never destroyed: the start-up thread may still be linking when the process exits, and
 // code must stay loaded while any thread can run a kernel.
 Jit& Jit::instance() {

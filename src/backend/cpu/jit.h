@@ -58,6 +58,9 @@ class Jit {
   static Jit& instance();
   // Starts building the instance on a background thread (once; later calls do nothing).
   static void start();
+  // Starts it if need be and waits until that thread is done, the cache's preload included
+  // (whose rejections count in the disk cache's stats: a test reads them after this).
+  static void wait_for_start();
   ~Jit();
 
   // Returns the address of each of `names`, in order: from the persistent cache when it holds
