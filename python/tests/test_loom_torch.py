@@ -323,6 +323,13 @@ def test_assume_pure_cached_calls_follow_statics_outputs_and_gradients():
     ta = a.clone().requires_grad_()
     f(ta, b, scale=3.0).sum().backward()
     torch.testing.assert_close(lt.to_torch(la.grad), ta.grad)
+    lb = b.to(dev).requires_grad_()  # the second argument alone requires grad
+    pure_f(a.to(dev), lb, scale=3.0).sum().backward()
+    tb = b.clone().requires_grad_()
+    f(a, tb, scale=3.0).sum().backward()
+    torch.testing.assert_close(lt.to_torch(lb.grad), tb.grad)
+    with torch.no_grad():  # no gradient recorded, whatever the arguments require
+        assert not pure_f(la, lb, scale=3.0).requires_grad
 
 
 def test_scan_equals_the_python_loop_with_gradients():
