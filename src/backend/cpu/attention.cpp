@@ -382,16 +382,19 @@ void backward(const Program& p, const Step& st, void* const* ptr, int64_t t, int
   const BlockFns<T>& fns = block_fns<T>();
   const int64_t kv_heads = a.heads / a.group, kv_batches = a.batches / a.group;
   // A task owns whole k/v batches: their dk and dv, and the dq of the q heads that read them.
+  // Causal: key blocks of 128, so the blocks above the diagonal are skipped at that grain
+  // (a fourth of the work at T 256, where 256-key blocks computed the whole square).
+  const int64_t back_k = a.causal ? kBackK / 2 : kBackK;
   split(kv_batches, t, tasks, [&](int64_t lo, int64_t hi) {
-    std::vector<T> s(kBackQ * kBackK), dp(kBackQ * kBackK), dk_acc(kBackK * a.E),
-        dv_acc(kBackK * a.Ev);
+    std::vector<T> s(kBackQ * back_k), dp(kBackQ * back_k), dk_acc(back_k * a.E),
+        dv_acc(back_k * a.Ev);
     for (int64_t kb = lo; kb < hi; ++kb) {
       const int64_t b0 = (kb / kv_heads) * a.heads + (kb % kv_heads) * a.group;
       std::fill(dq + b0 * a.L * a.E, dq + (b0 + a.group) * a.L * a.E, T(0));
       const T* k = a.k + kb * a.S * a.E;
       const T* v = a.v + kb * a.S * a.Ev;
-      for (int64_t j0 = 0; j0 < a.S; j0 += kBackK) {
-        const int64_t bk = std::min(kBackK, a.S - j0);
+      for (int64_t j0 = 0; j0 < a.S; j0 += back_k) {
+        const int64_t bk = std::min(back_k, a.S - j0);
         std::fill(dk_acc.begin(), dk_acc.end(), T(0));
         std::fill(dv_acc.begin(), dv_acc.end(), T(0));
         for (int64_t h = 0; h < a.group; ++h) {
