@@ -135,8 +135,9 @@ class custom_vjp:
     grad (or inside a traced body), each call traces ``fwd`` and ``bwd`` once (``bwd`` runs
     then, exactly once per use) into one call whose backward is ``bwd``'s trace: legal inside
     ``scan``, ``while_loop``, ``fori_loop``, ``assume_pure``, ``compile`` and other
-    ``custom_vjp`` functions. Otherwise the function runs plainly. ``fwd`` may not read a tensor that requires grad from outside
-    its arguments (a ``loom.TraceError`` says to pass it in).
+    ``custom_vjp`` functions. Otherwise the function runs plainly. ``fwd`` may not read a
+    tensor that requires grad from outside its arguments (a ``loom.TraceError`` says to pass
+    it in).
     """
 
     def __init__(self, fn):
@@ -339,15 +340,15 @@ def pure_callback(callback, result_shape_dtypes, *args, vjp=None):
     ``loom.ExecError`` naming the callback and both types). ``args`` are pytrees of tensors
     (numpy arrays and numbers become tensors: a Python int arrives as an int64 array, which
     numpy 2 promotes float32 arrays with, so cast in the callback or pass a float); ``callback``
-    gets numpy copies. The call is an
-    op of the traced graph: legal inside ``scan``, ``while_loop``, ``assume_pure``,
-    ``compile`` and ``custom_vjp`` bodies, run when the graph runs, on the thread that runs
-    it, with the GIL. An exception ``callback`` raises propagates as itself, and the tensors
+    gets numpy copies. The call is an op of the traced graph: legal inside ``scan``,
+    ``while_loop``, ``assume_pure``, ``compile`` and ``custom_vjp`` bodies, run when the graph
+    runs, on the thread that runs it, with the GIL. An exception ``callback`` raises propagates as itself, and the tensors
     that depend on the call raise it again when read; everything else stays usable.
 
     ``callback`` must be pure: loom may drop a call whose result is unused, merge two with the
-    same arguments, or call it again (a ``scan``'s backward runs each step's callbacks again), and it must not use loom. Each function is registered once (the graph
-    names it): pass the same function every step, not a new lambda, or every step compiles.
+    same arguments, or call it again (a ``scan``'s backward runs each step's callbacks
+    again), and it must not use loom. Each function is registered once (the graph names it):
+    pass the same function every step, not a new lambda, or every step compiles.
 
     ``vjp`` makes the call differentiable: ``vjp(args, out, out_grad)``, numpy in, returns a
     tuple with one gradient (or ``None`` for zeros) per positional argument; it runs as a

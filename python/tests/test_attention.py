@@ -23,8 +23,12 @@ def torch_composite(q, k, v, attn_mask=None, is_causal=False, scale=None, enable
     s = q @ k.transpose(-2, -1) * (1 / math.sqrt(q.shape[-1]) if scale is None else scale)
     if is_causal:  # with a mask, both apply (torch's CPU kernels take the pair)
         tril = torch.ones(L, S, dtype=torch.bool).tril()
-        attn_mask = tril if attn_mask is None else attn_mask & tril \
-            if attn_mask.dtype == torch.bool else attn_mask.masked_fill(~tril, float("-inf"))
+        if attn_mask is None:
+            attn_mask = tril
+        elif attn_mask.dtype == torch.bool:
+            attn_mask = attn_mask & tril
+        else:
+            attn_mask = attn_mask.masked_fill(~tril, float("-inf"))
     if attn_mask is not None:
         if attn_mask.dtype == torch.bool:
             s = s.masked_fill(~attn_mask, float("-inf"))

@@ -54,11 +54,16 @@ void check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const SdpaO
                " and k ", type_of(k));
 }
 
-// attn_mask with the causal triangle folded in (query i keeps keys j <= i), as torch's CPU
-// kernels apply the pair: a boolean mask and-ed with it, an additive one -inf above it.
+// [L, S] bool: query i keeps key j <= i (torch's top-left alignment).
+Tensor causal_keep(int64_t L, int64_t S) {
+  return unsqueeze(arange(0, static_cast<double>(L), DType::Int64), 1) >=
+         unsqueeze(arange(0, static_cast<double>(S), DType::Int64), 0);
+}
+
+// attn_mask with the causal triangle folded in, as torch's CPU kernels apply the pair: a
+// boolean mask and-ed with it, an additive one -inf above it.
 Tensor with_causal(const Tensor& mask, int64_t L, int64_t S) {
-  Tensor keep = unsqueeze(arange(0, static_cast<double>(L), DType::Int64), 1) >=
-                unsqueeze(arange(0, static_cast<double>(S), DType::Int64), 0);
+  Tensor keep = causal_keep(L, S);
   if (mask.dtype() == DType::Bool) return where(keep, mask, keep);
   return where(keep, mask, full({}, -std::numeric_limits<double>::infinity(), mask.dtype()));
 }
@@ -70,9 +75,7 @@ Tensor composite_attention(const Tensor& q, const Tensor& kk, const Tensor& vv,
   const double inf = std::numeric_limits<double>::infinity();
   Tensor scores = matmul(q, transpose(kk, -2, -1)) * scale;
   if (o.is_causal) {
-    Tensor qpos = unsqueeze(arange(0, static_cast<double>(L), DType::Int64), 1);
-    Tensor kpos = unsqueeze(arange(0, static_cast<double>(S), DType::Int64), 0);
-    scores = where(qpos >= kpos, scores, full({}, -inf, scores.dtype()));
+    scores = where(causal_keep(L, S), scores, full({}, -inf, scores.dtype()));
   } else if (o.attn_mask.defined()) {
     scores = o.attn_mask.dtype() == DType::Bool
                  ? where(o.attn_mask, scores, full({}, -inf, scores.dtype()))

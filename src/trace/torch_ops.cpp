@@ -48,15 +48,23 @@ Tensor triangle(const char* op, const Tensor& x, int64_t diagonal, bool lower) {
 }
 }  // namespace
 
+namespace {
+constexpr double kGeluC = 0.044715;
+constexpr double kGeluK = 0.79788456080286535588;  // sqrt(2 / pi)
+// tanh(sqrt(2/pi) (x + 0.044715 x^3)): gelu's tanh form and its gradient build it alike, so
+// the two share its nodes in one graph.
+Tensor gelu_tanh(const Tensor& x) {
+  return tanh(cbin(OpKind::Mul, x + cbin(OpKind::Mul, x * x * x, kGeluC), kGeluK));
+}
+}  // namespace
+
 Tensor gelu(const Tensor& x, std::string_view approximate) {
   if (approximate == "none") return gelu(x);
   LOOM_CHECK_T(Error, approximate == "tanh", "[gelu] approximate must be 'none' or 'tanh', got '",
                approximate, "'");
   LOOM_CHECK_T(DTypeError, is_floating(x.dtype()), "[gelu] expected a floating-point tensor, got ",
                type_of(x));
-  const double k = std::sqrt(2.0 / M_PI);  // sqrt(2/pi) * (x + 0.044715 x^3)
-  Tensor inner = cbin(OpKind::Mul, x + cbin(OpKind::Mul, x * x * x, 0.044715), k);
-  return cbin(OpKind::Mul, x, 0.5) * cbin(OpKind::Add, tanh(inner), 1);
+  return cbin(OpKind::Mul, x, 0.5) * cbin(OpKind::Add, gelu_tanh(x), 1);
 }
 
 Tensor gelu_backward(const Tensor& grad, const Tensor& x, std::string_view approximate) {
@@ -72,10 +80,10 @@ Tensor gelu_backward(const Tensor& grad, const Tensor& x, std::string_view appro
     Tensor pdf = cbin(OpKind::Mul, exp(-(u * u)), M_2_SQRTPI * M_SQRT1_2);  // sqrt(2/pi) e^-u^2
     return grad * (cbin(OpKind::Mul, cdf, 0.5) + half_x * pdf);
   }
-  const double k = std::sqrt(2.0 / M_PI), c = 0.044715;  // t = tanh(k (x + c x^3))
-  Tensor t = tanh(cbin(OpKind::Mul, x + cbin(OpKind::Mul, x * x * x, c), k));
+  Tensor t = gelu_tanh(x);
   Tensor one_t = cbin(OpKind::Add, t, 1);
-  Tensor slope = cbin(OpKind::Mul, cbin(OpKind::Add, cbin(OpKind::Mul, x * x, 3 * c), 1), k);
+  Tensor slope =
+      cbin(OpKind::Mul, cbin(OpKind::Add, cbin(OpKind::Mul, x * x, 3 * kGeluC), 1), kGeluK);
   Tensor sech2 = lit(1, x.dtype()) - t * t;
   return grad * (cbin(OpKind::Mul, one_t, 0.5) + half_x * sech2 * slope);
 }

@@ -43,12 +43,12 @@ def _on_loom(gm, example_inputs, keep_from=None):
     _STATS["fx_graphs"] = _STATS.get("fx_graphs", 0) + 1
 
     def run(*args):
-        borrowed = {}
+        borrowed = set()  # the loom tensors over the caller's memory
         inputs = []
         for a in args:
             if isinstance(a, torch.Tensor) and not isinstance(a, LoomTensor):
                 a = LoomTensor(_borrow(a))
-                borrowed[id(a._elem)] = a
+                borrowed.add(id(a._elem))
             inputs.append(a)
         with torch.no_grad():
             outs = gm(*inputs)

@@ -8,7 +8,7 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 
 import loom
 
-from ._tensor import _L2T_BY_ID, TENSOR_DEVICE, LoomTensor, _new_wrapper, to_loom, wrap
+from ._tensor import LoomTensor, to_loom, wrap
 
 _FLOATS = (loom.float16, loom.bfloat16, loom.float32, loom.float64)
 _grad_enabled = torch.is_grad_enabled
@@ -171,13 +171,8 @@ def assume_pure(fn):
             if not (_grad_enabled() and _any_requires_grad(*flat)):
                 # nothing to differentiate: loom's call, no autograd.Function
                 outs = pure(*[x._elem if type(x) is LoomTensor else x for x in flat])
-                if single:  # wrap(outs[0]), inlined: this path is the tool's whole cost
-                    o = outs[0]
-                    t = _new_wrapper(LoomTensor, o._shape(), dtype=_L2T_BY_ID[id(o.dtype)],
-                                     device=TENSOR_DEVICE)
-                    t._elem = o
-                    return t
-                return tree_unflatten([wrap(o) for o in outs], out_specs[key])
+                return wrap(outs[0]) if single else \
+                    tree_unflatten([wrap(o) for o in outs], out_specs[key])
             tensors = [flat[i] for i in at_tensors]
             statics = tuple(x for x in flat if type(x) is not LoomTensor)
         else:
