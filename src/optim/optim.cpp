@@ -4,10 +4,22 @@
 #include <cmath>
 
 #include "loom/trace/autograd.h"
+#include "loom/trace/interop.h"
 #include "loom/trace/ops.h"
 #include "loom/trace/update_rules.h"
 
 namespace loom::optim {
+
+namespace {
+
+// State that is data from the start (no graph op): lazy zeros would be a graph of fills that the
+// first step's cut compiles and runs before the step (the GPT bench's 228 fills: ~60 ms).
+Tensor zeros_now(const Shape& shape, DType dtype) {
+  return tensor_from_buffer(Buffer::allocate(static_cast<size_t>(shape.numel() * itemsize(dtype))),
+                            shape, dtype);
+}
+
+}  // namespace
 
 Optimizer::Optimizer(std::vector<Tensor> params, double lr) : params_(std::move(params)), lr_(lr) {
   LOOM_CHECK(lr >= 0, "[optim] learning rate must be >= 0, got ", lr);
@@ -28,8 +40,8 @@ SGD::SGD(std::vector<Tensor> params, double lr, double momentum, double weight_d
   // in-place update is what compile's trace_once replays.
   if (momentum_ != 0) {
     for (const Tensor& p : params_) {
-      buf_.push_back(loom::zeros(p.shape(), p.dtype()));
-      steps_.push_back(loom::zeros({}, DType::Float64));
+      buf_.push_back(zeros_now(p.shape(), p.dtype()));
+      steps_.push_back(zeros_now({}, DType::Float64));
     }
   } else {
     buf_.resize(params_.size());
@@ -57,9 +69,9 @@ AdamW::AdamW(std::vector<Tensor> params, double lr, double beta1, double beta2, 
              "[AdamW] expected betas in [0, 1), eps >= 0 and weight_decay >= 0, got (", beta1, ", ",
              beta2, "), ", eps, ", ", weight_decay);
   for (const Tensor& p : params_) {
-    m_.push_back(loom::zeros(p.shape(), p.dtype()));
-    v_.push_back(loom::zeros(p.shape(), p.dtype()));
-    step_.push_back(loom::zeros({}, DType::Float64));
+    m_.push_back(zeros_now(p.shape(), p.dtype()));
+    v_.push_back(zeros_now(p.shape(), p.dtype()));
+    step_.push_back(zeros_now({}, DType::Float64));
   }
 }
 

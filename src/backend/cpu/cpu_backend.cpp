@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <exception>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "backend/cpu/jit.h"
@@ -163,6 +164,8 @@ class CpuExecutable final : public Executable {
 
   std::vector<Buffer> run(std::span<const Buffer> inputs,
                           std::span<const uint8_t> donated) const override {
+    std::optional<cpu::FirstRunScope> first;
+    if (!ran_.exchange(true, std::memory_order_relaxed)) first.emplace();
     const Plan& plan = prog_.plan;
     check_inputs("cpu", prog_.graph, inputs);
     std::vector<uint8_t> free_donor(inputs.size(), 0);
@@ -518,6 +521,7 @@ class CpuExecutable final : public Executable {
   cpu::StepGraph graph_;                    // empty: the steps run one after another
   std::vector<size_t> row_run_end_;  // per step: the last step of the row run it starts (> it)
   std::vector<int> index_base_;      // per step: the base an index_add adds into in place, or -1
+  mutable std::atomic<bool> ran_{false};  // a run has started: later ones are not first runs
 };
 
 class CpuBackend final : public Backend {

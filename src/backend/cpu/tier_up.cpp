@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdlib>
 #include <deque>
@@ -28,6 +29,36 @@ std::atomic<size_t> g_kept_bitcode{0};
 std::atomic<int64_t> g_tier_up_us{-1};  // -1: LOOM_TIER_UP_MS not read yet
 std::atomic<int64_t> g_tier_ups{0};
 
+// Programs in their first run (FirstRunScope): tier-ups wait while there are any.
+class FirstRuns {
+ public:
+  static FirstRuns& get() {
+    static FirstRuns f;
+    return f;
+  }
+  void add(int delta) {
+    std::lock_guard lock(mu_);
+    count_ += delta;
+    if (count_ == 0) over_.notify_all();
+  }
+  // Returns when no first run is in flight, `most` has passed, or wake_all() was called.
+  void wait(std::chrono::milliseconds most) {
+    std::unique_lock lock(mu_);
+    over_.wait_for(lock, most, [&] { return count_ == 0 || woken_; });
+  }
+  void wake_all() {
+    std::lock_guard lock(mu_);
+    woken_ = true;
+    over_.notify_all();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable over_;
+  int count_ = 0;
+  bool woken_ = false;  // the worker stops: nothing waits any more
+};
+
 // The tier-up thread. Made after a full-selector compile has built LLVM's code generator tables, so
 // it is destroyed before them, and stopped at exit: a compile still running as exit destroyed them
 // crashed (docs/architecture.md, "Measurements": TierUpWorker).
@@ -41,6 +72,7 @@ class TierUpWorker {
   }
   // Serves no more requests and waits for the one being served (idempotent).
   void stop_and_wait() {
+    FirstRuns::get().wake_all();
     std::unique_lock lock(mu_);
     stop_ = true;
     wake_.notify_all();
@@ -84,6 +116,7 @@ class TierUpWorker {
       queue_.pop_front();
       busy_ = true;
       lock.unlock();
+      FirstRuns::get().wait(std::chrono::seconds(1));
       if (generate(*t)) std::atexit([] { TierUpWorker::get().stop_and_wait(); });
       lock.lock();
       busy_ = false;
@@ -150,6 +183,9 @@ void KernelCode::ran(TierUp* t, int64_t ns) {
     set_tier_up_after_us(0);
   }
 }
+
+FirstRunScope::FirstRunScope() { FirstRuns::get().add(1); }
+FirstRunScope::~FirstRunScope() { FirstRuns::get().add(-1); }
 
 int64_t tier_up_after_us() {
   int64_t v = g_tier_up_us.load(std::memory_order_relaxed);
