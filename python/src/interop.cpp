@@ -171,6 +171,17 @@ void register_interop(nb::module_& m) {
       },
       nb::arg("stream") = nb::none());
   tc.def("__dlpack_device__", [](const Tensor&) { return nb::make_tuple(1, 0); });
+  // Where t's value lies, (address, bytes), materializing t but not handing the memory out:
+  // torch.compile's backend checks that the outputs it gives torch without a copy alias nothing.
+  tc.def("_memory", [](const Tensor& t) {
+    PythonSite at;
+    Buffer b;
+    {
+      nb::gil_scoped_release g;
+      b = tensor_buffer(t);
+    }
+    return nb::make_tuple(reinterpret_cast<uintptr_t>(b.data()), b.nbytes());
+  });
   tc.def("data_ptr", [](const Tensor& t) {
     PythonSite at;
     nb::gil_scoped_release g;

@@ -505,6 +505,28 @@ def test_torch_compile_inputs_are_read_in_place_and_saved_ones_copied():
 
 
 @pytest.mark.skipif(not hasattr(torch, "compile"), reason="torch.compile needs torch >= 2.0")
+def test_torch_compile_outputs_are_handed_over_unless_their_memory_is_shared():
+    """Outputs come back over loom's memory, but one whose memory loom keeps for the backward
+    (exp's result) or another output has (the same value returned twice) is a copy: writing
+    the returned tensors changes neither the gradient nor the other output."""
+    def f(x):
+        y = torch.exp(x)
+        return y, y * 1.0, (x * 3).sum()
+
+    torch._dynamo.reset()
+    c = torch.compile(f, backend="loom")
+    x = torch.randn(6, requires_grad=True)
+    want = torch.exp(x.detach())
+    y, y1, s = c(x)
+    torch.testing.assert_close(y.detach(), want)
+    with torch.no_grad():
+        y.add_(100)
+    torch.testing.assert_close(y1.detach(), want)
+    (y1.sum() + s).backward()
+    torch.testing.assert_close(x.grad, want + 3)
+
+
+@pytest.mark.skipif(not hasattr(torch, "compile"), reason="torch.compile needs torch >= 2.0")
 def test_torch_compile_graph_breaks_and_recompiles_are_counted():
     """A print splits the function into two graphs (one graph break); a new shape recompiles
     both: the counters and the report say so, and the values are eager's."""

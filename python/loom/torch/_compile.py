@@ -3,9 +3,10 @@ aot_autograd for training (with Inductor's min-cut partition: the backward recom
 and cheap ops rather than saving them), run on loom. Each graph's aten ops go through the same
 lowering table as eager loom.torch; the graph's inputs (CPU tensors, parameters included) are
 read in place (loom never writes into memory it borrows; the graph runs before the call
-returns) and its outputs come back as CPU tensors, as torch_xla's openxla backend does for a
-CPU model, except the tensors the forward saves for the backward: they stay on loom between
-the two graphs (an input saved so is copied first). Counted in aten_ops_lowered() and
+returns) and its outputs come back as CPU tensors over loom's memory (DLPack, no copy; an
+output whose memory another output, a kept tensor or an input shares is copied), as torch_xla's
+openxla backend gives CPU tensors for a CPU model, except the tensors the forward saves for the
+backward: they stay on loom between the two graphs (an input saved so is copied first). Counted in aten_ops_lowered() and
 fx_graphs_compiled()."""
 import sys
 
@@ -29,6 +30,7 @@ def _saved_from():
 
 
 _BORROWED = (torch.float32, torch.float64, torch.int32, torch.int64)
+_EXPORTED = (loom.float32, loom.float64, loom.int32, loom.int64)
 
 
 def _borrow(a):
@@ -37,6 +39,37 @@ def _borrow(a):
     if a.dtype in _BORROWED and a.is_contiguous():
         return loom.from_dlpack(a.detach())
     return from_cpu(a)
+
+
+def _aliased(given, outs, args):
+    """Of the outputs `given` to the caller (a set of indices into outs), those to copy rather than hand
+    over in place (DLPack): a dtype DLPack does not carry here, or memory that another output,
+    a tensor kept on loom for the backward, or an input also has (the caller may write its
+    tensors; an output's memory must be its own)."""
+    spans = []  # (start, end, output index or -1: memory that is not the caller's to take)
+    for a in args:
+        if isinstance(a, torch.Tensor) and not isinstance(a, LoomTensor) and a.numel():
+            spans.append((a.data_ptr(), a.data_ptr() + a.numel() * a.element_size(), -1))
+    copy = set()
+    for k, o in enumerate(outs):
+        if not isinstance(o, LoomTensor):
+            continue
+        if k in given and o._elem.dtype not in _EXPORTED:
+            copy.add(k)
+            continue
+        start, size = o._elem._memory()
+        if size:
+            spans.append((start, start + size, k if k in given else -1))
+    spans.sort()
+    open_ = []  # spans not yet ended at the current start
+    for start, end, k in spans:
+        open_ = [s for s in open_ if s[1] > start]
+        if open_:  # overlaps every open span
+            copy.update(o for _, _, o in open_ if o >= 0)
+            if k >= 0:
+                copy.add(k)
+        open_.append((start, end, k))
+    return copy
 
 
 def _on_loom(gm, example_inputs, keep_from=None):
@@ -54,14 +87,17 @@ def _on_loom(gm, example_inputs, keep_from=None):
             outs = gm(*inputs)
         loom.sync()  # the borrowed inputs are read before their tensors can change
         seq = outs if isinstance(outs, (list, tuple)) else [outs]
-        back = []
+        back = list(seq)
         for k, o in enumerate(seq):
-            if isinstance(o, LoomTensor):
-                if keep_from is None or k < keep_from:
-                    o = to_torch_tensor(o)
-                elif id(o._elem) in borrowed:  # kept for the backward: loom's own copy
-                    o = LoomTensor(from_cpu(to_torch_tensor(o)))
-            back.append(o)
+            if isinstance(o, LoomTensor) and keep_from is not None and k >= keep_from and \
+                    id(o._elem) in borrowed:  # kept for the backward: loom's own copy
+                back[k] = LoomTensor(from_cpu(to_torch_tensor(o)))
+        given = {k for k, o in enumerate(seq)
+                 if isinstance(o, LoomTensor) and (keep_from is None or k < keep_from)}
+        shared = _aliased(given, back, args)
+        for k in given:
+            e = back[k]._elem
+            back[k] = to_torch_tensor(back[k]) if k in shared else torch.from_dlpack(e)
         return type(outs)(back) if isinstance(outs, (list, tuple)) else back[0]
 
     try:
