@@ -332,6 +332,30 @@ def test_assume_pure_cached_calls_follow_statics_outputs_and_gradients():
         assert not pure_f(la, lb, scale=3.0).requires_grad
 
 
+def test_assume_pure_cached_calls_follow_shapes_keywords_and_methods():
+    """The cached path (argument types and keyword names seen before) with new shapes, the
+    keywords in another order and the function as a method: each the function's own value."""
+    def f(a, b, *, scale=1.0, shift=0.0):
+        return a * scale + b + shift
+
+    class Layer(nn.Module):
+        @lt.assume_pure
+        def forward(self, x, k=2.0):
+            return x * k
+
+    pure = lt.assume_pure(f)
+    g = torch.Generator().manual_seed(7)
+    for shape in ((2, 3), (2, 3), (4,), (2, 3)):
+        a, b = torch.randn(*shape, generator=g), torch.randn(*shape, generator=g)
+        for kw in ({"scale": 2.0, "shift": 1.0}, {"shift": 1.0, "scale": 2.0}, {"scale": 4.0}):
+            got = pure(a.to(dev), b.to(dev), **kw)
+            assert isinstance(got, lt.LoomTensor) and got.shape == a.shape
+            torch.testing.assert_close(lt.to_torch(got), f(a, b, **kw))
+    layer, x = Layer(), torch.randn(3, generator=g)
+    for k in (2.0, 2.0, 5.0):
+        torch.testing.assert_close(lt.to_torch(layer(x.to(dev), k)), x * k)
+
+
 def test_scan_equals_the_python_loop_with_gradients():
     xs = torch.randn(6, 3, generator=torch.Generator().manual_seed(2))
     w = torch.full((3,), 0.1, requires_grad=True)

@@ -7,6 +7,7 @@ import torch
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 import loom
+from loom import _loom
 
 from ._tensor import LoomTensor, to_loom, wrap
 
@@ -185,12 +186,17 @@ def assume_pure(fn):
         out = tree_unflatten(list(outs), out_specs[key])
         if hit is None and all(type(x) is LoomTensor or type(x) in _PLAIN for x in flat) and \
                 len(leaves) == len(flat) and all(a is b for a, b in zip(leaves, flat)):
-            fast[sig] = (pure, len(outs) == 1 and out is outs[0],
-                         [i for i, x in enumerate(flat) if type(x) is LoomTensor], key, where)
+            single = len(outs) == 1 and out is outs[0]
+            fast[sig] = (pure, single, [i for i, x in enumerate(flat) if type(x) is LoomTensor],
+                         key, where)
+            if single:  # the C++ path takes these calls from now on
+                learned.append((pure, len(args), tuple(kwargs), tuple(map(type, flat))))
         return out
 
-    call.__wrapped__ = fn
-    return call
+    learned = []
+    cached = _loom._TorchPure(call, LoomTensor, wrap, _grad_enabled, _any_requires_grad, learned)
+    cached.__wrapped__ = fn
+    return cached
 
 
 def scan(fn, init, xs):
