@@ -14,7 +14,7 @@ from torch.utils._mode_utils import no_dispatch
 
 import loom
 
-from ._tensor import DEVICE, LoomTensor, contiguous_strides, from_cpu
+from ._tensor import DEVICE, LoomTensor, contiguous_strides, from_cpu, wrap
 
 TABLE = {}
 _STATS = {"lowered": 0}
@@ -67,7 +67,7 @@ def _unwrap_all(args):
 
 def _wrap_out(x):
     if isinstance(x, loom.Tensor):
-        return LoomTensor(x)
+        return wrap(x)
     if isinstance(x, (list, tuple)):
         return type(x)(_wrap_out(v) for v in x)
     return x
