@@ -6,8 +6,8 @@ read in place (loom never writes into memory it borrows; the graph runs before t
 returns) and its outputs come back as CPU tensors over loom's memory (DLPack, no copy; an
 output whose memory another output, a kept tensor or an input shares is copied), as torch_xla's
 openxla backend gives CPU tensors for a CPU model, except the tensors the forward saves for the
-backward: they stay on loom between the two graphs (an input saved so is copied first). Counted in aten_ops_lowered() and
-fx_graphs_compiled()."""
+backward: they stay on loom between the two graphs (an input saved so is copied first).
+Counted in aten_ops_lowered() and fx_graphs_compiled()."""
 import sys
 
 import torch
@@ -42,10 +42,10 @@ def _borrow(a):
 
 
 def _aliased(given, outs, args):
-    """Of the outputs `given` to the caller (a set of indices into outs), those to copy rather than hand
-    over in place (DLPack): a dtype DLPack does not carry here, or memory that another output,
-    a tensor kept on loom for the backward, or an input also has (the caller may write its
-    tensors; an output's memory must be its own)."""
+    """Of the outputs `given` to the caller (a set of indices into outs), those to copy rather
+    than hand over in place (DLPack): a dtype DLPack does not carry here, or memory that another
+    output, a tensor kept on loom for the backward, or an input also has (the caller may write
+    its tensors; an output's memory must be its own)."""
     spans = []  # (start, end, output index or -1: memory that is not the caller's to take)
     for a in args:
         if isinstance(a, torch.Tensor) and not isinstance(a, LoomTensor) and a.numel():
