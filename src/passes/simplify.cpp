@@ -2,6 +2,7 @@
 // already simplified, is matched against the rules below, so chains (neg(neg(neg(neg x))))
 // collapse in one pass. A rule fires only when the replacement has the node's exact type:
 // x + 0 with the 0 broadcast to a bigger shape is not x. Replaced nodes are left for DCE.
+#include <algorithm>
 #include <cmath>
 #include <optional>
 #include <utility>
@@ -34,9 +35,9 @@ class Simplifier {
     const Value* x = n.operands.data();
     switch (n.op) {
       case OpKind::Add:
-        if (is_constant(x[1], 0) && has_type(x[0], n)) return x[0];  // x + 0 -> x (-0 + 0 is +0)
-        if (is_constant(x[0], 0) && has_type(x[1], n)) return x[1];  // 0 + x -> x
-        break;
+        if (is_zero(x[1]) && has_type(x[0], n)) return x[0];  // x + 0 -> x (-0 + 0 is +0)
+        if (is_zero(x[0]) && has_type(x[1], n)) return x[1];  // 0 + x -> x
+        return sum_of_concats(n);
       case OpKind::Sub:
         if (is_constant(x[1], 0) && has_type(x[0], n)) return x[0];  // x - 0 -> x
         break;
@@ -99,6 +100,73 @@ class Simplifier {
     if (!p) return false;
     std::optional<double> x = constant_value(p->attrs.f, p->type.dtype);
     return x && *x == c;
+  }
+
+  // v is a zero Constant, or one expanded to a bigger shape.
+  bool is_zero(Value v) const {
+    if (const Node* e = producer(v, OpKind::Expand)) v = e->operands[0];
+    return is_constant(v, 0);
+  }
+
+  // concat(a, 0, 0) + concat(0, b, 0) + concat(0, 0, c) -> concat(a, b, c): the gradient of a
+  // tensor read through slices (a transformer's q, k, v out of one projection) is a sum of
+  // zero-padded pieces, which costs a pass over the whole tensor per piece. Fires when the
+  // concats' other pieces are zeros where the other side is not (two pieces over the same
+  // extent are added); each concat read only here.
+  std::optional<Value> sum_of_concats(const Node& n) {
+    const Node* c[2] = {producer(n.operands[0], OpKind::Concat),
+                        producer(n.operands[1], OpKind::Concat)};
+    if (!c[0] || !c[1] || c[0]->attrs.i != c[1]->attrs.i) return std::nullopt;
+    for (int s = 0; s < 2; ++s)
+      if (!has_type(n.operands[s], n) || uses(n.operands[s]) != 1) return std::nullopt;
+    const int64_t axis = c[0]->attrs.i;
+    struct Piece {
+      int64_t at, len;
+      Value v;
+    };
+    std::vector<Piece> live[2];  // the pieces that are not zeros, in order
+    for (int s = 0; s < 2; ++s) {
+      int64_t at = 0;
+      for (const Value& v : c[s]->operands) {
+        const int64_t len = out_.type(v).shape[axis];
+        if (!is_zero(v)) live[s].push_back({at, len, v});
+        at += len;
+      }
+    }
+    // Each live piece meets, on the other side, zeros or a live piece of the same extent.
+    for (int s = 0; s < 2; ++s)
+      for (const Piece& p : live[s])
+        for (const Piece& q : live[1 - s]) {
+          const bool overlap = q.at < p.at + p.len && p.at < q.at + q.len;
+          if (overlap && (q.at != p.at || q.len != p.len)) return std::nullopt;
+        }
+    if (probe_) return n.operands[0];
+    std::vector<Value> pieces;
+    const int64_t total = n.type.shape[axis];
+    size_t i[2] = {0, 0};
+    for (int64_t at = 0; at < total;) {
+      const Piece* p[2] = {nullptr, nullptr};
+      for (int s = 0; s < 2; ++s)
+        if (i[s] < live[s].size() && live[s][i[s]].at == at) p[s] = &live[s][i[s]++];
+      if (p[0] && p[1]) {
+        pieces.push_back(b_.binary(OpKind::Add, p[0]->v, p[1]->v));
+        at += p[0]->len;
+      } else if (p[0] || p[1]) {
+        pieces.push_back((p[0] ? p[0] : p[1])->v);
+        at += (p[0] ? p[0] : p[1])->len;
+      } else {  // zeros up to the next live piece on either side
+        int64_t next = total;
+        for (int s = 0; s < 2; ++s)
+          if (i[s] < live[s].size()) next = std::min(next, live[s][i[s]].at);
+        Shape shape = n.type.shape;
+        shape[axis] = next - at;
+        pieces.push_back(b_.expand(b_.constant(0, n.type.dtype), shape));
+        at = next;
+      }
+    }
+    const Value r = pieces.size() == 1 ? pieces[0] : b_.concat(pieces, axis);
+    if (has_type(r, n)) return r;
+    return std::nullopt;  // the nodes just built are left for DCE
   }
 
   std::optional<Value> reshape(const Node& n) {

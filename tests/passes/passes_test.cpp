@@ -213,6 +213,51 @@ TEST(PassesTest, FlatProduct) {
                                    "  return %y\n}");
 }
 
+// The gradient of a tensor read through slices: zero-padded pieces summed. The sum becomes one
+// concat of the pieces; pieces over the same extent are added; the result computes what the
+// sum did (reference backend, inputs 1..n).
+TEST(PassesTest, SumOfZeroPaddedConcats) {
+  const std::string h =
+      "graph(%a: f32[2,3], %b: f32[2,2], %c: f32[2,3], %d: f32[2,3]) {\n"
+      "  %z = constant() {value=0} : f32[]\n  %z5 = expand(%z) {shape=[2,5]} : f32[2,5]\n"
+      "  %z3 = expand(%z) {shape=[2,3]} : f32[2,3]\n";
+  const std::string in =
+      h + "  %c1 = concat(%a, %z5) {axis=1} : f32[2,8]\n"
+          "  %c2 = concat(%z3, %b, %z3) {axis=1} : f32[2,8]\n  %s = add(%c1, %c2) : f32[2,8]\n"
+          "  %c3 = concat(%z5, %c) {axis=1} : f32[2,8]\n  %t = add(%s, %c3) : f32[2,8]\n"
+          "  %c4 = concat(%d, %z5) {axis=1} : f32[2,8]\n  %u = add(%t, %c4) : f32[2,8]\n"
+          "  return %u\n}";
+  const std::string out = run("simplify,dce", in);
+  EXPECT_EQ(out, norm("graph(%a: f32[2,3], %b: f32[2,2], %c: f32[2,3], %d: f32[2,3]) {\n"
+                      "  %e = add(%a, %d) : f32[2,3]\n"
+                      "  %r = concat(%e, %b, %c) {axis=1} : f32[2,8]\n  return %r\n}"));
+  ir::Graph g = ir::parse(in), f = ir::parse(out);
+  std::vector<Buffer> args;
+  float next = 1;
+  for (size_t k = 0; k < 4; ++k) {
+    const size_t n = static_cast<size_t>(g.node(g.params()[k]).type.shape.numel());
+    args.push_back(Buffer::allocate(n * sizeof(float)));
+    for (size_t i = 0; i < n; ++i) static_cast<float*>(args.back().data())[i] = next++;
+  }
+  auto be = backend::make_ref_backend();
+  Buffer want = be->compile(g, {})->run(args)[0], got = be->compile(f, {})->run(args)[0];
+  EXPECT_EQ(std::memcmp(want.data(), got.data(), 16 * sizeof(float)), 0);
+  // Pieces that overlap without the same extent, a concat read twice, and concats along
+  // different axes stay.
+  expect_unchanged("simplify", h + "  %c1 = concat(%a, %z5) {axis=1} : f32[2,8]\n"
+                                   "  %c2 = concat(%b, %z3, %z3) {axis=1} : f32[2,8]\n"
+                                   "  %s = add(%c1, %c2) : f32[2,8]\n  return %s\n}");
+  expect_unchanged("simplify", h + "  %c1 = concat(%a, %z5) {axis=1} : f32[2,8]\n"
+                                   "  %c2 = concat(%z3, %b, %z3) {axis=1} : f32[2,8]\n"
+                                   "  %s = add(%c1, %c2) : f32[2,8]\n  return %s, %c2\n}");
+  expect_unchanged("simplify",
+                   "graph(%a: f32[2,2], %b: f32[4,1]) {\n  %z = constant() {value=0} : f32[2,2]\n"
+                   "  %y = constant() {value=0} : f32[4,1]\n"
+                   "  %c1 = concat(%a, %z) {axis=0} : f32[4,2]\n"
+                   "  %c2 = concat(%y, %b) {axis=1} : f32[4,2]\n"
+                   "  %s = add(%c1, %c2) : f32[4,2]\n  return %s\n}");
+}
+
 TEST(PassesTest, FoldsScalarConstants) {
   expect_pass(
       "simplify,dce",
