@@ -222,11 +222,12 @@ TEST(PassesTest, SumOfZeroPaddedConcats) {
       "  %z = constant() {value=0} : f32[]\n  %z5 = expand(%z) {shape=[2,5]} : f32[2,5]\n"
       "  %z3 = expand(%z) {shape=[2,3]} : f32[2,3]\n";
   const std::string in =
-      h + "  %c1 = concat(%a, %z5) {axis=1} : f32[2,8]\n"
-          "  %c2 = concat(%z3, %b, %z3) {axis=1} : f32[2,8]\n  %s = add(%c1, %c2) : f32[2,8]\n"
-          "  %c3 = concat(%z5, %c) {axis=1} : f32[2,8]\n  %t = add(%s, %c3) : f32[2,8]\n"
-          "  %c4 = concat(%d, %z5) {axis=1} : f32[2,8]\n  %u = add(%t, %c4) : f32[2,8]\n"
-          "  return %u\n}";
+      h +
+      "  %c1 = concat(%a, %z5) {axis=1} : f32[2,8]\n"
+      "  %c2 = concat(%z3, %b, %z3) {axis=1} : f32[2,8]\n  %s = add(%c1, %c2) : f32[2,8]\n"
+      "  %c3 = concat(%z5, %c) {axis=1} : f32[2,8]\n  %t = add(%s, %c3) : f32[2,8]\n"
+      "  %c4 = concat(%d, %z5) {axis=1} : f32[2,8]\n  %u = add(%t, %c4) : f32[2,8]\n"
+      "  return %u\n}";
   const std::string out = run("simplify,dce", in);
   EXPECT_EQ(out, norm("graph(%a: f32[2,3], %b: f32[2,2], %c: f32[2,3], %d: f32[2,3]) {\n"
                       "  %e = add(%a, %d) : f32[2,3]\n"
