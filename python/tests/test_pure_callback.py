@@ -233,6 +233,33 @@ def test_an_exception_in_the_callback_propagates_as_itself_and_loom_stays_usable
     assert step(loom.ones(2)).tolist() == [2.0, 2.0]
 
 
+def test_a_failed_callback_leaves_what_does_not_depend_on_it_usable():
+    # The run that fails donates none of its inputs: an in-place update beside the call, and a
+    # temporary's dependants, keep their values (not the callback's error).
+    def raiser(x):
+        raise ZeroDivisionError("division by zero")
+
+    def wrong_dtype(x):
+        return np.zeros(2, np.float64)
+
+    for cb, error in ((raiser, ZeroDivisionError), (wrong_dtype, loom.ExecError)):
+        w = loom.tensor([1.0, 2.0])
+        loom.sync()
+        with loom.no_grad():
+            w.add_(1)
+        y = loom.pure_callback(cb, np.zeros(2, np.float32), loom.tensor([5.0, 6.0]))
+        with pytest.raises(error):
+            y.numpy()
+        assert w.tolist() == [2.0, 3.0]
+        a = loom.tensor([1.0, 2.0]) + 1
+        y = loom.pure_callback(cb, np.zeros(2, np.float32), a)
+        other = a * 2
+        with pytest.raises(error):
+            y.numpy()
+        assert other.tolist() == [4.0, 6.0]
+        assert a.tolist() == [2.0, 3.0]
+
+
 def test_a_gradient_without_a_vjp_is_an_autodiff_error():
     x = loom.tensor([0.5, 1.0], requires_grad=True)
     y = loom.pure_callback(np_sin, x, x)

@@ -358,6 +358,16 @@ std::shared_ptr<const backend::Executable> compile_partitioned(
   return compile_cached(p.graph, &g);
 }
 
+bool calls_host(const ir::Graph& g) {
+  for (ir::NodeId id = 0; id < g.size(); ++id) {
+    const ir::Node& n = g.node(id);
+    if (n.op == ir::OpKind::PureCallback) return true;
+    for (const auto& r : n.regions)
+      if (calls_host(*r)) return true;
+  }
+  return false;
+}
+
 SyncHit compile_sync(const Hash128* key, const ir::Graph& g, std::vector<uint32_t> slots,
                      std::vector<TensorType> slot_types) {
   SyncHit hit;
@@ -371,6 +381,7 @@ SyncHit compile_sync(const Hash128* key, const ir::Graph& g, std::vector<uint32_
   plan.slot_types = std::move(slot_types);
   plan.partition = std::move(partition);
   plan.nodes = static_cast<int64_t>(g.size());
+  plan.calls_host = calls_host(g);
 #ifndef NDEBUG
   plan.fingerprint = ir::fingerprint(g);
 #endif

@@ -187,12 +187,12 @@ void TraceContext::materialize(const std::vector<TensorImpl*>& requested, bool a
     LOOM_ASSERT(ir::fingerprint(cut(impls, &check_slots)) == hit.plan->fingerprint);
     LOOM_ASSERT(check_slots == hit.plan->slots);
 #endif
-    inputs = bind(hit.plan->slots, full ? &donated : nullptr);
+    inputs = bind(hit.plan->slots, full && !hit.plan->calls_host ? &donated : nullptr);
     runtime::count_sync_seconds(now_seconds() - t0);
   } else {
     std::vector<uint32_t> slot_ids;
     ir::Graph g = cut(impls, &slot_ids);
-    inputs = bind(slot_ids, full ? &donated : nullptr);
+    inputs = bind(slot_ids, full && !runtime::calls_host(g) ? &donated : nullptr);
     std::vector<TensorType> types;
     types.reserve(slot_ids.size());
     for (uint32_t s : slot_ids) types.push_back(slots_[s].type);

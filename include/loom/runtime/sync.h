@@ -71,6 +71,9 @@ struct SyncPlan {
   // laid out and what it inserted. Null otherwise.
   std::shared_ptr<const PartitionInfo> partition;
   int64_t nodes = 0;
+  // The graph calls host code (pure_callback, also in a loop body), which may raise mid-run:
+  // its inputs are not donated, so a failed run leaves them, and what reads only them, intact.
+  bool calls_host = false;
   Hash128 fingerprint;  // debug builds: checked against a fresh cut on a hit
   std::weak_ptr<const backend::Executable> exe;  // owned by the compile cache
 };
@@ -88,6 +91,8 @@ SyncHit find_sync(const Hash128& key);
 // plan under it (the index is bounded: it is cleared when full).
 SyncHit compile_sync(const Hash128* key, const ir::Graph& g, std::vector<uint32_t> slots,
                      std::vector<TensorType> slot_types);
+// Whether g, or a region of one of its nodes, calls host code (pure_callback).
+bool calls_host(const ir::Graph& g);
 // Runs a plan: counts a sync (and, for a plan found by find_sync, a compile-cache hit under
 // the current graph name), the donated outputs, and the run.
 std::vector<Buffer> run_sync(const SyncHit& hit, std::span<const Buffer> inputs,
