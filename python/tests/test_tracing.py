@@ -432,6 +432,29 @@ def test_compile_trace_once_sgd_replays_in_place_updates():
     close(w, w_ref, 1e-5)
 
 
+def test_compile_trace_once_accumulates_gradients_across_calls():
+    # Micro-batches accumulating into .grad (backward inside the step, no zero_grad): each
+    # replay adds to the leaf's grad of the call, as eager and torch do.
+    w = loom.tensor([1.0, 2.0], requires_grad=True)
+    (w * 0).sum().backward()
+    loom.sync()
+
+    @loom.compile(trace_once=True)
+    def micro(x):
+        loss = (w * x).sum()
+        loss.backward()
+        return loss
+
+    x = loom.tensor([3.0, 4.0])
+    for k in range(1, 4):
+        micro(x)
+        assert w.grad.tolist() == [3.0 * k, 4.0 * k]
+    w.grad = None
+    for k in range(1, 3):
+        micro(x)
+        assert w.grad.tolist() == [3.0 * k, 4.0 * k]
+
+
 def test_compile_full_graph_and_max_different_graphs():
     @loom.compile(full_graph=True)
     def reads(x):

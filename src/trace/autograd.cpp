@@ -253,8 +253,10 @@ void GradTape::backward(const Tensor& out, const Tensor& seed) {
   }
   std::vector<Tensor> grads = gradients(out, seed, wrt, "backward");
   NoGradGuard guard;
+  TraceContext::StepState* st = ctx_.step();
   for (size_t k = 0; k < grads.size(); ++k) {
     if (!grads[k].defined()) continue;
+    if (st && st->recording) st->touch_grad(*owners[k], false);
     Tensor& g = owners[k]->grad;
     g = g.defined() ? g + grads[k] : grads[k];
   }

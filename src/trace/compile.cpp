@@ -33,9 +33,9 @@ std::string closest_difference(const std::vector<std::shared_ptr<const ir::Graph
 class StepCache {
  public:
   struct Input {
-    enum Kind { Arg, Owner, Baked, Rng };
+    enum Kind { Arg, Owner, Baked, Rng, LeafGrad };
     Kind kind = Baked;
-    size_t arg = 0;
+    size_t arg = 0;  // Arg: the argument; LeafGrad: the entry's grads[arg]
     std::shared_ptr<TensorImpl> owner;
     std::shared_ptr<const ir::Sharding> layout;  // Owner: its data's layout when traced
     Buffer baked;
@@ -47,8 +47,17 @@ class StepCache {
     TensorType type;
     size_t output = 0;  // else: its output of the executable
   };
+  // A leaf's grad the step resets or writes: a replay reads the leaf's grad of the call (not
+  // the tensor it was when traced) and gives the leaf its new grad.
+  struct Grad {
+    std::shared_ptr<TensorImpl> leaf;
+    enum Need { Any, Defined, Undefined } need = Any;  // its grad before the call, as traced
+    TensorType before, after;
+    size_t output = SIZE_MAX;  // its new grad; SIZE_MAX: none (reset by the step)
+  };
   struct Entry {
     CallSignature sig;
+    std::vector<Grad> grads;
     std::shared_ptr<const backend::Executable> exe;
     std::vector<Input> inputs;
     std::vector<Result> results;
@@ -94,9 +103,22 @@ bool layouts_match(const StepCache::Entry& e) {
   return true;
 }
 
+// Whether each leaf's grad is there (or not) as when the entry was traced: accumulating into
+// a grad and starting one are different graphs.
+bool grads_match(const StepCache::Entry& e) {
+  for (const StepCache::Grad& g : e.grads) {
+    const Tensor& now = g.leaf->grad;
+    if (g.need == StepCache::Grad::Undefined && now.defined()) return false;
+    if (g.need == StepCache::Grad::Defined &&
+        (!now.defined() || now.impl()->type != g.before || now.impl()->pending()))
+      return false;
+  }
+  return true;
+}
+
 std::shared_ptr<const StepCache::Entry> find_entry(StepCache& c, const CallSignature& sig) {
   for (const auto& e : c.entries)
-    if (e->sig == sig && layouts_match(*e)) return e;
+    if (e->sig == sig && layouts_match(*e) && grads_match(*e)) return e;
   return nullptr;
 }
 
@@ -111,6 +133,9 @@ std::vector<Tensor> replay(TraceContext& ctx, const StepCache::Entry& e,
       case StepCache::Input::Owner: inputs.push_back(in.owner->buffer); break;
       case StepCache::Input::Baked: inputs.push_back(in.baked); break;
       case StepCache::Input::Rng: inputs.push_back(ctx.next_rng_buffer()); break;
+      case StepCache::Input::LeafGrad:
+        inputs.push_back(e.grads[in.arg].leaf->grad.impl()->buffer);
+        break;
     }
     bool updated = false;
     if (in.kind == StepCache::Input::Owner)
@@ -136,16 +161,45 @@ std::vector<Tensor> replay(TraceContext& ctx, const StepCache::Entry& e,
     const auto& layout = e.partition ? e.partition->outputs[e.updated_output[i]] : std::nullopt;
     e.updated[i]->sharding = layout ? std::make_shared<ir::Sharding>(*layout) : nullptr;
   }
+  for (const StepCache::Grad& g : e.grads)
+    g.leaf->grad = g.output == SIZE_MAX ? Tensor() : from_buffer(out[g.output], g.after);
   return results;
 }
 
 // Records the step just traced: the graph of its results and in-place updates, and where each
 // input comes from on a replay.
 void record(TraceContext& ctx, StepCache& c, CallSignature sig, const std::vector<Tensor>& leaves,
-            const std::vector<Tensor>& out, std::vector<std::shared_ptr<TensorImpl>> updated,
+            const std::vector<Tensor>& out, const TraceContext::StepState& st,
             std::shared_ptr<const void> like) {
   StepCache::Entry e;
   std::vector<TensorImpl*> impls;
+  std::vector<TensorImpl*> grad_impls;  // each grad's new value, or null
+  std::vector<std::shared_ptr<TensorImpl>> grad_start;  // and the grad it read, or null
+  for (const TraceContext::StepState::GradTouch& t : st.grads) {
+    StepCache::Grad g;
+    g.leaf = t.leaf;
+    g.need = t.reset   ? StepCache::Grad::Any
+             : t.start ? StepCache::Grad::Defined
+                       : StepCache::Grad::Undefined;
+    if (t.start) g.before = t.start->type;
+    const Tensor& now = t.leaf->grad;
+    TensorImpl* after = nullptr;
+    if (now.defined()) {
+      // A grad the step left as it was (touched, then not written): nothing to replay.
+      if (!now.impl()->pending()) continue;
+      after = now.impl();
+      g.after = after->type;
+      impls.push_back(after);
+    }
+    grad_impls.push_back(after);
+    grad_start.push_back(t.start);
+    e.grads.push_back(std::move(g));
+  }
+  auto is_grad = [&](const TensorImpl* p) {
+    for (const TraceContext::StepState::GradTouch& t : st.grads)
+      if (t.start.get() == p || t.leaf->grad.impl() == p) return true;
+    return false;
+  };
   std::vector<TensorImpl*> result_impls(out.size(), nullptr);
   for (size_t i = 0; i < out.size(); ++i) {
     const Tensor& t = out[i];
@@ -162,10 +216,10 @@ void record(TraceContext& ctx, StepCache& c, CallSignature sig, const std::vecto
     }
     e.results.push_back(r);
   }
-  for (auto& u : updated) {
+  for (auto& u : st.updated) {
     bool seen = false;
     for (auto& v : e.updated) seen = seen || v == u;
-    if (!seen && u->pending()) {
+    if (!seen && u->pending() && !is_grad(u.get())) {
       e.updated.push_back(u);
       impls.push_back(u.get());
     }
@@ -184,6 +238,8 @@ void record(TraceContext& ctx, StepCache& c, CallSignature sig, const std::vecto
   for (size_t i = 0; i < out.size(); ++i)
     if (result_impls[i]) e.results[i].output = output_of.at(result_impls[i]);
   for (const auto& u : e.updated) e.updated_output.push_back(output_of.at(u.get()));
+  for (size_t k = 0; k < e.grads.size(); ++k)
+    if (grad_impls[k]) e.grads[k].output = output_of.at(grad_impls[k]);
   std::vector<uint32_t> slot_ids;
   ir::Graph g = ctx.cut(impls, &slot_ids);
   std::vector<Buffer> bound = ctx.bind_slots(slot_ids);
@@ -198,6 +254,12 @@ void record(TraceContext& ctx, StepCache& c, CallSignature sig, const std::vecto
       in.layout = s.sharding;
       for (size_t a = 0; a < leaves.size(); ++a)
         if (leaves[a].impl() == owner.get()) in.kind = StepCache::Input::Arg, in.arg = a;
+      for (size_t k = 0; k < e.grads.size(); ++k)
+        if (grad_start[k] == owner) {
+          in.kind = StepCache::Input::LeafGrad;
+          in.arg = k;
+          in.owner = nullptr;
+        }
     } else {
       in.kind = StepCache::Input::Baked;  // host numbers and data read once
       in.baked = bound[k];
@@ -279,7 +341,7 @@ std::vector<Tensor> run_step(StepCache& c, CallKey key, const FlatFn& fn,
       c.graphs.push_back(g);
     }
   }
-  if (c.opts.trace_once) record(ctx, c, std::move(sig), leaves, out, st.updated, *like);
+  if (c.opts.trace_once) record(ctx, c, std::move(sig), leaves, out, st, *like);
   ctx.sync_all();  // the cut after
   return out;
 }

@@ -270,6 +270,13 @@ ir::Value TraceContext::next_rng_key() {
   return v;
 }
 
+void TraceContext::StepState::touch_grad(TensorImpl& leaf, bool reset) {
+  for (const GradTouch& t : grads)
+    if (t.leaf.get() == &leaf) return;
+  grads.push_back({leaf.shared_from_this(),
+                   leaf.grad.defined() ? leaf.grad.impl()->shared_from_this() : nullptr, reset});
+}
+
 Buffer TraceContext::next_rng_buffer() {
   Buffer b = Buffer::allocate(16);
   b.as<int64_t>()[0] = static_cast<int64_t>(seed_);

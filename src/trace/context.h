@@ -256,6 +256,15 @@ class TraceContext {
     bool full_graph = false;
     bool recording = false;
     std::vector<std::shared_ptr<TensorImpl>> updated;
+    // Leaves whose grad the step resets or writes, with the grad they had when first touched
+    // (the step's start: a sync precedes it); reset: the first touch set it to none.
+    struct GradTouch {
+      std::shared_ptr<TensorImpl> leaf;
+      std::shared_ptr<TensorImpl> start;
+      bool reset = false;
+    };
+    std::vector<GradTouch> grads;
+    void touch_grad(TensorImpl& leaf, bool reset);
   };
   StepState* step() { return step_; }
   void set_step(StepState* s) { step_ = s; }

@@ -202,7 +202,11 @@ bool Tensor::requires_grad() const {
   return self.pending() && self.scope == 0 && TraceContext::get().grad().active(self.value);
 }
 Tensor Tensor::grad() const { return checked(*this, "grad").grad; }
-void Tensor::reset_grad() { checked(*this, "reset_grad").grad = Tensor(); }
+void Tensor::reset_grad() {
+  TensorImpl& self = checked(*this, "reset_grad");
+  if (auto* st = TraceContext::get().step(); st && st->recording) st->touch_grad(self, true);
+  self.grad = Tensor();
+}
 void Tensor::backward() const { TraceContext::get().grad().backward(*this, Tensor()); }
 void Tensor::backward(const Tensor& gradient) const {
   LOOM_CHECK(gradient.defined(), "[backward] the gradient is an undefined Tensor");

@@ -170,6 +170,48 @@ TEST_F(CompileTest, TraceOnceCompilesOnceWhateverItReturns) {
   }
 }
 
+// Gradients a trace_once step writes (micro-batches accumulating into .grad, as torch does):
+// a replay reads the leaf's grad of the call and gives the leaf its new one; starting a grad
+// and accumulating into one are two entries, each traced once, against closed forms.
+TEST_F(CompileTest, TraceOnceAccumulatesGradientsAcrossCalls) {
+  Tensor w = loom::tensor<float>({1, 2}, {2}).requires_grad_();
+  loom::sync();
+  int traced = 0;
+  auto micro = loom::compile(
+      [&](const Tensor& x) {
+        ++traced;
+        Tensor loss = loom::sum(w * x);
+        loss.backward();
+        return loss;
+      },
+      {.name = "micro", .trace_once = true});
+  const Tensor x = loom::tensor<float>({3, 4}, {2});
+  for (int call = 1; call <= 3; ++call) {
+    micro(x);
+    EXPECT_EQ(w.grad().to_vector<float>(), (std::vector<float>{3.0f * call, 4.0f * call}));
+  }
+  w.reset_grad();  // zero_grad(set_to_none) between accumulations
+  for (int call = 1; call <= 2; ++call) {
+    micro(x);
+    EXPECT_EQ(w.grad().to_vector<float>(), (std::vector<float>{3.0f * call, 4.0f * call}));
+  }
+  EXPECT_EQ(traced, 2);
+  // A step that resets the grad itself first: any grad before the call fits.
+  auto fresh = loom::compile(
+      [&](const Tensor& xb) {
+        w.reset_grad();
+        Tensor loss = loom::sum(w * xb * xb);
+        loss.backward();
+        return loss;
+      },
+      {.name = "fresh", .trace_once = true});
+  for (int call = 0; call < 3; ++call) {
+    fresh(x);
+    EXPECT_EQ(w.grad().to_vector<float>(), (std::vector<float>{9.0f, 16.0f}));
+    if (call == 1) w.reset_grad();
+  }
+}
+
 TEST_F(CompileTest, TraceOnceReplaysFreshRandomNumbersAndRetracesOnNewShapes) {
   int traced = 0;
   auto step = loom::compile(

@@ -18,7 +18,8 @@
 // its in-place updates (parameters, optimizer state) are written back, into the old buffers
 // when nothing else holds them (donated). Host numbers read inside (a learning rate) are then
 // fixed at their first value, and updates must be in place (copy_, add_), as the optimizers'
-// are; random ops draw fresh numbers on every call.
+// are; random ops draw fresh numbers on every call. A backward inside the step accumulates
+// into the leaves' grads of each call (or starts them where none), as eager does.
 #pragma once
 
 #include <memory>

@@ -290,11 +290,10 @@ class Module:
 
     def zero_grad(self, set_to_none=True):
         for p in self.parameters():
-            if p.grad is not None:
-                if set_to_none:
-                    p.grad = None
-                else:
-                    p.grad.zero_()
+            if set_to_none:  # also when None: a compiled step learns the grad is reset
+                p.grad = None
+            elif p.grad is not None:
+                p.grad.zero_()
 
     # ---- dtype ----------------------------------------------------------------------------
 

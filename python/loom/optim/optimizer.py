@@ -168,11 +168,9 @@ class Optimizer:
     def zero_grad(self, set_to_none=True):
         for g in self.param_groups:
             for p in g["params"]:
-                if p.grad is None:
-                    continue
-                if set_to_none:
+                if set_to_none:  # also when None: a compiled step learns the grad is reset
                     p.grad = None
-                else:
+                elif p.grad is not None:
                     p.grad.zero_()
 
     def step(self, closure=None):
