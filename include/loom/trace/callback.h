@@ -5,7 +5,7 @@
 //       for (int64_t i = 0; i < r.numel(); ++i) r.data<float>()[i] = 2 * a[0].data<float>()[i];
 //       return std::vector<loom::HostArray>{r};
 //     });
-//     Tensor y = loom::pure_callback(twice, {x.dtype(), x.shape()}, {x})[0];
+//     Tensor y = loom::pure_callback(twice, {{x.dtype(), x.shape()}}, {x})[0];
 // Legal wherever ops are: in scan, while, assume_pure and compile bodies. The callback runs on
 // the thread that runs the program. It must be pure: loom may drop an unused call or merge
 // two with the same arguments.
