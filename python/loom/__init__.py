@@ -1,7 +1,7 @@
 """loom: a lazy-tensor tracing compiler, with PyTorch's names (see PYTHON_API.md)."""
 from . import _loom
 import os as _os
-_loom._set_package_dir(_os.path.dirname(_os.path.abspath(__file__)) + _os.sep)
+_loom._skip_frames_under(_os.path.dirname(_os.path.abspath(__file__)) + _os.sep)
 from ._loom import (Tensor, dtype, Error, LoomWarning, ShapeError, DTypeError, TraceError,
                     AutodiffError,
                     CompileError, ExecError, ParseError, DistError, Metrics, sync,

@@ -430,8 +430,9 @@ nb::object custom_vjp_call(nb::callable fn, nb::callable fwd, nb::callable bwd, 
 }  // namespace
 
 void register_tracing(nb::module_& m) {
-  m.def("_set_package_dir", &set_package_dir,
-        "Frames under this directory are loom's own: errors and graph names skip them.");
+  m.def("_skip_frames_under", &skip_frames_under,
+        "Frames under this directory are not the user's (loom's, torch's): errors and graph "
+        "names skip them.");
   nb::class_<PureFunction>(m, "PureFunction", nb::dynamic_attr(),
                            "A function traced once per signature (loom.assume_pure).")
       .def("__call__", &pure_call)

@@ -4,6 +4,7 @@
 #include <frameobject.h>
 #include <nanobind/stl/string.h>
 
+#include <algorithm>
 #include <mutex>
 #include <unordered_map>
 #include <unordered_set>
@@ -322,13 +323,21 @@ void call_statics(const TreeDef& def, const char* what, std::vector<detail::Stat
 }
 
 namespace {
-std::string& package_dir() {
-  static std::string dir;
-  return dir;
+std::vector<std::string>& skipped_dirs() {
+  static std::vector<std::string> dirs;
+  return dirs;
+}
+bool skipped(std::string_view file) {
+  for (const std::string& d : skipped_dirs())
+    if (file.substr(0, d.size()) == d) return true;
+  return false;
 }
 }  // namespace
 
-void set_package_dir(std::string dir) { package_dir() = std::move(dir); }
+void skip_frames_under(std::string dir) {
+  auto& dirs = skipped_dirs();
+  if (std::find(dirs.begin(), dirs.end(), dir) == dirs.end()) dirs.push_back(std::move(dir));
+}
 
 CallSite python_site() {
   // Per code object (the table holds a reference to each, so an address is never reused):
@@ -342,7 +351,6 @@ CallSite python_site() {
   static std::mutex mu;
   static std::unordered_set<std::string> interned;  // node-based: element addresses are stable
   static std::unordered_map<PyCodeObject*, Names> by_code;
-  const std::string& skip = package_dir();
   PyFrameObject* frame = PyEval_GetFrame();  // borrowed
   Py_XINCREF(frame);
   std::lock_guard<std::mutex> lock(mu);
@@ -361,7 +369,7 @@ CallSite python_site() {
       it = by_code.emplace(code, std::move(n)).first;
     }
     Py_DECREF(code);
-    if (skip.empty() || std::string_view(it->second.file).substr(0, skip.size()) != skip) {
+    if (!skipped(it->second.file)) {
       auto [at, fresh] = it->second.line_at.try_emplace(PyFrame_GetLasti(frame), 0);
       if (fresh) at->second = PyFrame_GetLineNumber(frame);
       Py_DECREF(frame);

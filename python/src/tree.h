@@ -70,9 +70,10 @@ void call_statics(const TreeDef& def, const char* what, std::vector<detail::Stat
 
 // The Python caller of the running binding (file and line of the innermost Python frame),
 // for error messages and graph names; the strings live as long as the process.
-// Frames of files under the loom package's directory (set_package_dir, at import) are skipped.
+// Frames of files under the directories given to skip_frames_under (the loom package's, at
+// import; torch's, when loom.torch is imported) are skipped.
 CallSite python_site();
-void set_package_dir(std::string dir);
+void skip_frames_under(std::string dir);
 
 // The Python caller as the user's site of what runs in its scope: a read releases the GIL, so
 // the frames cannot be walked from inside it (graph names, run-time errors' trace sites).

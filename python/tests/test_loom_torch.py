@@ -249,6 +249,18 @@ def test_an_op_without_lowering_is_a_clear_error():
         torch.linalg.inv(x)
 
 
+def test_a_run_time_error_names_the_users_line_not_torchs():
+    """An index out of range, found when the graph runs: the error names the line of the
+    program that made the lookup (not torch's nn.functional, which called the op)."""
+    import inspect
+    emb = nn.Embedding(10, 4).to(dev)
+    line = inspect.currentframe().f_lineno + 1
+    y = emb(torch.tensor([1, 12], device=dev))
+    with pytest.raises(loom.ExecError, match=rf"index 12 is out of range.*traced at "
+                                             rf"test_loom_torch\.py:{line}\b"):
+        y.sum().item()
+
+
 def test_writes_through_views_as_torch():
     """A write into a view reaches its base and the base's other views, as torch's aliasing."""
     def program(d):
@@ -571,6 +583,176 @@ def test_torch_compile_graph_breaks_and_recompiles_are_counted():
     assert any("print" in r or "builtin" in r for r in after["graph_break_reasons"]), after
     assert after["dynamo_frames"] > before["dynamo_frames"]
     assert "graph breaks" in lt.metrics_report()
+
+
+class _Factories(nn.Module):
+    """Tensors made inside the forward, on the input's device (the CPU under torch.compile):
+    nanoGPT's arange, ones, full, a 0-d zeros, a tensor constant, *_like, a copy to the index's
+    device; their backward recomputes some (Inductor's partition)."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb, self.pos, self.lin = nn.Embedding(8, 4), nn.Embedding(5, 4), nn.Linear(4, 8)
+
+    def forward(self, idx, y):
+        pos = torch.arange(0, idx.size(1), dtype=torch.long, device=idx.device)
+        h = self.emb(idx) + self.pos(pos) + torch.ones(4, device=idx.device)
+        h = torch.where(h > 0.5, h, torch.zeros((), device=h.device)) + torch.full_like(h, 0.5)
+        h = h * torch.tensor([1.0, 2.0, 3.0, 4.0]) + torch.full((4,), 0.25, device=h.device)
+        h = h.amax(-1, keepdim=True) * h.to(idx.device) + torch.zeros_like(h)
+        logits = self.lin(h)
+        return F.cross_entropy(logits.view(-1, 8), y.view(-1))
+
+
+@pytest.mark.skipif(not hasattr(torch, "compile"), reason="torch.compile needs torch >= 2.0")
+def test_torch_compile_makes_the_graphs_tensors_on_loom():
+    """A tensor a compiled graph makes on the CPU (the model's device) is made on loom, forward
+    and backward: values and gradients as eager (was: 'got a cpu tensor')."""
+    class AddOnes(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.l = nn.Linear(4, 4)
+
+        def forward(self, x):
+            return self.l(x) + torch.ones(4, device=x.device)
+
+    torch._dynamo.reset()
+    m = AddOnes()
+    x = torch.randn(2, 4)
+    torch.testing.assert_close(torch.compile(m, backend="loom")(x), m(x))
+    torch.manual_seed(0)
+    model = _Factories()
+    ref = copy.deepcopy(model)
+    idx, y = torch.randint(0, 8, (3, 5)), torch.randint(0, 8, (3, 5))
+    loss = torch.compile(model, backend="loom")(idx, y)
+    loss.backward()
+    want = ref(idx, y)
+    want.backward()
+    torch.testing.assert_close(loss.detach(), want.detach())
+    for (name, p), q in zip(model.named_parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, msg=lambda m: f"{name}: {m}")
+
+
+@pytest.mark.skipif(not hasattr(torch, "compile"), reason="torch.compile needs torch >= 2.0")
+def test_torch_compile_trains_nanogpt_as_eager():
+    """nanoGPT on the CPU under torch.compile(backend="loom") (its pos = torch.arange(...,
+    device=idx.device) is made in the graph; its attention is the CPU flash kernel's op):
+    step 0's gradients and three AdamW steps' losses as eager."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = GPT()
+    ref = copy.deepcopy(model)
+    compiled = torch.compile(model, backend="loom")
+    opts = [nanogpt_adamw(m, 1e-2) for m in (model, ref)]
+    for step, (idx, tg) in enumerate(batches(3)):
+        losses = []
+        for m in (compiled, ref):
+            loss = m(idx, tg)
+            loss.backward()
+            losses.append(loss.item())
+        assert losses[0] == pytest.approx(losses[1], rel=1e-5), step
+        if step == 0:
+            for (name, p), q in zip(model.named_parameters(), ref.parameters()):
+                torch.testing.assert_close(p.grad, q.grad, rtol=1.3e-6,
+                                           atol=1e-5 * q.grad.abs().max().item(),
+                                           msg=lambda m: f"{name}: {m}")
+        for o in opts:
+            o.step()
+            o.zero_grad()
+
+
+@pytest.mark.skipif(not hasattr(torch, "compile"), reason="torch.compile needs torch >= 2.0")
+def test_torch_compile_error_names_the_users_line():
+    """A loom.Error raised inside a compiled graph names the line of the program the op came
+    from (the FX node's stack trace), not only the generated graph's."""
+    def f(x):
+        y = x * 2
+        return torch.histc(y, bins=4)  # no lowering: loom.Error
+
+    torch._dynamo.reset()
+    with pytest.raises(loom.Error, match=r"(?s)aten.histc.default has no lowering.*"
+                                         r"test_loom_torch.py\", line \d+, in f.*torch.histc"):
+        torch.compile(f, backend="loom")(torch.randn(8))
+
+
+@pytest.mark.skipif(not hasattr(torch, "compile"), reason="torch.compile needs torch >= 2.0")
+def test_torch_compile_of_a_model_on_loom_runs_it_lazily():
+    """torch.compile(backend="loom") of a model already on loom's device runs it as loom.torch
+    does (one graph per step at lt.sync()): Dynamo compiles no frame and breaks no graph (it
+    cannot trace loom's tensor subclass), no warning; values and gradients as eager. A compiled
+    function called with loom tensors, and the decorator form, likewise."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    ref = nn.Sequential(nn.Linear(4, 8), nn.GELU(), nn.Linear(8, 1))
+    model = copy.deepcopy(ref).to(dev)
+    before = lt.compile_counters()
+    x = torch.randn(3, 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = torch.compile(model, backend="loom")(x.to(dev))
+        out.sum().backward()
+        f = torch.compile(lambda a, b: torch.tanh(a) * b, backend="loom")
+        got = f(x.to(dev), torch.ones(4, device=dev))
+
+        @torch.compile(backend="loom")
+        def g(a):
+            return a.exp().sum(0)
+        summed = g(x.to(dev))
+    after = lt.compile_counters()
+    assert after["dynamo_frames"] == before["dynamo_frames"]
+    assert after["graph_breaks"] == before["graph_breaks"]
+    want = ref(x)
+    want.sum().backward()
+    torch.testing.assert_close(lt.to_torch(out), want.detach())
+    torch.testing.assert_close(lt.to_torch(model[0].weight.grad), ref[0].weight.grad)
+    torch.testing.assert_close(lt.to_torch(got), torch.tanh(x))
+    torch.testing.assert_close(lt.to_torch(summed), x.exp().sum(0))
+
+
+def test_copy_from_loom_into_a_cpu_tensor():
+    """cpu.copy_(loom) writes the CPU tensor in place (the same object; casting and
+    broadcasting as torch, into a view too), as torch's copy_ moves values across devices;
+    param.data.copy_ under no_grad too. Another in-place op writing a CPU tensor from loom ones
+    is refused, naming the written-to tensor."""
+    src = torch.arange(6.0).view(2, 3)
+    dst = torch.zeros(2, 3)
+    assert dst.copy_(src.to(dev) * 2) is dst
+    torch.testing.assert_close(dst, src * 2)
+    wide = torch.zeros(2, 2, 3, dtype=torch.float64)
+    wide[1].copy_(src.to(dev)[0])  # a view of a CPU tensor, a float64 from float32, broadcast
+    want = torch.zeros(2, 2, 3, dtype=torch.float64)
+    want[1].copy_(src[0])
+    torch.testing.assert_close(wide, want)
+    p = nn.Parameter(torch.zeros(3))
+    with torch.no_grad():
+        p.data.copy_(torch.ones(3, device=dev) + 1)
+    torch.testing.assert_close(p.detach(), torch.full((3,), 2.0))
+    with pytest.raises(loom.Error, match=r"aten.add_.Tensor writes into a cpu tensor "
+                                         r"torch.float32\[3\]"):
+        torch.zeros(3).add_(torch.ones(3, device=dev))
+
+
+def test_load_state_dict_of_a_checkpoint_mapped_to_loom_into_a_cpu_model():
+    """nanoGPT's resume: torch.load(ckpt, map_location=lt.device()) gives loom tensors, and a
+    model on the CPU takes them with load_state_dict (copy_ loom -> CPU, into its own parameter
+    objects): the loaded model computes what the saved one does."""
+    torch.manual_seed(0)
+    saved = GPT()
+    buf = io.BytesIO()
+    torch.save({"model": saved.state_dict()}, buf)
+    buf.seek(0)
+    ckpt = torch.load(buf, map_location=lt.device())
+    assert all(isinstance(v, lt.LoomTensor) for v in ckpt["model"].values())
+    torch.manual_seed(1)
+    fresh = GPT()
+    params = [id(p) for p in fresh.parameters()]
+    fresh.load_state_dict(ckpt["model"])
+    assert [id(p) for p in fresh.parameters()] == params
+    assert not any(isinstance(p, lt.LoomTensor) for p in fresh.parameters())
+    for (name, p), q in zip(fresh.named_parameters(), saved.parameters()):
+        assert torch.equal(p.detach(), q.detach()), name
+    idx, tg = batches(1)[0]
+    torch.testing.assert_close(fresh(idx, tg), saved(idx, tg))
 
 
 def test_module_to_cpu_moves_in_place_as_torch():

@@ -22,21 +22,30 @@ randperm, linspace, eye made by torch and moved). lt.to_loom(tree) moves tensors
 and modules (in place) to loom; lt.to_torch(tree) gives CPU tensors, and a CPU copy of a
 module. torch.save stores loom tensors as CPU ones.
 An aten op the table does not lower raises loom.Error naming the op, its overload and its
-arguments; CPU tensors beside loom ones raise loom.Error too (CPU scalars and copy_ aside).
+arguments. CPU tensors mix with loom ones only where torch mixes CPU and CUDA tensors: a 0-d
+CPU tensor is a number, copy_ moves values either way (cpu_t.copy_(loom_t) writes the CPU
+tensor in place: model_on_cpu.load_state_dict of a state dict on loom), and CPU indices are
+moved; any other mix raises loom.Error.
 
 F.scaled_dot_product_attention (torch >= 2.0) on loom tensors is loom's attention, one op.
 A write through a view (x[0].add_(1), x[:, 1] = v) reaches the base and its live views, as
 in torch (expand and split views cannot be written: loom.Error).
-torch.compile(model, backend="loom") (torch >= 2.0) runs Dynamo's graphs on loom, training
-through aot_autograd, for a model on the CPU. Tested with torch 1.13 and 2.9 (test_loom_torch.py; OpInfo
-samples in test_loom_torch_opinfo.py; scripts/test-torch2.sh).
+torch.compile(model, backend="loom") (torch >= 2.0) takes a model on the CPU and runs
+Dynamo's graphs on loom, training through aot_autograd (see loom.torch._compile). A model on
+loom's device needs no torch.compile (loom.torch traces it lazily, one graph per step at
+lt.sync(); Dynamo cannot trace loom's tensor subclass): a call with loom tensors skips Dynamo.
+Tested with torch 1.13 and 2.9 (test_loom_torch.py; OpInfo samples in
+test_loom_torch_opinfo.py; scripts/test-torch2.sh).
 
 The seed's tools, with torch_xla's signatures, on torch callables: lt.assume_pure(fn) (over
 functional_call), lt.scan(fn, init, xs), lt.scan_layers(layers, x, is_layer_pure=...) over a
 ModuleList, lt.fori_loop(lower, upper, body_fn, *carried), lt.while_loop(cond_fn, body_fn,
-carried), lt.compile(fn). Each traces fn once per signature; assume_pure, scan and scan_layers
-are differentiable through torch's autograd (loom's VJP of the region).
+carried), lt.compile(fn). assume_pure traces fn once per signature (later calls insert the
+cached body); the loops trace their body once per call into one loop node, whatever the trip
+count (the next call's graph hits the compile cache); assume_pure, scan and scan_layers are
+differentiable through torch's autograd (loom's VJP of the region).
 """
+import os
 import warnings
 
 import torch
@@ -52,6 +61,9 @@ from ._tensor import (DEVICE, LoomTensor, is_loom_device, loom_dtype, move_modul
                       to_torch, to_torch_tensor)
 from . import _compile
 from ._tools import assume_pure, compile, fori_loop, fused, scan, scan_layers, while_loop
+
+# An op's site in errors and graph names is the user's line, not torch's (F.cross_entropy's).
+loom._loom._skip_frames_under(os.path.dirname(os.path.abspath(torch.__file__)) + os.sep)
 
 __all__ = ["device", "sync", "to_loom", "to_torch", "LoomTensor", "metrics", "metrics_report",
            "assume_pure", "scan", "scan_layers", "while_loop", "fori_loop", "compile",

@@ -1,21 +1,36 @@
-"""torch.compile(model, backend="loom") on torch >= 2.0: Dynamo's FX graphs, through
-aot_autograd for training (with Inductor's min-cut partition: the backward recomputes views
-and cheap ops rather than saving them), run on loom. Each graph's aten ops go through the same
-lowering table as eager loom.torch; the graph's inputs (CPU tensors, parameters included) are
-read in place (loom never writes into memory it borrows; the graph runs before the call
-returns) and its outputs come back as CPU tensors over loom's memory (DLPack, no copy; an
-output whose memory another output, a kept tensor or an input shares is copied), as torch_xla's
-openxla backend gives CPU tensors for a CPU model, except the tensors the forward saves for the
-backward: they stay on loom between the two graphs (an input saved so is copied first).
-Counted in aten_ops_lowered() and fx_graphs_compiled()."""
+"""torch.compile(model, backend="loom") on torch >= 2.0, for a model on the CPU: Dynamo's FX
+graphs, through aot_autograd for training (with Inductor's min-cut partition: the backward
+recomputes views and cheap ops rather than saving them), run on loom. Each graph's aten ops go
+through the same lowering table as eager loom.torch; the graph's inputs (CPU tensors,
+parameters included) are read in place (loom never writes into memory it borrows; the graph
+runs before the call returns) and its outputs come back as CPU tensors over loom's memory
+(DLPack, no copy; an output whose memory another output, a kept tensor or an input shares is
+copied), as torch_xla's openxla backend gives CPU tensors for a CPU model, except the tensors
+the forward saves for the backward: they stay on loom between the two graphs (an input saved
+so is copied first).
+Inside a graph the CPU device is loom's: a tensor the graph makes (arange, ones, full, randn,
+a tensor constant, ... on the CPU) is made on loom, and a loom.Error raised in a graph names
+the line of the program its op came from. Counted in aten_ops_lowered() and
+fx_graphs_compiled().
+
+A model already on loom's device needs no torch.compile: loom.torch traces it lazily itself,
+one graph per step at lt.sync(), and Dynamo cannot trace loom's tensor subclass (it breaks its
+graph at every op, with warnings; the values stay right). So a call of what
+torch.compile(..., backend="loom") returns whose inputs, or whose module's parameters, are loom
+tensors skips Dynamo and runs the model as plain loom.torch (_eager_on_loom)."""
+import functools
+import os
 import sys
 
 import torch
+from torch.utils._pytree import tree_map
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import loom
 
+from . import _dispatch
 from ._dispatch import _STATS
-from ._tensor import LoomTensor, from_cpu, to_torch_tensor
+from ._tensor import LoomTensor, from_cpu, is_loom_device, loom_dtype, to_torch_tensor
 
 
 def _saved_from():
@@ -72,6 +87,109 @@ def _aliased(given, outs, args):
     return copy
 
 
+def _has_loom(args, kwargs):
+    for a in (*args, *kwargs.values()):
+        if isinstance(a, LoomTensor) or (isinstance(a, (list, tuple)) and
+                                         any(isinstance(x, LoomTensor) for x in a)):
+            return True
+    return False
+
+
+def _to_loom(a):
+    """A CPU tensor with dims as a LoomTensor (a 0-d one stays: a number beside loom's)."""
+    if isinstance(a, torch.Tensor) and not isinstance(a, LoomTensor) and a.dim() > 0:
+        return LoomTensor(from_cpu(a))
+    return a
+
+
+def _dtype(kwargs, *values):
+    """The factory's dtype: dtype=, else torch's rule for the values (bool, int64, the default
+    floating dtype)."""
+    dt = kwargs.get("dtype")
+    if dt is None:
+        if values and all(isinstance(v, bool) for v in values):
+            dt = torch.bool
+        elif all(isinstance(v, int) for v in values):
+            dt = torch.int64
+        else:
+            dt = torch.get_default_dtype()
+    return loom_dtype(dt)
+
+
+def _made_on_loom(func, args, kwargs):
+    """aten's factories that loom makes itself (no data moved); None for the others."""
+    name = func.overloadpacket.__name__
+    if kwargs.get("generator") is not None:
+        return None  # torch's generator: drawn by torch, then moved
+    if name == "scalar_tensor":
+        return loom.full([], args[0], dtype=_dtype(kwargs, args[0]))
+    if name in ("zeros", "empty", "empty_strided", "ones", "randn", "rand"):
+        make = {"ones": loom.ones, "randn": loom.randn, "rand": loom.rand}.get(name, loom.zeros)
+        return make(*args[0], dtype=_dtype(kwargs, 0.0))
+    if name == "full":
+        return loom.full(list(args[0]), args[1], dtype=_dtype(kwargs, args[1]))
+    if name == "arange" and all(isinstance(v, (int, float)) for v in args):
+        return loom.arange(*args, dtype=_dtype(kwargs, *args))
+    return None
+
+
+class _CpuIsLoom(TorchDispatchMode):
+    """Active while a graph runs: the graph's device is the CPU (the model's), which here means
+    loom's. An op with loom operands is dispatched to loom with its CPU tensors moved (tensor
+    constants) and a copy to the CPU (x.to(idx.device)) staying on loom; a factory (arange,
+    ones, full, randn, ...) or an op on CPU tensors alone makes its result on loom, as the
+    graph's other tensors are (Dynamo and aot_autograd write them on the CPU)."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if _has_loom(args, kwargs):
+            args = [[_to_loom(x) for x in a] if isinstance(a, (list, tuple)) else _to_loom(a)
+                    for a in args]
+            kwargs = {k: _to_loom(v) for k, v in kwargs.items()}
+            if "device" in kwargs and not is_loom_device(kwargs["device"]):
+                del kwargs["device"]
+            return _dispatch.dispatch(func, tuple(args), kwargs)
+        dev = kwargs.get("device")
+        if dev is None or torch.device(dev).type == "cpu":
+            made = _made_on_loom(func, args, kwargs)
+            if made is not None:
+                _STATS["lowered"] += 1
+                return LoomTensor(made)
+        out = func(*args, **kwargs)  # torch's values on the CPU, moved (randint, constants)
+        return tree_map(lambda v: LoomTensor(from_cpu(v)) if isinstance(v, torch.Tensor) and
+                        not isinstance(v, LoomTensor) and v.device.type == "cpu" else v, out)
+
+
+_LIBRARY_DIRS = tuple(f'"{os.path.dirname(m.__file__)}{os.sep}' for m in (torch, loom))
+
+
+def _at_user_line(err, gm):
+    """err with the line of the user's program whose op the graph was running when loom raised
+    it (the FX node's stack trace), else err as it is."""
+    try:
+        tb, line = err.__traceback__, None
+        code = gm.forward.__code__
+        while tb is not None:
+            if tb.tb_frame.f_code is code:
+                line = tb.tb_lineno
+            tb = tb.tb_next
+        index = gm._lineno_map.get(line - code.co_firstlineno) if line is not None else None
+        node = list(gm.graph.nodes)[index] if index is not None else None
+        trace = (node.meta.get("stack_trace") or "").rstrip() if node is not None else ""
+    except (AttributeError, TypeError, IndexError):
+        return err
+    if not trace:
+        return err
+    lines = trace.splitlines()
+    frames = [i for i, line in enumerate(lines) if line.lstrip().startswith("File ")]
+    # the innermost frame of the user's code: not torch's (nn.Module), not loom.torch's
+    ours = [i for i in frames if not any(d in lines[i] for d in _LIBRARY_DIRS)]
+    at = (ours or frames or [0])[-1]
+    where = "\n".join(lines[at:at + 2])
+    return type(err)(f"{err}\n  in the graph torch.compile(backend=\"loom\") made of your "
+                     f"program, at {node.target}, from:\n{where}")
+
+
 def _on_loom(gm, example_inputs, keep_from=None):
     _STATS["fx_graphs"] = _STATS.get("fx_graphs", 0) + 1
 
@@ -83,8 +201,11 @@ def _on_loom(gm, example_inputs, keep_from=None):
                 a = LoomTensor(_borrow(a))
                 borrowed.add(id(a._elem))
             inputs.append(a)
-        with torch.no_grad():
-            outs = gm(*inputs)
+        try:
+            with torch.no_grad(), _CpuIsLoom():
+                outs = gm(*inputs)
+        except loom.Error as e:
+            raise _at_user_line(e, gm) from None
         loom.sync()  # the borrowed inputs are read before their tensors can change
         seq = outs if isinstance(outs, (list, tuple)) else [outs]
         back = list(seq)
@@ -129,8 +250,65 @@ def counters():
     return out
 
 
+def _holds_loom(args, kwargs, module=None):
+    """Whether a call's arguments (one level of lists, tuples and dicts) or the module's first
+    parameter or buffer are loom tensors."""
+    for a in (*args, *kwargs.values()):
+        if isinstance(a, dict):
+            a = list(a.values())
+        if isinstance(a, LoomTensor) or (isinstance(a, (list, tuple)) and
+                                         any(isinstance(x, LoomTensor) for x in a)):
+            return True
+    if module is not None:
+        first = next(iter(module.parameters()), None)
+        if first is None:
+            first = next(iter(module.buffers()), None)
+        return isinstance(first, LoomTensor)
+    return False
+
+
+def _eager_on_loom(original):
+    """torch.compile with backend "loom": a call whose inputs (or whose module's parameters) are
+    on loom's device runs the model as it is, on loom.torch's lazy tracing (one graph per step
+    at lt.sync()), since Dynamo cannot trace loom's tensor subclass (it would break its graph
+    at every op, with warnings); a call with CPU tensors goes through Dynamo to the loom
+    backend. Other backends are untouched."""
+    def compile(model=None, **kwargs):
+        if model is None:  # the decorator form: @torch.compile(backend="loom")
+            return lambda m: compile(m, **kwargs)
+        out = original(model, **kwargs)
+        if kwargs.get("backend") != "loom" or kwargs.get("disable"):
+            return out
+        if isinstance(out, torch.nn.Module) and hasattr(out, "_orig_mod"):
+            traced = out.forward  # OptimizedModule: Dynamo's forward, on the instance
+
+            def forward(*args, **kw):
+                if _holds_loom(args, kw, out._orig_mod):
+                    return out._orig_mod(*args, **kw)
+                return traced(*args, **kw)
+            out.forward = forward
+            return out
+        if not callable(out) or out is model:
+            return out
+        inner = getattr(model, "__self__", None)  # a bound method: its module's parameters
+        inner = inner if isinstance(inner, torch.nn.Module) else None
+
+        @functools.wraps(out)
+        def run(*args, **kw):
+            if _holds_loom(args, kw, inner):
+                return model(*args, **kw)
+            return out(*args, **kw)
+        return run
+    compile.__wrapped__ = original
+    compile.__doc__ = original.__doc__
+    compile._skips_loom_calls = True
+    return compile
+
+
 def register():
-    """Registers the Dynamo backend "loom" (torch >= 2.0; a no-op on 1.13)."""
+    """Registers the Dynamo backend "loom" (torch >= 2.0; a no-op on 1.13), for models on the
+    CPU, and wraps torch.compile so that a call on loom's tensors skips Dynamo (see the module's
+    docstring)."""
     try:
         from torch._dynamo import list_backends, register_backend
         from torch._dynamo.backends.common import aot_autograd
@@ -147,4 +325,6 @@ def register():
             pass
         register_backend(name="loom")(aot_autograd(fw_compiler=_forward, bw_compiler=_on_loom,
                                                    **kw))
+    if not getattr(torch.compile, "_skips_loom_calls", False):
+        torch.compile = _eager_on_loom(torch.compile)
     return True

@@ -14,7 +14,7 @@ from torch.utils._mode_utils import no_dispatch
 
 import loom
 
-from ._tensor import DEVICE, LoomTensor, contiguous_strides, from_cpu, wrap
+from ._tensor import DEVICE, LoomTensor, contiguous_strides, from_cpu, to_torch_tensor, wrap
 
 TABLE = {}
 _STATS = {"lowered": 0}
@@ -103,6 +103,8 @@ def dispatch(func, args, kwargs):
                          f"{len(TABLE)} aten names")
     if kwargs and type(kwargs.get("out")) is LoomTensor and not inplace:
         return _out_variant(func, name, fn, args, kwargs)
+    if inplace and type(args[0]) is not LoomTensor and isinstance(args[0], torch.Tensor):
+        return _write_cpu(func, name, args, kwargs)
     if name == "copy_" and isinstance(args[1], torch.Tensor) and \
             not isinstance(args[1], LoomTensor) and args[1].dim() > 0:
         args = (args[0], LoomTensor(from_cpu(args[1]))) + tuple(args[2:])  # CPU -> loom
@@ -125,6 +127,25 @@ def dispatch(func, args, kwargs):
     if view and isinstance(args[0], LoomTensor):
         _link_views(args[0], wrapped, name, fn, rest[1:], kw, func)
     return wrapped
+
+
+def _write_cpu(func, name, args, kwargs):
+    """An in-place op whose destination is a CPU tensor and whose other operands are on loom:
+    copy_ materializes its source and writes it into the CPU tensor (the same object), as
+    torch's copy_ moves data across devices (model_on_cpu.load_state_dict of a state dict on
+    loom); any other op is refused, as torch refuses mixing devices."""
+    dst = args[0]
+    if name != "copy_":
+        raise loom.Error(f"[loom.torch] aten.{name}.{func._overloadname} writes into a "
+                         f"{dst.device.type} tensor {dst.dtype}{list(dst.shape)} from tensors on "
+                         f"loom's device (arguments: {_describe(args)}): expected the written-to "
+                         f"tensor on loom's device too; move it with .to(lt.device()), or bring "
+                         f"the others to the CPU with .cpu() (copy_ moves values either way)")
+    src = args[1]
+    _STATS["lowered"] += 1
+    with no_dispatch():
+        dst.copy_(to_torch_tensor(src) if isinstance(src, LoomTensor) else src)
+    return dst
 
 
 def _out_variant(func, name, fn, args, kwargs):

@@ -599,6 +599,30 @@ def _sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
                                            enable_gqa)
 
 
+# torch.compile of a CPU model: aot_autograd's graph names the CPU's flash kernel (forward and
+# backward) for F.scaled_dot_product_attention without dropout; here loom's attention op.
+
+@lowers("_scaled_dot_product_flash_attention_for_cpu")
+def _sdpa_flash_cpu(q, k, v, dropout_p=0.0, is_causal=False, attn_mask=None, scale=None):
+    out = LF.scaled_dot_product_attention(q, k, v, attn_mask, dropout_p, is_causal, scale)
+    # logsumexp: only the backward below reads it, and it recomputes the attention instead
+    return out, loom.zeros(*q.shape[:-1], dtype=loom.float32)
+
+
+@lowers("_scaled_dot_product_flash_attention_for_cpu_backward")
+def _sdpa_flash_cpu_backward(grad, q, k, v, out, logsumexp, dropout_p, is_causal,
+                             attn_mask=None, scale=None):
+    if dropout_p:
+        raise loom.Error("[loom.torch] aten._scaled_dot_product_flash_attention_for_cpu_backward "
+                         f"with dropout_p={dropout_p}: loom cannot redraw the forward's dropout; "
+                         "expected dropout_p=0 (torch's CPU flash kernel has none)")
+    leaves = [x.detach().requires_grad_() for x in (q, k, v)]
+    with loom.enable_grad():
+        o = LF.scaled_dot_product_attention(*leaves, attn_mask, 0.0, is_causal, scale)
+        (o * grad).sum().backward()
+    return tuple(x.grad if x.grad is not None else loom.zeros_like(x) for x in leaves)
+
+
 @lowers("tril", "tril_")
 def _tril(x, diagonal=0):
     return loom.tril(x, diagonal)

@@ -1,6 +1,7 @@
 """The seed's tools for torch callables (torch_xla's signatures): assume_pure, scan, fori_loop,
-while_loop and compile. Each traces its torch function once per signature into loom's IR
-(the function runs on LoomTensors, so its aten ops become loom ops) and is differentiable
+while_loop and compile. Each traces its torch function into loom's IR (the function runs on
+LoomTensors, so its aten ops become loom ops): assume_pure once per signature, the loops once
+per call into one loop node whatever the trip count. assume_pure and the loops are differentiable
 through torch's autograd: a torch.autograd.Function whose backward is loom's VJP of the
 traced region, recorded lazily into the same graph (where loom's CSE shares the forward)."""
 import torch
@@ -291,9 +292,9 @@ def _functional_call():
 def scan_layers(layers, x, is_layer_pure=False):
     """torch_xla's scan_layers: x through every layer of `layers` (a ModuleList of layers of one
     structure: the same parameter and buffer names, shapes and dtypes), as one loop over the
-    layers' stacked tensors, traced once whatever the depth; differentiable (each layer's
-    parameters get their gradients). is_layer_pure is accepted for torch_xla's signature: the
-    layer is traced once either way."""
+    layers' stacked tensors, the layer traced once per call whatever the depth; differentiable
+    (each layer's parameters get their gradients). is_layer_pure is accepted for torch_xla's
+    signature: the layer is traced once per call either way."""
     layers = list(layers)
     if not layers:
         raise loom.TraceError("[loom.torch.scan_layers] expected at least one layer, got none")
