@@ -146,6 +146,7 @@ class custom_vjp:
                             f"{type(fn).__name__}")
         self.fn = fn
         self.fwd = self.bwd = None
+        self._seen = {}  # "fn" / "fwd": the output's structure at an earlier call
         functools.update_wrapper(self, fn)
 
     def defvjp(self, fwd, bwd):
@@ -153,6 +154,7 @@ class custom_vjp:
         if not callable(fwd) or not callable(bwd):
             raise TypeError("custom_vjp.defvjp: fwd and bwd must be callable")
         self.fwd, self.bwd = fwd, bwd
+        self._seen.pop("fwd", None)
         return self
 
     def __call__(self, *args, **kwargs):
@@ -165,14 +167,20 @@ class custom_vjp:
         if id(self) in _fwd_tracing():  # fwd calling the function itself, as JAX's docs do
             return self.fn(*args)
         bwd, fwd = self.bwd, self.fwd
+        name = getattr(self.fn, "__name__", "the function")
+        used_fwd = []
 
         def forward(*a):
             active = _fwd_tracing()
             active.add(id(self))
             try:
-                return fwd(*a)
+                out = fwd(*a)
             finally:
                 active.discard(id(self))
+            if isinstance(out, tuple) and len(out) == 2:
+                used_fwd.append(1)
+                self._check_structure(_structure(out[0]), "fwd", name)
+            return out
 
         def backward(res, g):
             grads = bwd(res, g)
@@ -180,7 +188,21 @@ class custom_vjp:
                 return grads  # the core says what is wrong
             return tuple(_zeros_for_none(gk, ak) for gk, ak in zip(grads, args))
 
-        return _loom._custom_vjp_call(self.fn, forward, backward, *args)
+        out = _loom._custom_vjp_call(self.fn, forward, backward, *args)
+        if not used_fwd:
+            self._check_structure(_structure(out), "fn", name)
+        return out
+
+    def _check_structure(self, got, whose, name):
+        """fwd's output and the function's have one structure (as JAX requires): else the
+        result's structure would change with grad mode."""
+        self._seen[whose] = got
+        other = self._seen.get("fn" if whose == "fwd" else "fwd", got)
+        if other != got:
+            fwd_s, fn_s = (got, other) if whose == "fwd" else (other, got)
+            del self._seen[whose]
+            raise TypeError(f"custom_vjp: the fwd of {name} returns an output of structure "
+                            f"{fwd_s}; expected the structure of {name}'s own output, {fn_s}")
 
 
 _FWD = threading.local()
@@ -193,6 +215,18 @@ def _fwd_tracing():
     if s is None:
         s = _FWD.active = set()
     return s
+
+
+def _structure(tree):
+    """A pytree's structure (containers, keys, where tensors are), comparable and printable."""
+    if isinstance(tree, _loom.Tensor):
+        return "Tensor"
+    if isinstance(tree, dict):
+        return {k: _structure(v) for k, v in tree.items()}
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(_structure(v) for v in tree) if not hasattr(tree, "_fields") else \
+            (type(tree).__name__, tuple(_structure(v) for v in tree))
+    return type(tree).__name__
 
 
 def _zeros_for_none(grad, arg):

@@ -210,6 +210,13 @@ def test_bad_backwards_are_clear_errors():
     with pytest.raises(loom.TraceError, match="fwd reads a tensor f32\\[2\\] that requires grad "
                                               "from outside its arguments"):
         f(x)
+    # fwd's output of another structure than the function's (JAX refuses it too): the result
+    # would change structure with grad mode.
+    f.defvjp(lambda x: ((x * 2, x), None), lambda r, g: (g[0],))
+    assert f(x.detach()).tolist() == [2.0, 4.0]  # without gradients f runs plainly
+    with pytest.raises(TypeError, match=r"fwd of f returns an output of structure "
+                                        r"\('Tensor', 'Tensor'\); expected .* output, Tensor"):
+        f(x)
     g = loom.custom_vjp(lambda x: x)
     with pytest.raises(TypeError, match="no backward yet"):
         g(x)

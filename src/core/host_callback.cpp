@@ -72,7 +72,8 @@ void call_host_callback(int64_t id, const std::vector<HostArray>& args,
   if (got.size() != want.size())
     throw ExecError("pure_callback",
                     str_cat("[pure_callback] the callback '", e->name, "' returned ", got.size(),
-                            " array(s); expected ", want.size(), ": ", types()));
+                            " array(s); expected ", want.size(), " (", types(),
+                            "; a returned tuple or list holds one array per result)"));
   for (size_t k = 0; k < want.size(); ++k) {
     const HostArray& r = got[k];
     if (!(r.type == want[k]))
