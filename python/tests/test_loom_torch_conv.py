@@ -72,6 +72,32 @@ def test_conv_transpose(kw):
     check(lambda x, w: F.conv_transpose1d(x, w, **kw), rand(2, 4, 7), rand(4, 2, 3, seed=1))
 
 
+CONV_MISTAKES = [  # the call, on a device; the words torch and loom both say
+    (lambda d: nn.Conv2d(4, 8, 3).to(d)(torch.randn(2, 3, 28, 28).to(d)),
+     r"groups=1, weight of size \[8, 4, 3, 3\], expected input\[2, 3, 28, 28\] to have 4 "
+     r"channels, but got 3 channels instead"),
+    (lambda d: F.conv1d(torch.randn(2, 6, 9).to(d), torch.randn(8, 4, 3).to(d), groups=2),
+     r"groups=2, weight of size \[8, 4, 3\], expected input\[2, 6, 9\] to have 8 channels"),
+    (lambda d: F.conv2d(torch.randn(2, 8, 9, 9).to(d), torch.randn(9, 4, 3, 3).to(d), groups=2),
+     r"groups=2, expected weight to be divisible by 2 at dimension 0"),
+    (lambda d: F.conv_transpose2d(torch.randn(2, 3, 9, 9).to(d), torch.randn(4, 3, 3, 3).to(d)),
+     r"transposed=1, weight of size \[4, 3, 3, 3\], expected input\[2, 3, 9, 9\] to have 4 "
+     r"channels, but got 3"),
+    (lambda d: F.conv2d(torch.randn(2, 4, 9, 9).to(d), torch.randn(8, 4, 3, 3).to(d),
+                        torch.randn(7).to(d)),
+     r"expected bias to be 1-dimensional with 8 elements, but got bias of size \[7\]"),
+]
+
+
+@pytest.mark.parametrize("case", range(len(CONV_MISTAKES)))
+def test_conv_shape_mistakes_are_named_before_any_reshape_as_torch_names_them(case):
+    call, words = CONV_MISTAKES[case]
+    with pytest.raises(RuntimeError, match=words):
+        call("cpu")
+    with pytest.raises(loom.ShapeError, match=r"aten\.convolution: given .*" + words):
+        call(dev)
+
+
 POOLS = [
     lambda x: F.max_pool2d(x, 3, 2, 1),
     lambda x: F.max_pool2d(x, 2, 2, 1, dilation=2, ceil_mode=True),
@@ -116,6 +142,33 @@ def test_batch_norm_values_gradients_and_running_stats(training):
         torch.testing.assert_close(lt.to_torch(got), want)
     if training:
         assert not torch.equal(ref_stats[1], stats[1])
+
+
+@pytest.mark.parametrize("training", [True, False])
+@pytest.mark.parametrize("shape", [(16, 8, 26, 26), (256, 16)], ids=["2d", "1d"])
+def test_batch_norm_is_as_accurate_as_eager_far_from_zero(shape, training):
+    """float32 batch norm of values near 1000, forward and backward, against float64: within a
+    small factor of eager's own float32 error (the statistics summed in float32 over [0, 2, 3]
+    were 20-60x off)."""
+    g = torch.Generator().manual_seed(3)
+    c = shape[1]
+    x, dy = 1000 + torch.randn(*shape, generator=g), torch.randn(*shape, generator=g)
+    w, b = torch.rand(c, generator=g) + 0.5, torch.randn(c, generator=g)
+    stats = [1000 + torch.randn(c, generator=g), torch.rand(c, generator=g) + 0.5]
+
+    def run(dtype, device):
+        leaves = [t.to(dtype).to(device).requires_grad_() for t in (x, w, b)]
+        y = F.batch_norm(leaves[0], *(s.to(dtype).to(device) for s in stats), *leaves[1:],
+                         training=training)
+        (y * dy.to(dtype).to(device)).sum().backward()
+        return [lt.to_torch(t).double() for t in [y.detach()] + [t.grad for t in leaves]]
+
+    want = run(torch.float64, "cpu")
+    eager, got = run(torch.float32, "cpu"), run(torch.float32, dev)
+    for name, e, l, r in zip(["out", "x.grad", "w.grad", "b.grad"], eager, got, want):
+        scale = r.abs().max()
+        err, eager_err = float((l - r).abs().max() / scale), float((e - r).abs().max() / scale)
+        assert err <= 3 * max(eager_err, 1e-7), f"{name}: {err:.2e}, eager {eager_err:.2e}"
 
 
 def test_gather_scatter_and_their_reductions():

@@ -154,17 +154,31 @@ def _bias_view(bias, ndim):
     return bias.reshape(1, -1, *([1] * (ndim - 2)))
 
 
-def _check_conv(op, x, weight):
+def _check_conv(op, x, weight, transposed, groups, bias=None):
+    """torch's checks of a convolution's shapes, and its words (before any reshape fails)."""
+    where, w, xs = f"[loom.torch] aten.{op}:", list(weight.shape), list(x.shape)
     if x.ndim != weight.ndim or x.ndim < 3:
-        raise loom.ShapeError(f"[loom.torch] aten.{op}: expected a batched input with "
-                              f"{weight.ndim - 2} spatial dims for a weight of shape "
-                              f"{list(weight.shape)}, got an input of shape {list(x.shape)}")
+        raise loom.ShapeError(f"{where} expected a batched input with {weight.ndim - 2} spatial "
+                              f"dims for a weight of shape {w}, got an input of shape {xs}")
+    if groups < 1 or w[0] < groups or w[0] % groups:
+        raise loom.ShapeError(f"{where} given groups={groups}, expected weight to be divisible "
+                              f"by {groups} at dimension 0, but got weight of size {w} instead")
+    given = "transposed=1" if transposed else f"groups={groups}"
+    channels = w[0] if transposed else w[1] * groups
+    if xs[1] != channels:
+        raise loom.ShapeError(f"{where} given {given}, weight of size {w}, expected input{xs} "
+                              f"to have {channels} channels, but got {xs[1]} channels instead")
+    outs = w[1] * groups if transposed else w[0]
+    if bias is not None and list(bias.shape) != [outs]:
+        raise loom.ShapeError(f"{where} given weight of size {w}, expected bias to be "
+                              f"1-dimensional with {outs} elements, but got bias of size "
+                              f"{list(bias.shape)} instead")
 
 
 @lowers("convolution", "_convolution", "convolution_overrideable")
 def _convolution(x, weight, bias, stride, padding, dilation, transposed, output_padding, groups,
                  *cudnn_flags):
-    _check_conv("convolution", x, weight)
+    _check_conv("convolution", x, weight, transposed, groups, bias)
     nd = weight.ndim - 2
     if transposed:
         size = [(i - 1) * s - 2 * p + d * (k - 1) + op + 1 for i, s, p, d, k, op in
@@ -186,7 +200,7 @@ def _convolution_backward_overrideable(grad, x, weight, stride, padding, dilatio
 @lowers("convolution_backward")
 def _convolution_backward(grad, x, weight, bias_sizes, stride, padding, dilation, transposed,
                           output_padding, groups, output_mask):
-    _check_conv("convolution_backward", x, weight)
+    _check_conv("convolution_backward", x, weight, transposed, groups)
     gx = gw = gb = None
     if output_mask[0]:
         gx = _conv(grad, weight, stride, padding, dilation, groups, list(x.shape[2:])) \
@@ -420,17 +434,31 @@ def _channel(v, ndim):
     return v.reshape(1, -1, *([1] * (ndim - 2)))
 
 
+def _channel_sum(x):
+    """x [N, C, *spatial] summed over every axis but the channels -> [C] float64, as eager's CPU
+    batch norm sums. In float32, loom's CPU backend adds all of a channel's N * H * W values into
+    one running sum (only a trailing axis's run goes in vector lanes): 50x eager's error at
+    [16, 8, 26, 26] near 1000. The spatial axes first, then the samples: faster than one float64
+    reduction over [0, 2, 3]."""
+    x = loom.to(x, loom.float64)
+    if x.ndim > 2:
+        x = loom.sum(x, list(range(2, x.ndim)))  # [N, C]
+    return loom.sum(x, [0])
+
+
 def _batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps):
     """-> out, save_mean, save_invstd, the new running mean and var (None where absent)."""
-    dims = [0] + list(range(2, x.ndim))
     new_mean, new_var = running_mean, running_var
     if training:
-        mean = loom.mean(x, dims)
-        xc = x - _channel(mean, x.ndim)
-        var = loom.mean(xc * xc, dims)
-        invstd = loom.rsqrt(var + eps)
-        y = xc * _channel(invstd, x.ndim)
         n = x.numel() // x.shape[1]
+        inv_n = 1 / n if n else math.nan
+        # Past the sums the [C] values are x's type: each consumer of a small value recomputes
+        # it, and a float64 rsqrt there cost 2 ms a step at [16, 64, 56, 56].
+        mean = loom.to(_channel_sum(x) * inv_n, x.dtype)
+        xc = x - _channel(mean, x.ndim)
+        var = _channel_sum(xc * xc) * inv_n  # float64
+        invstd = loom.rsqrt(loom.to(var, x.dtype) + eps)
+        y = xc * _channel(invstd, x.ndim)
         if running_mean is not None:
             new_mean = running_mean * (1 - momentum) + loom.to(mean, running_mean.dtype) * momentum
         if running_var is not None:
@@ -497,24 +525,24 @@ def _native_batch_norm_functional(x, weight, bias, running_mean, running_var, tr
 @lowers("native_batch_norm_backward")
 def _native_batch_norm_backward(grad, x, weight, running_mean, running_var, save_mean,
                                 save_invstd, train, eps, output_mask):
-    dims = [0] + list(range(2, x.ndim))
     if train:
         mean, invstd = save_mean, save_invstd
     else:
         mean = loom.to(running_mean, x.dtype)
         invstd = loom.rsqrt(loom.to(running_var, x.dtype) + eps)
     xhat = (x - _channel(mean, x.ndim)) * _channel(invstd, x.ndim)
-    gb = loom.sum(grad, dims)
-    gw = loom.sum(grad * xhat, dims)
+    gb, gw = _channel_sum(grad), _channel_sum(grad * xhat)  # float64
     scale = invstd if weight is None else invstd * weight
     gx = None
     if output_mask[0]:
         if train:
             n = x.numel() // x.shape[1]
-            gx = _channel(scale, x.ndim) * (grad - _channel(gb / n, x.ndim) -
-                                            xhat * _channel(gw / n, x.ndim))
+            inv_n = 1 / n if n else math.nan
+            gb_n, gw_n = (_channel(loom.to(g * inv_n, x.dtype), x.ndim) for g in (gb, gw))
+            gx = _channel(scale, x.ndim) * (grad - gb_n - xhat * gw_n)
         else:
             gx = grad * _channel(scale, x.ndim)
+    gw, gb = loom.to(gw, grad.dtype), loom.to(gb, grad.dtype)
     return gx, gw if output_mask[1] else None, gb if output_mask[2] else None
 
 
