@@ -264,6 +264,8 @@ void record(TraceContext& ctx, StepCache& c, CallSignature sig, const std::vecto
       in.kind = StepCache::Input::Baked;  // host numbers and data read once
       in.baked = bound[k];
     }
+    // A grad the graph reads must be there at a replay, whatever the step does to it later.
+    if (in.kind == StepCache::Input::LeafGrad) e.grads[in.arg].need = StepCache::Grad::Defined;
     e.inputs.push_back(std::move(in));
   }
   e.exe = runtime::compile_partitioned(g, &e.partition);

@@ -210,6 +210,29 @@ TEST_F(CompileTest, TraceOnceAccumulatesGradientsAcrossCalls) {
     EXPECT_EQ(w.grad().to_vector<float>(), (std::vector<float>{9.0f, 16.0f}));
     if (call == 1) w.reset_grad();
   }
+  // The backward outside, the update and the reset inside (a step of the optimizer alone):
+  // each replay reads the grad of its call.
+  auto update = loom::compile(
+      [&](const Tensor& rate) {
+        {
+          loom::NoGradGuard no_grad;
+          w.add_(w.grad() * rate);
+        }
+        w.reset_grad();
+        return w;
+      },
+      {.name = "update", .trace_once = true});
+  w.reset_grad();
+  float w0 = w.to_vector<float>()[0];
+  for (int call = 1; call <= 3; ++call) {
+    loom::sum(w * static_cast<float>(call)).backward();  // dw = call
+    update(loom::tensor(-0.5f));
+    w0 -= 0.5f * static_cast<float>(call);
+    EXPECT_EQ(w.to_vector<float>()[0], w0);
+    EXPECT_FALSE(w.grad().defined());
+  }
+  // No grad at this call: not the recorded step (which reads one), but a trace of its own.
+  EXPECT_THROW(update(loom::tensor(-0.5f)), loom::Error);
 }
 
 TEST_F(CompileTest, TraceOnceReplaysFreshRandomNumbersAndRetracesOnNewShapes) {
