@@ -173,7 +173,7 @@ void record(TraceContext& ctx, StepCache& c, CallSignature sig, const std::vecto
             std::shared_ptr<const void> like) {
   StepCache::Entry e;
   std::vector<TensorImpl*> impls;
-  std::vector<TensorImpl*> grad_impls;  // each grad's new value, or null
+  std::vector<TensorImpl*> grad_impls;                  // each grad's new value, or null
   std::vector<std::shared_ptr<TensorImpl>> grad_start;  // and the grad it read, or null
   for (const TraceContext::StepState::GradTouch& t : st.grads) {
     StepCache::Grad g;
