@@ -254,3 +254,34 @@ TEST_F(CpuColumnReductions, ArgmaxTakesTheFirstMaximumAndTheFirstNaN) {
 }
 
 }  // namespace
+
+// float32 sums add in levels (a partial per reduced loop, long loops in blocks), so the error
+// grows with the extents' sum, not the number of elements: against the float64 sum of the
+// same float32 values (1000 + a uniform in [-1, 1), a mean far from zero as a batch norm's
+// statistics see), within a few float32 roundings; one running sum is off by 10-40x that.
+TEST_F(CpuColumnReductions, FloatSumsStayNearTheirFloat64Value) {
+  struct Sum {
+    Shape shape;
+    std::vector<int64_t> axes;
+  };
+  const std::vector<Sum> sums{{{16, 8, 26, 26}, {0, 2, 3}},  // the row path over three axes
+                              {{16384, 64}, {0}},            // a column reduction
+                              {{1 << 21}, {0}},              // one long row
+                              {{8, 256, 384}, {0, 1}}};      // a bias gradient's sum
+  uint64_t state = 42;
+  for (const Sum& c : sums) {
+    SCOPED_TRACE(::testing::Message() << c.shape);
+    std::vector<float> xv(static_cast<size_t>(c.shape.numel()));
+    for (float& v : xv) {
+      state = state * 6364136223846793005ull + 1442695040888963407ull;
+      v = 1000.0f + static_cast<float>(static_cast<double>(state >> 11) * 0x1p-52 - 1.0);
+    }
+    const std::vector<float> got = loom::sum(loom::tensor(xv, c.shape), c.axes).to_vector<float>();
+    const std::vector<double> want =
+        loom::sum(loom::to(loom::tensor(xv, c.shape), DType::Float64), c.axes)
+            .to_vector<double>();
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i)
+      EXPECT_LE(std::abs(got[i] - want[i]), 4e-7 * std::abs(want[i])) << "at " << i;
+  }
+}

@@ -112,6 +112,13 @@ void Emitter::elementwise_stage(const Stage& s, const std::vector<Value*>& oc) {
 }
 
 // ---- reductions --------------------------------------------------------------------
+namespace {
+// Elements of a long innermost reduced loop summed on their own before joining the total.
+constexpr int64_t kSumBlock = 65536;
+// Reduced points of a column reduction's long loop summed on their own before joining.
+constexpr int64_t kColumnBlock = 256;
+}  // namespace
+
 void Emitter::reduce_stage(const Stage& s, const std::vector<Value*>& oc) {
   const ir::Node& red = g_.node(s.node);
   NodeId in = red.operands[0].node;
@@ -130,7 +137,21 @@ void Emitter::reduce_stage(const Stage& s, const std::vector<Value*>& oc) {
   auto* idx = argmax ? entry_alloca(b_.getInt64Ty()) : nullptr;
   b_.CreateStore(reduce_init(red.op, dt, ct), acc);
   if (argmax) b_.CreateStore(b_.getInt64(INT64_MAX), idx);
-  std::vector<Value*> rv(s.reduced.size());
+  const size_t nr = s.reduced.size();
+  // A floating sum adds in levels: each reduced loop into its own partial, added to the one
+  // around it when the loop ends (and a long innermost loop in blocks of kSumBlock), so the
+  // rounding error grows with the sum of the extents, not their product: one running sum of
+  // [16, 8, 26, 26] over [0, 2, 3] near 1000 was off by 50x torch's error.
+  const bool levels = red.op == OpKind::ReduceSum && is_floating(dt) && nr > 0;
+  std::vector<llvm::AllocaInst*> part(nr + 1, acc);  // part[l]: what level l's loop adds into
+  llvm::AllocaInst* blocks = levels ? entry_alloca(ct) : nullptr;
+  if (levels)
+    for (size_t l = 1; l <= nr; ++l) part[l] = entry_alloca(ct);
+  auto add_into = [&](llvm::AllocaInst* to, llvm::AllocaInst* from) {
+    b_.CreateStore(combine(OpKind::ReduceSum, dt, b_.CreateLoad(ct, to), b_.CreateLoad(ct, from)),
+                   to);
+  };
+  std::vector<Value*> rv(nr);
   Value* best = nullptr;  // argmax's second pass: the maximum
   std::function<void(size_t, Value*)> nest = [&](size_t level, Value* flat) {
     if (level == s.reduced.size()) {
@@ -146,20 +167,37 @@ void Emitter::reduce_stage(const Stage& s, const std::vector<Value*>& oc) {
         Value* i = b_.CreateLoad(b_.getInt64Ty(), idx);
         b_.CreateStore(b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, i, at), idx);
       } else {
-        Value* a = b_.CreateLoad(ct, acc);
-        b_.CreateStore(combine(argmax ? OpKind::ReduceMax : red.op, dt, a, x), acc);
+        Value* a = b_.CreateLoad(ct, part[nr]);
+        b_.CreateStore(combine(argmax ? OpKind::ReduceMax : red.op, dt, a, x), part[nr]);
       }
       return;
     }
     int64_t ext = s.shape[s.reduced[level]];
-    loop(
-        b_.getInt64(0), b_.getInt64(ext),
-        [&](Value* iv) {
-          rv[level] = iv;
-          Value* f = level ? b_.CreateAdd(b_.CreateMul(flat, b_.getInt64(ext)), iv) : iv;
-          nest(level + 1, f);
-        },
-        /*parallel=*/level + 1 == s.reduced.size());
+    auto run = [&](Value* lo, Value* hi) {
+      if (levels) b_.CreateStore(reduce_init(red.op, dt, ct), part[level + 1]);
+      loop(
+          lo, hi,
+          [&](Value* iv) {
+            rv[level] = iv;
+            Value* f = level ? b_.CreateAdd(b_.CreateMul(flat, b_.getInt64(ext)), iv) : iv;
+            nest(level + 1, f);
+          },
+          /*parallel=*/level + 1 == nr);
+    };
+    if (!levels) return run(b_.getInt64(0), b_.getInt64(ext));
+    if (level + 1 < nr || ext <= kSumBlock) {
+      run(b_.getInt64(0), b_.getInt64(ext));
+      return add_into(part[level], part[level + 1]);
+    }
+    b_.CreateStore(reduce_init(red.op, dt, ct), blocks);
+    loop(b_.getInt64(0), b_.getInt64((ext + kSumBlock - 1) / kSumBlock), [&](Value* blk) {
+      Value* lo = b_.CreateMul(blk, b_.getInt64(kSumBlock));
+      run(lo, b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin,
+                                       b_.CreateAdd(lo, b_.getInt64(kSumBlock)),
+                                       b_.getInt64(ext)));
+      add_into(blocks, part[level + 1]);
+    });
+    add_into(part[level], blocks);
   };
   hoisting([&] { nest(0, nullptr); });
   if (argmax) {
@@ -204,16 +242,35 @@ void Emitter::column_stage(const Stage& s, const std::vector<Value*>& oc) {
   llvm::Type* ct = compute_type(dt);
   const size_t r = s.shape.size(), nr = s.reduced.size(), nk = r - nr;
   const int64_t n = s.shape[r - 1];
-  auto* acc = entry_alloca(llvm::ArrayType::get(ct, static_cast<uint64_t>(s.columns)));
+  llvm::Type* row_type = llvm::ArrayType::get(ct, static_cast<uint64_t>(s.columns));
+  auto* acc = entry_alloca(row_type);
   Value* j0 = b_.CreateMul(oc.back(), b_.getInt64(s.columns));
   Value* width = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, b_.getInt64(s.columns),
                                           b_.CreateSub(b_.getInt64(n), j0));
-  auto slot = [&](Value* j) { return b_.CreateInBoundsGEP(ct, acc, j); };
-  auto get = [&](Value* j) { return in_group(b_.CreateLoad(ct, slot(j))); };
-  auto set = [&](Value* j, Value* v) { in_group(b_.CreateStore(v, slot(j))); };
-  loop(
-      b_.getInt64(0), width, [&](Value* j) { set(j, reduce_init(red.op, dt, ct)); },
-      /*parallel=*/true);
+  auto slot = [&](Value* row, Value* j) { return b_.CreateInBoundsGEP(ct, row, j); };
+  auto get = [&](Value* row, Value* j) { return in_group(b_.CreateLoad(ct, slot(row, j))); };
+  auto set = [&](Value* row, Value* j, Value* v) { in_group(b_.CreateStore(v, slot(row, j))); };
+  auto fill = [&](Value* row) {
+    loop(
+        b_.getInt64(0), width, [&](Value* j) { set(row, j, reduce_init(red.op, dt, ct)); },
+        /*parallel=*/true);
+  };
+  fill(acc);
+  // A floating sum adds in levels, as reduce_stage's: a row of partials per reduced loop, and
+  // a long loop in blocks of kColumnBlock points (a column's sum is otherwise one running sum
+  // over every reduced point: [16384, 64] over axis 0 was off by 40x torch's error).
+  const bool levels = red.op == OpKind::ReduceSum && is_floating(dt);
+  std::vector<Value*> rows(nr + 1, acc), block_rows(nr, nullptr);
+  for (size_t l = 0; levels && l < nr; ++l) {
+    rows[l + 1] = entry_alloca(row_type);
+    if (s.shape[s.reduced[l]] > kColumnBlock) block_rows[l] = entry_alloca(row_type);
+  }
+  auto add_rows = [&](Value* to, Value* from) {
+    loop(
+        b_.getInt64(0), width,
+        [&](Value* j) { set(to, j, combine(OpKind::ReduceSum, dt, get(to, j), get(from, j))); },
+        /*parallel=*/true);
+  };
   // Loop variables: the kept dims but the last (outer), the reduced dims, the column.
   std::vector<size_t> var_of(r);
   for (size_t d = 0, kept = 0; d < r; ++d) {
@@ -225,11 +282,28 @@ void Emitter::column_stage(const Stage& s, const std::vector<Value*>& oc) {
   std::vector<Value*> rv(nr);
   std::function<void(size_t)> nest = [&](size_t level) {
     if (level < nr) {
-      loop(b_.getInt64(0), b_.getInt64(s.shape[s.reduced[level]]), [&](Value* iv) {
-        rv[level] = iv;
-        nest(level + 1);
+      const int64_t ext = s.shape[s.reduced[level]];
+      auto run = [&](Value* lo, Value* hi) {
+        if (levels) fill(rows[level + 1]);
+        loop(lo, hi, [&](Value* iv) {
+          rv[level] = iv;
+          nest(level + 1);
+        });
+      };
+      if (!levels) return run(b_.getInt64(0), b_.getInt64(ext));
+      if (!block_rows[level]) {
+        run(b_.getInt64(0), b_.getInt64(ext));
+        return add_rows(rows[level], rows[level + 1]);
+      }
+      fill(block_rows[level]);
+      loop(b_.getInt64(0), b_.getInt64((ext + kColumnBlock - 1) / kColumnBlock), [&](Value* blk) {
+        Value* lo = b_.CreateMul(blk, b_.getInt64(kColumnBlock));
+        run(lo, b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin,
+                                         b_.CreateAdd(lo, b_.getInt64(kColumnBlock)),
+                                         b_.getInt64(ext)));
+        add_rows(block_rows[level], rows[level + 1]);
       });
-      return;
+      return add_rows(rows[level], block_rows[level]);
     }
     loop(
         b_.getInt64(0), width,
@@ -240,7 +314,7 @@ void Emitter::column_stage(const Stage& s, const std::vector<Value*>& oc) {
           memo_.clear();
           Coords c(r);
           for (size_t d = 0; d < r; ++d) c[d] = var(var_of[d], r);
-          set(j, combine(red.op, dt, get(j), eval(in, c)));
+          set(rows[nr], j, combine(red.op, dt, get(rows[nr], j), eval(in, c)));
         },
         /*parallel=*/true);
   };
@@ -252,7 +326,8 @@ void Emitter::column_stage(const Stage& s, const std::vector<Value*>& oc) {
       [&](Value* j) {
         vars_.assign(oc.begin(), oc.end() - 1);
         vars_.push_back(b_.CreateAdd(j0, j));
-        store(s.out_buf, 0, s.out_strides, out, round_to(get(j), red.type.dtype), red.type.dtype);
+        store(s.out_buf, 0, s.out_strides, out, round_to(get(acc, j), red.type.dtype),
+              red.type.dtype);
       },
       /*parallel=*/true);
 }
