@@ -278,8 +278,7 @@ TEST_F(CpuColumnReductions, FloatSumsStayNearTheirFloat64Value) {
     }
     const std::vector<float> got = loom::sum(loom::tensor(xv, c.shape), c.axes).to_vector<float>();
     const std::vector<double> want =
-        loom::sum(loom::to(loom::tensor(xv, c.shape), DType::Float64), c.axes)
-            .to_vector<double>();
+        loom::sum(loom::to(loom::tensor(xv, c.shape), DType::Float64), c.axes).to_vector<double>();
     ASSERT_EQ(got.size(), want.size());
     for (size_t i = 0; i < got.size(); ++i)
       EXPECT_LE(std::abs(got[i] - want[i]), 4e-7 * std::abs(want[i])) << "at " << i;

@@ -193,8 +193,7 @@ void Emitter::reduce_stage(const Stage& s, const std::vector<Value*>& oc) {
     loop(b_.getInt64(0), b_.getInt64((ext + kSumBlock - 1) / kSumBlock), [&](Value* blk) {
       Value* lo = b_.CreateMul(blk, b_.getInt64(kSumBlock));
       run(lo, b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin,
-                                       b_.CreateAdd(lo, b_.getInt64(kSumBlock)),
-                                       b_.getInt64(ext)));
+                                       b_.CreateAdd(lo, b_.getInt64(kSumBlock)), b_.getInt64(ext)));
       add_into(blocks, part[level + 1]);
     });
     add_into(part[level], blocks);
