@@ -1187,3 +1187,22 @@ def test_out_variants_write_their_out_as_torch():
     torch.add(lt.to_loom(a), lt.to_loom(b), out=got)
     assert got.dtype == torch.float64
     torch.testing.assert_close(lt.to_torch(got), ref)
+
+
+@pytest.mark.skipif(not hasattr(torch, "compile"),
+                    reason="the warning needs torch >= 2.0's global optimizer hook")
+def test_an_optimizer_made_before_the_move_to_loom_is_told():
+    """torch keeps a module's Parameter objects when it moves it to CUDA; loom's .to() makes
+    new ones, so an optimizer made before the move would step the CPU ones: said once."""
+    m = nn.Linear(4, 2)
+    stale = torch.optim.SGD(m.parameters(), lr=0.1)
+    m.to(dev)
+    m(torch.randn(3, 4, device=dev)).sum().backward()
+    with pytest.warns(UserWarning, match=r"SGD holds a model's parameters from before "
+                                         r"module\.to\(lt\.device\(\)\)"):
+        stale.step()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        stale.step()  # once per optimizer
+        fresh = torch.optim.SGD(m.parameters(), lr=0.1)
+        fresh.step()

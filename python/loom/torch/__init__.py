@@ -59,7 +59,7 @@ from . import _dispatch
 from ._dispatch import TABLE, _STATS
 from ._tensor import (DEVICE, LoomTensor, is_loom_device, loom_dtype, move_module, to_loom,
                       to_torch, to_torch_tensor)
-from . import _compile
+from . import _compile, _tensor
 from ._tools import assume_pure, compile, fori_loop, fused, scan, scan_layers, while_loop
 
 # An op's site in errors and graph names is the user's line, not torch's (F.cross_entropy's).
@@ -377,6 +377,27 @@ def device():
 
 _install()
 _compile.register()
+
+
+def _stale_optimizer(opt, args, kwargs):
+    """An optimizer step over Parameters a move to loom replaced: said once per optimizer."""
+    if not _tensor.MOVED_PARAMS or getattr(opt, "_loom_warned", False):
+        return
+    for group in opt.param_groups:
+        if group["params"] and id(group["params"][0]) in _tensor.MOVED_PARAMS:
+            opt._loom_warned = True
+            warnings.warn(f"loom.torch: this {type(opt).__name__} holds a model's parameters from "
+                          f"before module.to(lt.device()) (the CPU ones; loom's .to() makes new "
+                          f"Parameters), so its step changes nothing on loom: make the optimizer "
+                          f"after moving the model", stacklevel=3)
+            return
+
+
+try:  # torch >= 2.0; torch 1.13 has no global optimizer hook
+    from torch.optim.optimizer import register_optimizer_step_pre_hook
+    register_optimizer_step_pre_hook(_stale_optimizer)
+except ImportError:
+    pass
 
 
 def sync():

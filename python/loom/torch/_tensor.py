@@ -1,6 +1,7 @@
 """The torch.Tensor wrapper subclass that holds a lazy loom tensor, and the dispatch of aten
 ops to the lowering table (_lowering.py)."""
 import sys
+import weakref
 
 import numpy as np
 import torch
@@ -175,6 +176,12 @@ def to_torch_tensor(x):
     return torch.from_numpy(np.array(e.numpy()))
 
 
+# ids of the CPU Parameters a move to loom replaced (while they live): an optimizer made before
+# the move holds them, and its step changes nothing on loom (torch keeps the Parameter objects
+# when it moves a module to CUDA; a tensor subclass cannot take a Parameter's place in them).
+MOVED_PARAMS = set()
+
+
 def move_module(module, convert):
     """Replaces a module's parameters and buffers by convert(tensor), each distinct tensor once,
     so tied weights stay tied (torch's Module._apply converts a tied weight once per owner)."""
@@ -187,6 +194,9 @@ def move_module(module, convert):
                 if id(t) not in memo:
                     new = convert(t.detach())
                     memo[id(t)] = torch.nn.Parameter(new, t.requires_grad) if is_param else new
+                    if is_param and isinstance(new, LoomTensor) and not isinstance(t, LoomTensor):
+                        MOVED_PARAMS.add(id(t))
+                        weakref.finalize(t, MOVED_PARAMS.discard, id(t))
                 table[name] = memo[id(t)]
         if hasattr(mod, "_flat_weights_names"):  # nn.LSTM/GRU/RNN keep a list of their weights
             mod._flat_weights = [getattr(mod, n, None) for n in mod._flat_weights_names]
