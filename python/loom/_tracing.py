@@ -8,6 +8,7 @@ tensors only. The trees are flattened in C++ (python/src/tree.cpp): a cached cal
 Python beyond that.
 """
 import functools
+import itertools
 import threading
 
 from . import _creation, _loom
@@ -218,15 +219,8 @@ def _fwd_tracing():
 
 
 def _structure(tree):
-    """A pytree's structure (containers, keys, where tensors are), comparable and printable."""
-    if isinstance(tree, _loom.Tensor):
-        return "Tensor"
-    if isinstance(tree, dict):
-        return {k: _structure(v) for k, v in tree.items()}
-    if isinstance(tree, (list, tuple)):
-        return type(tree)(_structure(v) for v in tree) if not hasattr(tree, "_fields") else \
-            (type(tree).__name__, tuple(_structure(v) for v in tree))
-    return type(tree).__name__
+    """A pytree's structure, its leaves shown as 'Tensor' (comparable, printable)."""
+    return _unflatten(_flatten(tree, lambda x, path: None)[1], itertools.repeat("Tensor"))
 
 
 def _zeros_for_none(grad, arg):

@@ -323,38 +323,36 @@ void call_statics(const TreeDef& def, const char* what, std::vector<detail::Stat
 }
 
 namespace {
-std::vector<std::string>& skipped_dirs() {
-  static std::vector<std::string> dirs;
-  return dirs;
-}
-bool skipped(std::string_view file) {
-  for (const std::string& d : skipped_dirs())
-    if (file.substr(0, d.size()) == d) return true;
-  return false;
-}
+std::mutex site_mu;                  // python_site's tables and the directories below
+std::vector<std::string> skip_dirs;  // skip_frames_under's
+uint32_t skip_generation = 1;        // bumped by each new directory
 }  // namespace
 
 void skip_frames_under(std::string dir) {
-  auto& dirs = skipped_dirs();
-  if (std::find(dirs.begin(), dirs.end(), dir) == dirs.end()) dirs.push_back(std::move(dir));
+  std::lock_guard<std::mutex> lock(site_mu);
+  if (std::find(skip_dirs.begin(), skip_dirs.end(), dir) != skip_dirs.end()) return;
+  skip_dirs.push_back(std::move(dir));
+  ++skip_generation;
 }
 
 CallSite python_site() {
   // Per code object (the table holds a reference to each, so an address is never reused):
-  // its file and function names, interned. A site costs a walk of the frames, one lookup and
-  // one prefix compare per frame; no string is built after a code's first call.
+  // its file and function names, interned, and whether its file is under a skipped directory.
+  // A site costs a walk of the frames and one lookup per frame; no string is built or compared
+  // after a code's first call (or the first after a new skipped directory).
   struct Names {
     const char* file;
     const char* function;
     std::unordered_map<int, int> line_at;  // bytecode offset -> line (decoding costs ~3k instr)
+    uint32_t skip_generation = 0;          // `skipped` holds for this generation of skip_dirs
+    bool skipped = false;
   };
-  static std::mutex mu;
   static std::unordered_set<std::string> interned;  // node-based: element addresses are stable
   static std::unordered_map<PyCodeObject*, Names> by_code;
   PyFrameObject* frame = PyEval_GetFrame();  // borrowed
   Py_XINCREF(frame);
-  std::lock_guard<std::mutex> lock(mu);
-  while (frame) {                                 // the innermost frame outside the loom package
+  std::lock_guard<std::mutex> lock(site_mu);
+  while (frame) {  // the innermost frame outside the skipped directories
     PyCodeObject* code = PyFrame_GetCode(frame);  // new reference
     auto it = by_code.find(code);
     if (it == by_code.end()) {
@@ -369,11 +367,18 @@ CallSite python_site() {
       it = by_code.emplace(code, std::move(n)).first;
     }
     Py_DECREF(code);
-    if (!skipped(it->second.file)) {
-      auto [at, fresh] = it->second.line_at.try_emplace(PyFrame_GetLasti(frame), 0);
+    Names& n = it->second;
+    if (n.skip_generation != skip_generation) {
+      n.skipped = false;
+      for (const std::string& d : skip_dirs)
+        n.skipped = n.skipped || std::string_view(n.file).substr(0, d.size()) == d;
+      n.skip_generation = skip_generation;
+    }
+    if (!n.skipped) {
+      auto [at, fresh] = n.line_at.try_emplace(PyFrame_GetLasti(frame), 0);
       if (fresh) at->second = PyFrame_GetLineNumber(frame);
       Py_DECREF(frame);
-      return CallSite(it->second.file, it->second.function, static_cast<uint32_t>(at->second));
+      return CallSite(n.file, n.function, static_cast<uint32_t>(at->second));
     }
     PyFrameObject* back = PyFrame_GetBack(frame);  // new reference
     Py_DECREF(frame);

@@ -358,6 +358,8 @@ std::shared_ptr<const backend::Executable> compile_partitioned(
   return compile_cached(p.graph, &g);
 }
 
+namespace {
+// Whether g, or a region of one of its nodes, calls host code (pure_callback).
 bool calls_host(const ir::Graph& g) {
   for (ir::NodeId id = 0; id < g.size(); ++id) {
     const ir::Node& n = g.node(id);
@@ -367,6 +369,7 @@ bool calls_host(const ir::Graph& g) {
   }
   return false;
 }
+}  // namespace
 
 SyncHit compile_sync(const Hash128* key, const ir::Graph& g, std::vector<uint32_t> slots,
                      std::vector<TensorType> slot_types) {

@@ -254,18 +254,17 @@ void record(TraceContext& ctx, StepCache& c, CallSignature sig, const std::vecto
       in.layout = s.sharding;
       for (size_t a = 0; a < leaves.size(); ++a)
         if (leaves[a].impl() == owner.get()) in.kind = StepCache::Input::Arg, in.arg = a;
-      for (size_t k = 0; k < e.grads.size(); ++k)
-        if (grad_start[k] == owner) {
+      for (size_t j = 0; j < e.grads.size(); ++j)
+        if (grad_start[j] == owner) {  // read from the leaf at a replay, so it must be there
           in.kind = StepCache::Input::LeafGrad;
-          in.arg = k;
+          in.arg = j;
           in.owner = nullptr;
+          e.grads[j].need = StepCache::Grad::Defined;
         }
     } else {
       in.kind = StepCache::Input::Baked;  // host numbers and data read once
       in.baked = bound[k];
     }
-    // A grad the graph reads must be there at a replay, whatever the step does to it later.
-    if (in.kind == StepCache::Input::LeafGrad) e.grads[in.arg].need = StepCache::Grad::Defined;
     e.inputs.push_back(std::move(in));
   }
   e.exe = runtime::compile_partitioned(g, &e.partition);

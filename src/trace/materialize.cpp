@@ -181,24 +181,24 @@ void TraceContext::materialize(const std::vector<TensorImpl*>& requested, bool a
   if (hit && !cached_plan_fits(*hit.plan)) hit = {};
   std::vector<uint8_t> donated;
   std::vector<Buffer> inputs;
-  if (hit) {
+  const bool cached = static_cast<bool>(hit);
+  if (cached) {
 #ifndef NDEBUG
     std::vector<uint32_t> check_slots;
     LOOM_ASSERT(ir::fingerprint(cut(impls, &check_slots)) == hit.plan->fingerprint);
     LOOM_ASSERT(check_slots == hit.plan->slots);
 #endif
-    inputs = bind(hit.plan->slots, full && !hit.plan->calls_host ? &donated : nullptr);
-    runtime::count_sync_seconds(now_seconds() - t0);
   } else {
     std::vector<uint32_t> slot_ids;
     ir::Graph g = cut(impls, &slot_ids);
-    inputs = bind(slot_ids, full && !runtime::calls_host(g) ? &donated : nullptr);
     std::vector<TensorType> types;
     types.reserve(slot_ids.size());
     for (uint32_t s : slot_ids) types.push_back(slots_[s].type);
     runtime::count_sync_seconds(now_seconds() - t0);
     hit = runtime::compile_sync(keyed ? &key : nullptr, g, std::move(slot_ids), std::move(types));
   }
+  inputs = bind(hit.plan->slots, full && !hit.plan->calls_host ? &donated : nullptr);
+  if (cached) runtime::count_sync_seconds(now_seconds() - t0);
   std::vector<Buffer> out;
   try {
     out = runtime::run_sync(hit, inputs, donated);

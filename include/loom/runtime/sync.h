@@ -91,8 +91,6 @@ SyncHit find_sync(const Hash128& key);
 // plan under it (the index is bounded: it is cleared when full).
 SyncHit compile_sync(const Hash128* key, const ir::Graph& g, std::vector<uint32_t> slots,
                      std::vector<TensorType> slot_types);
-// Whether g, or a region of one of its nodes, calls host code (pure_callback).
-bool calls_host(const ir::Graph& g);
 // Runs a plan: counts a sync (and, for a plan found by find_sync, a compile-cache hit under
 // the current graph name), the donated outputs, and the run.
 std::vector<Buffer> run_sync(const SyncHit& hit, std::span<const Buffer> inputs,

@@ -178,24 +178,10 @@ class _BackwardFactories(TorchDispatchMode):
             # through torch's dispatcher (most of a backward's ops)
             return _dispatch.dispatch(func, args, kwargs)
         if is_loom_device(kwargs.get("device")):
-            made = _factory_op(func, args, kwargs)
+            made = _dispatch.factory_op(func, args, kwargs)
             if made is not None:
                 return made
         return func(*args, **kwargs)
-
-
-def _factory_op(func, args, kwargs):
-    name = func.overloadpacket.__name__
-    dt = loom_dtype(kwargs.get("dtype") or torch.get_default_dtype())
-    if name == "scalar_tensor":
-        return LoomTensor(loom.full([], args[0], dtype=dt))
-    if name in ("zeros", "empty", "new_zeros", "new_empty"):
-        return LoomTensor(loom.zeros(*args[-1], dtype=dt))
-    if name in ("ones", "new_ones"):
-        return LoomTensor(loom.ones(*args[-1], dtype=dt))
-    if name == "full":
-        return LoomTensor(loom.full(list(args[0]), args[1], dtype=dt))
-    return None
 
 
 def _involves_loom(*trees):

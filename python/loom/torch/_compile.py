@@ -30,7 +30,7 @@ import loom
 
 from . import _dispatch
 from ._dispatch import _STATS
-from ._tensor import LoomTensor, from_cpu, is_loom_device, loom_dtype, to_torch_tensor
+from ._tensor import LoomTensor, from_cpu, is_loom_device, to_torch_tensor
 
 
 def _saved_from():
@@ -87,11 +87,20 @@ def _aliased(given, outs, args):
     return copy
 
 
-def _has_loom(args, kwargs):
+def _holds_loom(args, kwargs, module=None):
+    """Whether a call's arguments (one level of lists, tuples and dicts) or the module's first
+    parameter or buffer are loom tensors."""
     for a in (*args, *kwargs.values()):
+        if isinstance(a, dict):
+            a = list(a.values())
         if isinstance(a, LoomTensor) or (isinstance(a, (list, tuple)) and
                                          any(isinstance(x, LoomTensor) for x in a)):
             return True
+    if module is not None:
+        first = next(iter(module.parameters()), None)
+        if first is None:
+            first = next(iter(module.buffers()), None)
+        return isinstance(first, LoomTensor)
     return False
 
 
@@ -100,37 +109,6 @@ def _to_loom(a):
     if isinstance(a, torch.Tensor) and not isinstance(a, LoomTensor) and a.dim() > 0:
         return LoomTensor(from_cpu(a))
     return a
-
-
-def _dtype(kwargs, *values):
-    """The factory's dtype: dtype=, else torch's rule for the values (bool, int64, the default
-    floating dtype)."""
-    dt = kwargs.get("dtype")
-    if dt is None:
-        if values and all(isinstance(v, bool) for v in values):
-            dt = torch.bool
-        elif all(isinstance(v, int) for v in values):
-            dt = torch.int64
-        else:
-            dt = torch.get_default_dtype()
-    return loom_dtype(dt)
-
-
-def _made_on_loom(func, args, kwargs):
-    """aten's factories that loom makes itself (no data moved); None for the others."""
-    name = func.overloadpacket.__name__
-    if kwargs.get("generator") is not None:
-        return None  # torch's generator: drawn by torch, then moved
-    if name == "scalar_tensor":
-        return loom.full([], args[0], dtype=_dtype(kwargs, args[0]))
-    if name in ("zeros", "empty", "empty_strided", "ones", "randn", "rand"):
-        make = {"ones": loom.ones, "randn": loom.randn, "rand": loom.rand}.get(name, loom.zeros)
-        return make(*args[0], dtype=_dtype(kwargs, 0.0))
-    if name == "full":
-        return loom.full(list(args[0]), args[1], dtype=_dtype(kwargs, args[1]))
-    if name == "arange" and all(isinstance(v, (int, float)) for v in args):
-        return loom.arange(*args, dtype=_dtype(kwargs, *args))
-    return None
 
 
 class _CpuIsLoom(TorchDispatchMode):
@@ -142,7 +120,7 @@ class _CpuIsLoom(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if _has_loom(args, kwargs):
+        if _holds_loom(args, kwargs):
             args = [[_to_loom(x) for x in a] if isinstance(a, (list, tuple)) else _to_loom(a)
                     for a in args]
             kwargs = {k: _to_loom(v) for k, v in kwargs.items()}
@@ -151,10 +129,10 @@ class _CpuIsLoom(TorchDispatchMode):
             return _dispatch.dispatch(func, tuple(args), kwargs)
         dev = kwargs.get("device")
         if dev is None or torch.device(dev).type == "cpu":
-            made = _made_on_loom(func, args, kwargs)
+            made = _dispatch.factory_op(func, args, kwargs)
             if made is not None:
                 _STATS["lowered"] += 1
-                return LoomTensor(made)
+                return made
         out = func(*args, **kwargs)  # torch's values on the CPU, moved (randint, constants)
         return tree_map(lambda v: LoomTensor(from_cpu(v)) if isinstance(v, torch.Tensor) and
                         not isinstance(v, LoomTensor) and v.device.type == "cpu" else v, out)
@@ -248,23 +226,6 @@ def counters():
         out["graph_break_reasons"][first] = out["graph_break_reasons"].get(first, 0) + n
         out["graph_breaks"] += n
     return out
-
-
-def _holds_loom(args, kwargs, module=None):
-    """Whether a call's arguments (one level of lists, tuples and dicts) or the module's first
-    parameter or buffer are loom tensors."""
-    for a in (*args, *kwargs.values()):
-        if isinstance(a, dict):
-            a = list(a.values())
-        if isinstance(a, LoomTensor) or (isinstance(a, (list, tuple)) and
-                                         any(isinstance(x, LoomTensor) for x in a)):
-            return True
-    if module is not None:
-        first = next(iter(module.parameters()), None)
-        if first is None:
-            first = next(iter(module.buffers()), None)
-        return isinstance(first, LoomTensor)
-    return False
 
 
 def _eager_on_loom(original):

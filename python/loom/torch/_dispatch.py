@@ -14,7 +14,8 @@ from torch.utils._mode_utils import no_dispatch
 
 import loom
 
-from ._tensor import DEVICE, LoomTensor, contiguous_strides, from_cpu, to_torch_tensor, wrap
+from ._tensor import (DEVICE, LoomTensor, contiguous_strides, from_cpu, loom_dtype,
+                      to_torch_tensor, wrap)
 
 TABLE = {}
 _STATS = {"lowered": 0}
@@ -127,6 +128,38 @@ def dispatch(func, args, kwargs):
     if view and isinstance(args[0], LoomTensor):
         _link_views(args[0], wrapped, name, fn, rest[1:], kw, func)
     return wrapped
+
+
+_FILLED = {"zeros": loom.zeros, "new_zeros": loom.zeros, "empty": loom.zeros,
+           "new_empty": loom.zeros, "empty_strided": loom.zeros, "ones": loom.ones,
+           "new_ones": loom.ones, "randn": loom.randn, "rand": loom.rand}
+_FACTORIES = {"scalar_tensor", "full", "arange", *_FILLED}
+
+
+def factory_op(func, args, kwargs):
+    """An aten factory (scalar_tensor, zeros, empty, ones, full, arange, randn, rand and the
+    new_ forms) made on loom with torch's dtype rules, no data moved; None for other ops and for
+    draws from a torch generator (made by torch, then moved)."""
+    name = func.overloadpacket.__name__
+    if name not in _FACTORIES or kwargs.get("generator") is not None:
+        return None
+    if name == "arange" and not all(isinstance(v, (int, float)) for v in args):
+        return None
+    dt = kwargs.get("dtype")
+    if dt is None and name == "full":  # the fill decides, by the running torch's rule
+        dt = func([0], args[1]).dtype
+    elif dt is None and name == "arange":
+        dt = torch.get_default_dtype() if any(isinstance(v, float) for v in args) else torch.int64
+    elif dt is None:
+        dt = args[0].dtype if name.startswith("new_") else torch.get_default_dtype()
+    dt = loom_dtype(dt)
+    if name == "scalar_tensor":
+        return LoomTensor(loom.full([], args[0], dtype=dt))
+    if name == "full":
+        return LoomTensor(loom.full(list(args[0]), args[1], dtype=dt))
+    if name == "arange":
+        return LoomTensor(loom.arange(*args, dtype=dt))
+    return LoomTensor(_FILLED[name](*(args[1] if name.startswith("new_") else args[0]), dtype=dt))
 
 
 def _write_cpu(func, name, args, kwargs):
