@@ -1206,3 +1206,19 @@ def test_an_optimizer_made_before_the_move_to_loom_is_told():
         stale.step()  # once per optimizer
         fresh = torch.optim.SGD(m.parameters(), lr=0.1)
         fresh.step()
+
+
+def test_factories_made_on_loom_take_torchs_dtypes_and_shapes():
+    """The aten factories loom makes itself (a backward's, a compiled graph's): torch's own
+    result dtype and shape for each, the default dtype and the fill's and bounds' types."""
+    from loom.torch import _dispatch
+    aten = torch.ops.aten
+    cases = [(aten.scalar_tensor.default, (3,)), (aten.full.default, ([2], 1)),
+             (aten.full.default, ([2], 1.5)), (aten.full.default, ([2], True)),
+             (aten.arange.default, (3,)), (aten.arange.start, (0.0, 3.0)),
+             (aten.zeros.default, ([2, 3],)), (aten.ones.default, ([4],)),
+             (aten.empty_strided.default, ([2], [1]))]
+    for func, args in cases:
+        made, want = _dispatch.factory_op(func, args, {}), func(*args)
+        assert made.dtype == want.dtype and made.shape == want.shape, (func, args)
+    assert _dispatch.factory_op(aten.add.Tensor, (torch.ones(1), torch.ones(1)), {}) is None
