@@ -507,7 +507,9 @@ def test_torch_compile_with_the_loom_backend_trains_as_eager():
     opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (model, ref)]
     g = torch.Generator().manual_seed(5)
     before = lt.fx_graphs_compiled()
-    for _ in range(4):
+    for step in range(6):
+        if step == 2:
+            lowered = lt.aten_ops_lowered()
         x, y = torch.randn(8, 4, generator=g), torch.randn(8, 1, generator=g)
         for m, o in ((compiled, opts[0]), (ref, opts[1])):
             loss = F.mse_loss(m(x), y)
@@ -517,6 +519,28 @@ def test_torch_compile_with_the_loom_backend_trains_as_eager():
     for p, q in zip(model.parameters(), ref.parameters()):
         torch.testing.assert_close(p.detach(), q.detach())
     assert lt.fx_graphs_compiled() - before == 2  # one forward and one backward graph
+    # From the third call each graph is inserted as traced: no aten op goes through Python.
+    assert lt.aten_ops_lowered() == lowered
+
+
+@pytest.mark.skipif(not hasattr(torch, "compile"), reason="torch.compile needs torch >= 2.0")
+def test_torch_compile_draws_fresh_random_numbers_every_call():
+    """A graph run as traced once still draws new random numbers each call (dropout)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 256), nn.Dropout(0.5))
+    compiled = torch.compile(model, backend="loom")
+    x = torch.randn(32, 64)
+    kept = []
+    for _ in range(5):
+        y = compiled(x)
+        y.sum().backward()
+        kept.append((y != 0).float())
+        # dropout's scaling: y is 0 or twice the linear layer's output
+        z = model[0](x).detach() * 2
+        torch.testing.assert_close(torch.where(y != 0, y.detach(), z), z)
+    for i in range(1, 5):
+        assert not torch.equal(kept[i], kept[i - 1])
+        assert 0.45 < kept[i].mean().item() < 0.55
 
 
 @pytest.mark.skipif(not hasattr(torch, "compile"), reason="torch.compile needs torch >= 2.0")

@@ -7,7 +7,8 @@ runs before the call returns) and its outputs come back as CPU tensors over loom
 (DLPack, no copy; an output whose memory another output, a kept tensor or an input shares is
 copied), as torch_xla's openxla backend gives CPU tensors for a CPU model, except the tensors
 the forward saves for the backward: they stay on loom between the two graphs (an input saved
-so is copied first).
+so is copied first). From its second call a graph is inserted as traced once
+(loom.torch.assume_pure over it): no aten op of a cached call goes through Python.
 Inside a graph the CPU device is loom's: a tensor the graph makes (arange, ones, full, randn,
 a tensor constant, ... on the CPU) is made on loom, and a loom.Error raised in a graph names
 the line of the program its op came from. Counted in aten_ops_lowered() and
@@ -28,7 +29,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import loom
 
-from . import _dispatch
+from . import _dispatch, _tools
 from ._dispatch import _STATS
 from ._tensor import LoomTensor, from_cpu, is_loom_device, to_torch_tensor
 
@@ -170,6 +171,35 @@ def _at_user_line(err, gm):
 
 def _on_loom(gm, example_inputs, keep_from=None):
     _STATS["fx_graphs"] = _STATS.get("fx_graphs", 0) + 1
+    # From the second call the graph runs as loom.torch.assume_pure over it: traced once per
+    # input signature, then inserted without running its aten ops in Python (aot_autograd's
+    # graphs are functional; random ops draw fresh keys per call). Its None outputs (a
+    # backward's gradients of inputs that need none) are put back around the call. A graph
+    # with other outputs than tensors, or that does not trace as pure, keeps running op by op.
+    pure = {"fn": None, "ok": True, "nones": (), "kind": list}
+
+    def call(inputs):
+        if pure["fn"] is not None:
+            try:
+                outs = list(pure["fn"](*inputs))
+            except loom.TraceError:
+                pure["fn"], pure["ok"] = None, False
+            else:
+                for i in pure["nones"]:
+                    outs.insert(i, None)
+                return pure["kind"](outs)
+        outs = gm(*inputs)
+        if pure["ok"]:
+            seq = outs if isinstance(outs, (list, tuple)) else None
+            if seq is not None and all(isinstance(a, LoomTensor) for a in inputs) and \
+                    all(o is None or isinstance(o, LoomTensor) for o in seq):
+                pure["nones"] = tuple(i for i, o in enumerate(seq) if o is None)
+                pure["kind"] = type(seq)
+                pure["fn"] = _tools.assume_pure(
+                    lambda *a: [o for o in gm(*a) if o is not None])
+            else:
+                pure["ok"] = False
+        return outs
 
     def run(*args):
         borrowed = set()  # the loom tensors over the caller's memory
@@ -181,7 +211,7 @@ def _on_loom(gm, example_inputs, keep_from=None):
             inputs.append(a)
         try:
             with torch.no_grad(), _CpuIsLoom():
-                outs = gm(*inputs)
+                outs = call(inputs)
         except loom.Error as e:
             raise _at_user_line(e, gm) from None
         loom.sync()  # the borrowed inputs are read before their tensors can change
