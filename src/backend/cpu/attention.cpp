@@ -106,9 +106,10 @@ template <int W>
 
 // With AVX-512 the power of two is one vscalefps and the rounding one vrndscaleps: 10
 // instructions a vector against 16. The clamp at -150 makes 2^-inf exactly 0 (2^-150 rounds
-// to 0); between -150 and -126 the results are subnormal rather than 0.
-// Not always_inline: the AVX-512 block functions below flatten it into themselves. (GCC 12's
-// headers start these intrinsics from an undefined vector, which -Wmaybe-uninitialized flags.)
+// to 0); between -150 and -126 the results are subnormal rather than 0. Not always_inline (a
+// target function cannot be forced into the generic templates): the AVX-512 block functions
+// below flatten it into themselves. GCC 12's headers start these intrinsics from an
+// undefined vector, which -Wmaybe-uninitialized flags.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 template <>
 [[gnu::target("avx512f")]] inline Lanes<16>::f vexp2<16>(Lanes<16>::f x) {

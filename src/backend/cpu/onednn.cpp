@@ -387,8 +387,8 @@ std::shared_ptr<const OnednnProduct> make_onednn_product(const ir::Graph& g, con
   // touch the same half (the MLP's step: 376 -> 311 us, the update kernel 54-88 -> 14 us).
   if (nb == 1 && m < 128 && p->b.sr == 1 && nn >= 128 && m * nn * k >= (int64_t{1} << 20))
     row_parts = 1;
-  // A row against a matrix (a bias gradient as ones x dY) reads B once: columns from a 1 MiB B,
-  // or a [1,2048]x[2048,384] ran on one thread while the other waited (GPT: 38 a step).
+  // A row against a matrix (a bias gradient as ones x dY) is bound by reading B: columns from a
+  // 1 MiB B ([1,2048]x[2048,384] had run on one thread while the other waited, 38 a GPT step).
   int64_t col_parts = 1;
   if (nb == 1 && row_parts == 1 && nn >= 128 &&
       (m * nn * k >= (int64_t{1} << 20) || nn * k >= (int64_t{1} << 18)))
