@@ -226,3 +226,17 @@ def test_fused_attention_inside_the_tools_equals_the_unrolled_torch_loop(tool):
     for got, want in ((out, y), (gh, th.grad), (gws, tws.grad)):
         torch.testing.assert_close(to_torch(got), want.detach(), rtol=1e-10, atol=1e-10)
 
+
+
+def test_attention_leaves_the_callers_openmp_thread_count_as_it_was():
+    """The kernel runs its block products on one OpenMP thread each; the calling thread's
+    setting (torch's thread count when torch shares the process) comes back afterwards."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        q, k, v = (loom.randn(2, 2, 300, 16).requires_grad_() for _ in range(3))
+        F.scaled_dot_product_attention(q, k, v, is_causal=True).sum().backward()
+        loom.sync()
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)

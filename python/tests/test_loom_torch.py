@@ -523,6 +523,45 @@ def test_torch_compile_with_the_loom_backend_trains_as_eager():
     assert lt.aten_ops_lowered() == lowered
 
 
+@pytest.mark.skipif(not hasattr(torch.ops.aten, "_safe_softmax"),
+                    reason="aten._safe_softmax is torch >= 2.5's")
+def test_safe_softmax_gives_zeros_for_rows_of_minus_inf_only():
+    x = torch.randn(3, 4, 5)
+    x[1, 2] = float("-inf")
+    x[0, :, 3] = float("-inf")
+    want = torch.ops.aten._safe_softmax(x, -1)
+    got = torch.ops.aten._safe_softmax(x.to(lt.device()), -1)
+    torch.testing.assert_close(lt.to_torch(got), want)
+    assert lt.to_torch(got)[1, 2].eq(0).all()
+    got64 = torch.ops.aten._safe_softmax(x.to(lt.device()), 1, dtype=torch.float64)
+    torch.testing.assert_close(lt.to_torch(got64),
+                               torch.ops.aten._safe_softmax(x, 1, dtype=torch.float64))
+
+
+@pytest.mark.skipif(not hasattr(torch, "compile"), reason="torch.compile needs torch >= 2.0")
+def test_torch_compile_of_attention_with_dropout_trains():
+    """torch 2.x decomposes SDPA with dropout_p > 0 (through aten._safe_softmax) in the graph
+    Dynamo hands to loom: the dropped weights are 0, the kept ones scaled by 1 / (1 - p)."""
+    q, k = torch.randn(2, 3, 16, 8), torch.randn(2, 3, 16, 8)
+    v = torch.eye(16).expand(2, 3, 16, 16).contiguous().requires_grad_()  # y = the weights
+
+    def attend(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=0.25, is_causal=True)
+
+    compiled = torch.compile(attend, backend="loom")
+    weights = torch.softmax((q @ k.transpose(-1, -2) / math.sqrt(8)).masked_fill(
+        torch.ones(16, 16, dtype=torch.bool).triu(1), float("-inf")), -1)
+    ys = []
+    for _ in range(3):
+        y = compiled(q, k, v)
+        y.sum().backward()
+        kept = y != 0
+        torch.testing.assert_close(y[kept], (weights / 0.75)[kept])
+        ys.append(kept)
+    assert not torch.equal(ys[1], ys[2])
+    assert 0.6 < ys[2][weights > 0].float().mean().item() < 0.9
+
+
 @pytest.mark.skipif(not hasattr(torch, "compile"), reason="torch.compile needs torch >= 2.0")
 def test_torch_compile_draws_fresh_random_numbers_every_call():
     """A graph run as traced once still draws new random numbers each call (dropout)."""

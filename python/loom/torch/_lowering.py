@@ -463,6 +463,16 @@ def _softmax(x, dim, half_to_float=False):
     return loom.softmax(x, dim)
 
 
+@lowers("_safe_softmax")
+def _safe_softmax(x, dim, dtype=None):
+    """softmax whose rows of -inf only give 0 (torch >= 2.5's SDPA decomposition, with dropout)."""
+    if dtype is not None:
+        x = loom.to(x, _lt(dtype))
+    y = loom.softmax(x, dim)
+    empty = loom.amax(x, [dim], True) == float("-inf")
+    return loom.where(empty, loom.zeros_like(y), y)
+
+
 @lowers("_log_softmax")
 def _log_softmax(x, dim, half_to_float=False):
     return loom.log_softmax(x, dim)

@@ -6,7 +6,6 @@
 #include <cblas.h>
 #include <dnnl.h>
 #include <immintrin.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <bit>
@@ -17,6 +16,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "backend/cpu/one_omp_thread.h"
 #include "backend/cpu/program.h"
 #include "backend/cpu/thread_pool.h"
 #include "loom/core/error.h"
@@ -342,7 +342,7 @@ struct Attn {
 template <class F>
 void split(int64_t items, int64_t t, int64_t tasks, const F& f0) {
   auto f = [&](int64_t lo, int64_t hi) {
-    if (omp_get_max_threads() != 1) omp_set_num_threads(1);
+    OneOmpThread one;  // the caller's setting comes back: torch reads it as its thread count
     f0(lo, hi);
   };
   if (tasks == 0) {

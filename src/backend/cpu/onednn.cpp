@@ -22,7 +22,6 @@ namespace loom::cpu {
 using dnn::cached_part;
 using dnn::engine;
 using dnn::md;
-using dnn::OneOmpThread;
 using dnn::Operand;
 using dnn::Part;
 using dnn::Task;

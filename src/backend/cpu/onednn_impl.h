@@ -10,12 +10,9 @@
 #include <vector>
 
 #include "backend/cpu/codegen.h"
+#include "backend/cpu/one_omp_thread.h"
 #include "backend/cpu/onednn.h"
 #include "backend/cpu/plan.h"
-
-// libgomp's (oneDNN runs on it): each thread that calls oneDNN runs its call alone.
-extern "C" void omp_set_num_threads(int);
-extern "C" int omp_get_max_threads();
 
 namespace loom::cpu::dnn {
 
@@ -79,25 +76,6 @@ struct Task {
   int64_t rows = 0, cols = 0;
   int64_t a = 0, b = 0, c = 0;  // element offsets into their buffers
   std::vector<int64_t> bin;
-};
-
-// Each thread that creates or runs a primitive runs it alone: oneDNN sizes a primitive's
-// parallel loops when it is created (brgemm) and would otherwise start an OpenMP team of
-// every core beside loom's pool. The thread's own OpenMP setting comes back afterwards (a
-// caller's thread may run OpenMP code of its own, PyTorch's for one).
-class OneOmpThread {
- public:
-  OneOmpThread() : saved_(omp_get_max_threads()) {
-    if (saved_ != 1) omp_set_num_threads(1);
-  }
-  ~OneOmpThread() {
-    if (saved_ != 1) omp_set_num_threads(saved_);
-  }
-  OneOmpThread(const OneOmpThread&) = delete;
-  OneOmpThread& operator=(const OneOmpThread&) = delete;
-
- private:
-  int saved_;
 };
 
 // The part computing a [rows, k] x [k, cols] block of C (leading dimension ldc) with the
