@@ -7,9 +7,9 @@ extern "C" int omp_get_max_threads();
 
 namespace loom::cpu {
 
-// Each thread that creates or runs a primitive, or calls dnnl_sgemm, runs it alone: oneDNN sizes a primitive's
-// parallel loops when it is created (brgemm) and would otherwise start an OpenMP team of
-// every core beside loom's pool. The thread's own OpenMP setting comes back afterwards (a
+// Each thread that creates or runs a primitive, or calls dnnl_sgemm, runs it alone: oneDNN sizes a
+// primitive's parallel loops when it is created (brgemm) and would otherwise start an OpenMP team
+// of every core beside loom's pool. The thread's own OpenMP setting comes back afterwards (a
 // caller's thread may run OpenMP code of its own, PyTorch's for one).
 class OneOmpThread {
  public:
