@@ -28,8 +28,7 @@ namespace {
 using ir::OpKind;
 
 // Rows of queries and keys per block: a [128, 1024] float32 block of scores is 512 KiB, half a
-// Zen 4 core's L2. Against 256 keys the forward ran 3% faster at T 1024 and 4096 (fewer
-// rescales, longer products); the backward's blocks, 64 x 512 to 256 x 512, within 2%.
+// Zen 4 core's L2 (long key blocks: fewer rescales, longer products).
 constexpr int64_t kBlockQ = 128, kBlockK = 1024, kBackQ = 128, kBackK = 256;
 // Causal: a block of queries reads the keys up to its last row, so half-height blocks skip
 // more of the square above the diagonal (at T 256, 62.5% of it computed against 75%).
@@ -104,12 +103,9 @@ template <int W>
   return std::bit_cast<F>(std::bit_cast<I>(p * two_n) & ~zero);
 }
 
-// With AVX-512 the power of two is one vscalefps and the rounding one vrndscaleps: 10
-// instructions a vector against 16. The clamp at -150 makes 2^-inf exactly 0 (2^-150 rounds
-// to 0); between -150 and -126 the results are subnormal rather than 0. Not always_inline (a
-// target function cannot be forced into the generic templates): the AVX-512 block functions
-// below flatten it into themselves. GCC 12's headers start these intrinsics from an
-// undefined vector, which -Wmaybe-uninitialized flags.
+// AVX-512: one vrndscaleps and one vscalefps; the clamp at -150 keeps 2^-inf exactly 0. Not
+// always_inline (a target function cannot be forced into the generic templates): the AVX-512
+// block functions flatten it. GCC 12's intrinsics trip -Wmaybe-uninitialized.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 template <>
 [[gnu::target("avx512f")]] inline Lanes<16>::f vexp2<16>(Lanes<16>::f x) {
@@ -423,9 +419,8 @@ void backward(const Program& p, const Step& st, void* const* ptr, int64_t t, int
       std::fill(dq + b0 * a.L * a.E, dq + (b0 + a.group) * a.L * a.E, T(0));
       const T* k = a.k + kb * a.S * a.E;
       const T* v = a.v + kb * a.S * a.Ev;
-      int64_t j0 = 0;
       // Rows i0.. (bq) of batch b against keys j0.. (bk): the five products of a block.
-      auto block = [&](int64_t b, int64_t i0, int64_t bq, int64_t bk) {
+      auto block = [&](int64_t b, int64_t i0, int64_t bq, int64_t j0, int64_t bk) {
         const int64_t row = b * a.L + i0;
         const T* q = a.q + row * a.E;
         const T* g = dout + row * a.Ev;
@@ -440,7 +435,7 @@ void backward(const Program& p, const Step& st, void* const* ptr, int64_t t, int
              dq + row * a.E, a.E);
         gemm(true, false, bk, a.E, bq, T(1), dp.data(), bk, q, a.E, T(1), dk_acc.data(), a.E);
       };
-      for (; j0 < a.S; j0 += back_k) {
+      for (int64_t j0 = 0; j0 < a.S; j0 += back_k) {
         const int64_t bk = std::min(back_k, a.S - j0);
         std::fill(dk_acc.begin(), dk_acc.end(), T(0));
         std::fill(dv_acc.begin(), dv_acc.end(), T(0));
@@ -451,10 +446,10 @@ void backward(const Program& p, const Step& st, void* const* ptr, int64_t t, int
             if (a.causal && i0 < j0 + bk - 1) {
               for (int64_t r = 0; r < bq; r += kBackQ / 2) {
                 const int64_t h = std::min(kBackQ / 2, bq - r);
-                block(b, i0 + r, h, std::min(bk, i0 + r + h - j0));
+                block(b, i0 + r, h, j0, std::min(bk, i0 + r + h - j0));
               }
             } else {
-              block(b, i0, bq, bk);
+              block(b, i0, bq, j0, bk);
             }
           }
         }
