@@ -2,15 +2,20 @@
 // causal with L != S, both together, grouped heads, fully masked rows), its gradients against
 // float64 central differences, the CPU backend's blocked kernel against the reference backend at
 // sizes that cross and do not divide its blocks, its memory at T = 4096 against the closed
-// form, packed_qkv_attention against the sdpa of its heads, and bad input.
+// form, packed_qkv_attention against the sdpa of its heads, the layouts around attention
+// read and written in place (values and gradients against the reference backend, and no copy
+// kernels left in the plan), and bad input.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <limits>
 
+#include "backend/cpu/plan.h"
 #include "expect_error.h"
 #include "loom/core/buffer.h"
+#include "loom/ir/graph.h"
 #include "loom/loom.h"
+#include "loom/passes/pass.h"
 #include "loom/runtime/engine.h"
 
 namespace {
@@ -267,6 +272,113 @@ TEST(AttentionTest, PackedQkvAttentionIsTheSdpaOfItsHeads) {
   want = loom::reshape(loom::permute(want, {0, 2, 1, 3}), {B, T, D});
   std::vector<double> got = dv(loom::packed_qkv_attention(qkv, H)), w = dv(want);
   for (size_t i = 0; i < w.size(); ++i) EXPECT_DOUBLE_EQ(got[i], w[i]);
+}
+
+// Layouts around attention as a GPT layer writes them: q, k and v sliced from one [B, T, 3C]
+// projection plus bias, split into heads and permuted; the output permuted back and projected;
+// the gradients concatenated into the projection's. Variants: grouped heads, q read transposed
+// (its rows not contiguous: copied), k and v broadcast over the batch (a zero stride), and the
+// output concatenated beside another tensor. The CPU backend against the reference backend.
+struct LayoutCase {
+  int variant;  // 0 GPT, 1 grouped heads, 2 q transposed, 3 k and v broadcast, 4 output in a cat
+  bool grad;
+};
+
+// The layer's output, or with c.grad the gradients of its leaves, still pending.
+std::vector<Tensor> layout_layer(const LayoutCase& c, loom::DType dt) {
+  const int64_t B = 2, T = 37, H = 4, D = 8, C = H * D, Hk = c.variant == 1 ? 2 : H;
+  const int64_t width = C + 2 * Hk * D;
+  loom::manual_seed(11);
+  Tensor x = loom::to(loom::randn({B, T, C}), dt), wqkv = loom::to(loom::randn({C, width}), dt);
+  Tensor bias = loom::to(loom::randn({width}), dt), wo = loom::to(loom::randn({C, C}), dt);
+  Tensor kv = loom::to(loom::randn({1, H, T, 2 * D}), dt), w = loom::to(loom::randn({B, T, C}), dt);
+  Tensor extra = loom::to(loom::randn({B, T, 3}), dt), qt = loom::to(loom::randn({B, H, D, T}), dt);
+  std::vector<Tensor*> leaves = {&x, &wqkv, &bias, &wo, &kv, &qt};
+  if (c.grad)
+    for (Tensor* t : leaves) *t = t->detach().requires_grad_();
+  // Only y outlives the block: the layouts are no outputs of the graph that computes it.
+  Tensor y = [&] {
+    Tensor qkv = loom::matmul(x, wqkv * 0.3) + bias;
+    auto heads = [&](int64_t from, int64_t n) {
+      Tensor s = loom::slice(qkv, 2, from, from + n * D);
+      return loom::permute(loom::reshape(s, {B, T, n, D}), {0, 2, 1, 3});
+    };
+    Tensor q = heads(0, H), k = heads(C, Hk), v = heads(C + Hk * D, Hk);
+    if (c.variant == 2) q = loom::permute(qt, {0, 1, 3, 2});
+    if (c.variant == 3) {
+      k = loom::expand(loom::slice(kv, 3, 0, D), {B, H, T, D});
+      v = loom::expand(loom::slice(kv, 3, D, 2 * D), {B, H, T, D});
+    }
+    loom::SdpaOptions o;
+    o.is_causal = true;
+    o.enable_gqa = Hk != H;
+    Tensor a = loom::scaled_dot_product_attention(q, k, v, o);
+    a = loom::reshape(loom::permute(a, {0, 2, 1, 3}), {B, T, C});
+    return c.variant == 4 ? loom::cat({a, extra}, 2) : loom::matmul(a, wo * 0.2);
+  }();
+  Tensor ww = c.variant == 4 ? loom::to(loom::randn({B, T, C + 3}), dt) : w;
+  if (!c.grad) return {y};
+  loom::sum(y * ww).backward();
+  std::vector<Tensor> grads;
+  for (Tensor* t : leaves)
+    if (t->grad().defined()) grads.push_back(t->grad());
+  return grads;
+}
+
+TEST(AttentionTest, LayoutsAroundItAreReadAndWrittenInPlace) {
+  for (int variant = 0; variant < 5; ++variant)
+    for (bool grad : {false, true})
+      for (loom::DType dt : {loom::DType::Float32, loom::DType::Float64}) {
+        const LayoutCase c{variant, grad};
+        std::vector<std::vector<double>> got[2];
+        for (int backend = 0; backend < 2; ++backend) {
+          loom::runtime::set_backend(backend ? "ref" : "cpu");
+          for (const Tensor& t : layout_layer(c, dt)) got[backend].push_back(dv(t));
+        }
+        loom::runtime::set_backend("cpu");
+        const double tol = dt == loom::DType::Float64 ? 1e-10 : 2e-4;
+        ASSERT_EQ(got[0].size(), got[1].size());
+        for (size_t r = 0; r < got[0].size(); ++r) {
+          ASSERT_EQ(got[0][r].size(), got[1][r].size());
+          double scale = 0;
+          for (double x : got[1][r]) scale = std::max(scale, std::abs(x));
+          for (size_t i = 0; i < got[0][r].size(); ++i)
+            ASSERT_NEAR(got[0][r][i], got[1][r][i], tol * (1 + scale))
+                << "variant " << variant << (grad ? " gradient " : " value ") << r << " " << dt
+                << " at " << i;
+        }
+      }
+}
+
+// The GPT layer's plan copies no layout around attention, but the output's permute in the
+// training step (delta reads the output too): kernels whose every stage is a layout op of the
+// layer's activations.
+TEST(AttentionTest, TheGptLayerPlanHasNoLayoutCopies) {
+  loom::runtime::set_backend("cpu");
+  for (bool grad : {false, true}) {
+    std::vector<Tensor> outs = layout_layer({0, grad}, loom::DType::Float32);
+    loom::ir::Graph g = loom::ir::parse(loom::pending_ir(outs));
+    loom::passes::default_pipeline().run(g);
+    std::vector<std::vector<loom::ir::NodeId>> results;
+    loom::ir::Graph split = loom::cpu::split_results(g, &results);
+    const loom::cpu::Plan plan = loom::cpu::make_plan(split, results, /*allow_views=*/true);
+    int copies = 0, attention = 0;
+    for (const loom::cpu::Step& st : plan.steps) {
+      if (st.kind == loom::cpu::Step::Native) attention++;
+      if (st.kind != loom::cpu::Step::Kernel) continue;
+      bool layout = true;
+      for (const loom::cpu::Stage& s : plan.kernels[st.kernel].stages) {
+        const loom::ir::OpKind op = split.node(s.node).op;
+        layout = layout && !s.reduce && s.shape.rank() >= 3 &&
+                 (op == loom::ir::OpKind::Permute || op == loom::ir::OpKind::Slice ||
+                  op == loom::ir::OpKind::Reshape);
+      }
+      copies += layout;
+    }
+    EXPECT_EQ(attention, grad ? 2 : 1);
+    EXPECT_EQ(copies, grad ? 1 : 0) << (grad ? "training step" : "forward");
+    loom::sync();
+  }
 }
 
 TEST(AttentionTest, BadInputIsAClearError) {

@@ -252,6 +252,33 @@ const BlockFns<T>& block_fns() {
   return fns;
 }
 
+// An operand or result as blocks of rows: row i of batch b at p + at[b] + i * ld, the batches
+// being the dims before the last two. The step reads and writes layouts of other buffers in
+// place (Step::views, Step::out_views: the heads of a [B, T, 3C] projection, say).
+template <class T>
+struct Rows {
+  T* p = nullptr;
+  int64_t ld = 0;
+  std::vector<int64_t> at;
+  Rows(void* const* ptr, const Program& prog, const BlasView& v, const Shape& shape) {
+    p = static_cast<T*>(ptr[prog.plan.buf_of[v.base]]) + v.offset;
+    const size_t r = shape.size();
+    ld = r >= 2 ? v.strides[r - 2] : 0;
+    int64_t batches = 1;
+    for (size_t d = 0; d + 2 < r; ++d) batches *= shape[d];
+    at.assign(static_cast<size_t>(batches), 0);
+    for (int64_t b = 0; b < batches; ++b) {
+      int64_t rest = b, off = 0;
+      for (size_t d = r < 2 ? 0 : r - 2; d-- > 0;) {
+        off += (rest % shape[d]) * v.strides[d];
+        rest /= shape[d];
+      }
+      at[static_cast<size_t>(b)] = off;
+    }
+  }
+  T* row(int64_t b, int64_t i) const { return p + at[static_cast<size_t>(b)] + i * ld; }
+};
+
 // One attention node's shapes and buffers. Batches run over q's dims before the last two
 // (heads last); k and v's batch is q's with its head divided by the group.
 template <class T>
@@ -259,14 +286,16 @@ struct Attn {
   int64_t batches = 1, heads = 1, group = 1, L = 0, S = 0, E = 0, Ev = 0;
   T scale = 1;
   bool causal = false;
-  const T *q = nullptr, *k = nullptr, *v = nullptr;
+  Rows<const T> q, k, v;
   const void* mask = nullptr;
   bool bool_mask = false;
   int64_t mask_row = 0, mask_col = 0;  // strides of the mask over i and j (0: broadcast)
   std::vector<int64_t> mask_base;      // per batch
 
-  Attn(const Program& p, const ir::Node& n, void* const* ptr, size_t mask_at) {
+  Attn(const Program& p, const Step& st, void* const* ptr, size_t mask_at)
+      : q(operand(p, st, ptr, 0)), k(operand(p, st, ptr, 1)), v(operand(p, st, ptr, 2)) {
     const ir::Graph& g = p.graph;
+    const ir::Node& n = g.node(st.node);
     const Shape& qs = g.type(n.operands[0]).shape;
     const size_t r = qs.size();
     for (size_t d = 0; d + 2 < r; ++d) batches *= qs[d];
@@ -278,23 +307,19 @@ struct Attn {
     Ev = g.type(n.operands[2]).shape[r - 1];
     scale = static_cast<T>(n.attrs.f);
     causal = n.attrs.flag;
-    auto in = [&](size_t k) { return ptr[p.plan.buf_of[n.operands[k].node]]; };
-    q = static_cast<const T*>(in(0));
-    k = static_cast<const T*>(in(1));
-    v = static_cast<const T*>(in(2));
     if (n.operands.size() <= mask_at) return;
-    mask = in(mask_at);
+    mask = ptr[p.plan.buf_of[n.operands[mask_at].node]];
     const TensorType& mt = g.type(n.operands[mask_at]);
     bool_mask = mt.dtype == DType::Bool;
     // The mask's strides over the scores' dims [..., L, S], right-aligned, 0 where broadcast.
     const size_t mr = mt.shape.size();
     std::vector<int64_t> strides(r, 0);
-    int64_t st = 1;
+    int64_t step = 1;
     for (size_t d = 0; d < mr; ++d) {
       const size_t md = mr - 1 - d, sd = r - 1 - d;
       const int64_t want = sd == r - 1 ? S : qs[sd];
-      strides[sd] = mt.shape[md] == want && want != 1 ? st : 0;
-      st *= mt.shape[md];
+      strides[sd] = mt.shape[md] == want && want != 1 ? step : 0;
+      step *= mt.shape[md];
     }
     mask_row = strides[r - 2];
     mask_col = strides[r - 1];
@@ -307,6 +332,10 @@ struct Attn {
       }
       mask_base[static_cast<size_t>(b)] = off;
     }
+  }
+  static Rows<const T> operand(const Program& p, const Step& st, void* const* ptr, size_t k) {
+    return Rows<const T>(ptr, p, st.views[k],
+                         p.graph.type(p.graph.node(st.node).operands[k]).shape);
   }
   int64_t kv_batch(int64_t b) const { return (b / heads) * (heads / group) + (b % heads) / group; }
 
@@ -351,12 +380,18 @@ void split(int64_t items, int64_t t, int64_t tasks, const F& f0) {
   f(items * t / tasks, items * (t + 1) / tasks);
 }
 
+// Result k of the step, where out_views[k] says it goes.
+template <class T>
+Rows<T> result(const Program& p, const Step& st, void* const* ptr, size_t k) {
+  const ir::Node& n = p.graph.node(st.node);
+  return Rows<T>(ptr, p, st.out_views[k], k == 0 ? n.type.shape : n.more_types[k - 1].shape);
+}
+
 template <class T>
 void forward(const Program& p, const Step& st, void* const* ptr, int64_t t, int64_t tasks) {
-  const ir::Node& n = p.graph.node(st.node);
-  const Attn<T> a(p, n, ptr, 3);
-  T* out = static_cast<T*>(ptr[st.outs[0]]);
-  T* lse = static_cast<T*>(ptr[st.outs[1]]);
+  const Attn<T> a(p, st, ptr, 3);
+  const Rows<T> out = result<T>(p, st, ptr, 0);
+  T* lse = result<T>(p, st, ptr, 1).p;
   const BlockFns<T>& fns = block_fns<T>();
   const int64_t rows = forward_rows(a.causal), blocks = (a.L + rows - 1) / rows;
   const T inf = std::numeric_limits<T>::infinity();
@@ -366,27 +401,27 @@ void forward(const Program& p, const Step& st, void* const* ptr, int64_t t, int6
     for (int64_t item = lo; item < hi; ++item) {
       const int64_t b = item / blocks, i0 = (item % blocks) * rows;
       const int64_t bq = std::min(rows, a.L - i0), kb = a.kv_batch(b);
-      const T* q = a.q + (b * a.L + i0) * a.E;
-      const T* k = a.k + kb * a.S * a.E;
-      const T* v = a.v + kb * a.S * a.Ev;
+      const T* q = a.q.row(b, i0);
+      const T* k = a.k.row(kb, 0);
+      const T* v = a.v.row(kb, 0);
       std::fill(m.begin(), m.end(), -inf);
       std::fill(l.begin(), l.end(), T(0));
       std::fill(acc.begin(), acc.end(), T(0));
       const int64_t keys = a.causal ? std::min(a.S, i0 + bq) : a.S;
       for (int64_t j0 = 0; j0 < keys; j0 += kBlockK) {
         const int64_t bk = std::min(kBlockK, keys - j0);
-        gemm(false, true, bq, bk, a.E, a.scale * kUnit<T>, q, a.E, k + j0 * a.E, a.E, T(0),
+        gemm(false, true, bq, bk, a.E, a.scale * kUnit<T>, q, a.q.ld, k + j0 * a.k.ld, a.k.ld, T(0),
              s.data(), bk);
         a.mask_block(b, i0, bq, j0, bk, s.data());
         fns.softmax(s.data(), bq, bk, m.data(), l.data(), alpha.data());
         for (int64_t r = 0; r < bq; ++r)
           if (alpha[r] != T(1))
             for (int64_t e = 0; e < a.Ev; ++e) acc[r * a.Ev + e] *= alpha[r];
-        gemm(false, false, bq, a.Ev, bk, T(1), s.data(), bk, v + j0 * a.Ev, a.Ev, T(1), acc.data(),
-             a.Ev);
+        gemm(false, false, bq, a.Ev, bk, T(1), s.data(), bk, v + j0 * a.v.ld, a.v.ld, T(1),
+             acc.data(), a.Ev);
       }
       for (int64_t r = 0; r < bq; ++r) {
-        T* o = out + (b * a.L + i0 + r) * a.Ev;
+        T* o = out.row(b, i0 + r);
         const bool none = l[r] == T(0);  // every key masked: zeros, as torch >= 2.5
         for (int64_t e = 0; e < a.Ev; ++e) o[e] = none ? T(0) : acc[r * a.Ev + e] / l[r];
         lse[b * a.L + i0 + r] = none ? -inf : m[r] / kUnit<T> + std::log(l[r]);
@@ -397,13 +432,12 @@ void forward(const Program& p, const Step& st, void* const* ptr, int64_t t, int6
 
 template <class T>
 void backward(const Program& p, const Step& st, void* const* ptr, int64_t t, int64_t tasks) {
-  const ir::Node& n = p.graph.node(st.node);
-  const Attn<T> a(p, n, ptr, 6);
-  auto in = [&](size_t k) { return static_cast<const T*>(ptr[p.plan.buf_of[n.operands[k].node]]); };
-  const T *lse = in(3), *delta = in(4), *dout = in(5);
-  T* dq = static_cast<T*>(ptr[st.outs[0]]);
-  T* dk = static_cast<T*>(ptr[st.outs[1]]);
-  T* dv = static_cast<T*>(ptr[st.outs[2]]);
+  const Attn<T> a(p, st, ptr, 6);
+  const T* lse = Attn<T>::operand(p, st, ptr, 3).p;
+  const T* delta = Attn<T>::operand(p, st, ptr, 4).p;
+  const Rows<const T> dout = Attn<T>::operand(p, st, ptr, 5);
+  const Rows<T> dq = result<T>(p, st, ptr, 0), dk = result<T>(p, st, ptr, 1),
+                dv = result<T>(p, st, ptr, 2);
   const BlockFns<T>& fns = block_fns<T>();
   const int64_t kv_heads = a.heads / a.group, kv_batches = a.batches / a.group;
   // A task owns whole k/v batches: their dk and dv, and the dq of the q heads that read them.
@@ -416,24 +450,26 @@ void backward(const Program& p, const Step& st, void* const* ptr, int64_t t, int
         dv_acc(back_k * a.Ev);
     for (int64_t kb = lo; kb < hi; ++kb) {
       const int64_t b0 = (kb / kv_heads) * a.heads + (kb % kv_heads) * a.group;
-      std::fill(dq + b0 * a.L * a.E, dq + (b0 + a.group) * a.L * a.E, T(0));
-      const T* k = a.k + kb * a.S * a.E;
-      const T* v = a.v + kb * a.S * a.Ev;
+      for (int64_t b = b0; b < b0 + a.group; ++b)
+        for (int64_t i = 0; i < a.L; ++i) std::fill_n(dq.row(b, i), a.E, T(0));
+      const T* k = a.k.row(kb, 0);
+      const T* v = a.v.row(kb, 0);
       // Rows i0.. (bq) of batch b against keys j0.. (bk): the five products of a block.
       auto block = [&](int64_t b, int64_t i0, int64_t bq, int64_t j0, int64_t bk) {
+        const T* q = a.q.row(b, i0);
+        const T* g = dout.row(b, i0);
         const int64_t row = b * a.L + i0;
-        const T* q = a.q + row * a.E;
-        const T* g = dout + row * a.Ev;
-        gemm(false, true, bq, bk, a.E, a.scale * kUnit<T>, q, a.E, k + j0 * a.E, a.E, T(0),
+        gemm(false, true, bq, bk, a.E, a.scale * kUnit<T>, q, a.q.ld, k + j0 * a.k.ld, a.k.ld, T(0),
              s.data(), bk);
         a.mask_block(b, i0, bq, j0, bk, s.data());
         fns.probs(s.data(), bq, bk, lse + row);
-        gemm(true, false, bk, a.Ev, bq, T(1), s.data(), bk, g, a.Ev, T(1), dv_acc.data(), a.Ev);
-        gemm(false, true, bq, bk, a.Ev, T(1), g, a.Ev, v + j0 * a.Ev, a.Ev, T(0), dp.data(), bk);
+        gemm(true, false, bk, a.Ev, bq, T(1), s.data(), bk, g, dout.ld, T(1), dv_acc.data(), a.Ev);
+        gemm(false, true, bq, bk, a.Ev, T(1), g, dout.ld, v + j0 * a.v.ld, a.v.ld, T(0), dp.data(),
+             bk);
         fns.dscores(s.data(), dp.data(), bq, bk, delta + row, a.scale);
-        gemm(false, false, bq, a.E, bk, T(1), dp.data(), bk, k + j0 * a.E, a.E, T(1),
-             dq + row * a.E, a.E);
-        gemm(true, false, bk, a.E, bq, T(1), dp.data(), bk, q, a.E, T(1), dk_acc.data(), a.E);
+        gemm(false, false, bq, a.E, bk, T(1), dp.data(), bk, k + j0 * a.k.ld, a.k.ld, T(1),
+             dq.row(b, i0), dq.ld);
+        gemm(true, false, bk, a.E, bq, T(1), dp.data(), bk, q, a.q.ld, T(1), dk_acc.data(), a.E);
       };
       for (int64_t j0 = 0; j0 < a.S; j0 += back_k) {
         const int64_t bk = std::min(back_k, a.S - j0);
@@ -453,8 +489,10 @@ void backward(const Program& p, const Step& st, void* const* ptr, int64_t t, int
             }
           }
         }
-        std::copy(dk_acc.begin(), dk_acc.begin() + bk * a.E, dk + (kb * a.S + j0) * a.E);
-        std::copy(dv_acc.begin(), dv_acc.begin() + bk * a.Ev, dv + (kb * a.S + j0) * a.Ev);
+        for (int64_t j = 0; j < bk; ++j) {
+          std::copy_n(dk_acc.data() + j * a.E, a.E, dk.row(kb, j0 + j));
+          std::copy_n(dv_acc.data() + j * a.Ev, a.Ev, dv.row(kb, j0 + j));
+        }
       }
     }
   });

@@ -101,19 +101,33 @@ bool detail::is_view_op(const ir::Graph& g, NodeId n) {
          op == OpKind::Reshape;
 }
 
-namespace {
-
-// True when v lays `shape` out densely in row-major order (size-1 dims' strides aside).
-bool dense(const BlasView& v, const Shape& shape) {
-  int64_t want = 1;
-  for (size_t d = shape.size(); d-- > 0;) {
-    if (shape[d] != 1 && v.strides[d] != want) return false;
-    want *= shape[d];
+bool detail::reshape_strides(const Shape& from, const std::vector<int64_t>& strides,
+                             const Shape& to, std::vector<int64_t>* out) {
+  out->assign(to.size(), 0);
+  if (from.numel() == 0 || from.rank() == 0) {
+    *out = contiguous_strides(to);
+    return true;
   }
-  return true;
+  // Chunks of dims that are contiguous among themselves, matched from the last dim: each
+  // chunk of `from` must hold exactly a run of `to`'s dims (as torch's view computes them).
+  int64_t to_d = static_cast<int64_t>(to.size()) - 1;
+  int64_t base = strides.back(), from_numel = 1, to_numel = 1;
+  for (int64_t d = static_cast<int64_t>(from.size()) - 1; d >= 0; --d) {
+    from_numel *= from[d];
+    if (d > 0 && (from[d - 1] == 1 || strides[d - 1] == from_numel * base)) continue;
+    while (to_d >= 0 && (to_numel < from_numel || to[to_d] == 1)) {
+      (*out)[to_d] = to_numel * base;
+      to_numel *= to[to_d];
+      --to_d;
+    }
+    if (to_numel != from_numel) return false;
+    if (d > 0) {
+      base = strides[d - 1];
+      from_numel = to_numel = 1;
+    }
+  }
+  return to_d == -1;
 }
-
-}  // namespace
 
 bool detail::view_of(const ir::Graph& g, const std::vector<bool>& has_buf, NodeId n, BlasView* v,
                      int depth) {
@@ -148,21 +162,8 @@ bool detail::view_of(const ir::Graph& g, const std::vector<bool>& has_buf, NodeI
         v->strides[d + off] = (ish[d] == 1 && out[d + off] != 1) ? 0 : in.strides[d];
       break;
     }
-    default: {  // reshape
-      if (!trivial_reshape(g, n)) {
-        // Dims merged or split ([4,512,512] as [2048,512] for a weight gradient): the same
-        // dense memory, when the operand is dense.
-        if (!dense(in, ish)) return false;
-        v->strides = contiguous_strides(out);
-        break;
-      }
-      size_t j = 0;
-      for (size_t d = 0; d < ish.size(); ++d) {
-        if (ish[d] == 1) continue;
-        while (out[j] == 1) ++j;
-        v->strides[j++] = in.strides[d];
-      }
-    }
+    default:  // reshape: dims merged or split where the strides allow it, size-1 dims anywhere
+      if (!reshape_strides(ish, in.strides, out, &v->strides)) return false;
   }
   return true;
 }

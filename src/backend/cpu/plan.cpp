@@ -27,7 +27,8 @@ Plan Planner::run() {
   decide_buffers();
   assign_buffers();
   for (NodeId id = 0; id < n_; ++id) {
-    if (has_buf_[id] && g_.node(id).op != OpKind::Parameter && !view_[id]) plan_node(id);
+    if ((has_buf_[id] || attention_node(id)) && g_.node(id).op != OpKind::Parameter && !view_[id])
+      plan_node(id);
   }
   for (auto& [node, buf] : output_copies_) add_copy(node, buf);
   compute_releases();
@@ -42,6 +43,7 @@ void Planner::decide_buffers() {
   for (NodeId id = 0; id < n_; ++id)
     for (const ir::Value& v : g_.node(id).operands) uses[v.node]++;
   for (const ir::Value& v : g_.outputs()) has_buf_[v.node] = true;
+  mark_attention_chains();
   for (NodeId id = 0; id < n_; ++id) {
     const ir::Node& node = g_.node(id);
     OpKind op = node.op;
@@ -51,9 +53,15 @@ void Planner::decide_buffers() {
         ir::has_trait(op, ir::kReduce))
       has_buf_[id] = true;
     if (ref) {
-      for (const ir::Value& v : node.operands) has_buf_[v.node] = true;
+      for (size_t k = 0; k < node.operands.size(); ++k) {
+        const NodeId x = node.operands[k].node;
+        if (has_buf_[x] || !attention_node(id) || !attention_viewed_slot(op, k))
+          has_buf_[x] = true;
+        else if (!attention_input(x))
+          copy_layout(x);
+      }
     } else if (op == OpKind::Reshape && !trivial_reshape(g_, id)) {
-      has_buf_[node.operands[0].node] = true;
+      if (!feeds_attention_[id]) has_buf_[node.operands[0].node] = true;
     } else if (op == OpKind::MatMul) {
       for (const ir::Value& v : node.operands) {
         BlasView bv;
@@ -89,7 +97,10 @@ void Planner::decide_buffers() {
       cost[id] = 0;
     }
   }
+  settle_attention_inputs();
   plan_epilogues();
+  plan_attention_outputs();
+  settle_attention_inputs();
   // Slices that are contiguous blocks of a buffer: views into it, not computed.
   view_.assign(n_, 0);
   if (!allow_views_) return;
@@ -153,6 +164,7 @@ int Planner::add_buf(BufferInfo::Kind kind, const TensorType& t, int index) {
 void Planner::plan_node(NodeId id) {
   const ir::Node& node = g_.node(id);
   if (stand_in_[id] || epilogue_of_product(id)) return;  // a product runs at its epilogue's end
+  if (filled_.count(id)) return;                         // an attention step writes it
   if (auto it = epilogue_end_of_.find(id); it != epilogue_end_of_.end()) {
     plan_product(it->second);
   } else if (node.op == OpKind::MatMul && codegen_supports(g_, id)) {
@@ -162,7 +174,9 @@ void Planner::plan_node(NodeId id) {
                       : lowering(node.op, node.type.dtype) == Lowering::Native ? Step::Native
                                                                                : Step::Ref;
     Step st{kind, -1, id, {}, {plan_.buf_of[id]}};
-    if (id < results_.size() && !results_[id].empty()) {
+    if (attention_node(id)) {
+      attention_views(id, &st);
+    } else if (id < results_.size() && !results_[id].empty()) {
       st.outs.clear();
       for (NodeId r : results_[id]) st.outs.push_back(plan_.buf_of[r]);
     }

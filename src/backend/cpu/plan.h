@@ -131,16 +131,19 @@ void force_library(std::optional<Library> l);
 struct Step {
   enum Kind { Kernel, MatMul, Ref, Loop, Native };
   Kind kind;
-  int kernel = -1;                  // Kernel
-  NodeId node = 0;                  // MatMul, Ref, Loop, Native
-  std::vector<int> release;         // temp buffers whose last use is this step
-  std::vector<int> outs;            // Ref, Loop, Native: the node's result buffers, in order
-  std::vector<BlasView> views;      // MatMul: how BLAS reads each operand (no walks at run time)
-  Library lib = Library::OpenBlas;  // MatMul
+  int kernel = -1;                   // Kernel
+  NodeId node = 0;                   // MatMul, Ref, Loop, Native
+  std::vector<int> release;          // temp buffers whose last use is this step
+  std::vector<int> outs;             // Ref, Loop, Native: the node's result buffers, in order
+  std::vector<BlasView> views = {};  // MatMul: how BLAS reads each operand (no walks at run time)
+  Library lib = Library::OpenBlas;   // MatMul
   // MatMul on oneDNN: consumers folded in, in order; the step writes the buffer of the last
   // one, `out` (buf_of[node] is that buffer too), and no kernel computes them.
   std::vector<PostOp> post = {};
   NodeId out = 0;
+  // Native attention: views holds how each operand is read, out_views where each result is
+  // written (base: the node whose buffer, outs[k], holds it), both strided over its dims.
+  std::vector<BlasView> out_views = {};
 };
 
 struct Plan {

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <set>
 #include <span>
 #include <utility>
 #include <vector>
@@ -15,11 +16,19 @@
 namespace loom::cpu::detail {
 
 // Ops that view_of may read through (a strided view of their operand's buffer; a reshape
-// that merges or splits dims only of a dense view). Defined in library_choice.cpp.
+// where reshape_strides allows it). Defined in library_choice.cpp.
 bool is_view_op(const ir::Graph& g, NodeId n);
+// The strides at which a view of `from` laid out with `strides` reads as shape `to` (a
+// reshape), or false when the reshape needs a copy (merged dims that are not contiguous).
+bool reshape_strides(const Shape& from, const std::vector<int64_t>& strides, const Shape& to,
+                     std::vector<int64_t>* out);
 // Fills v when n is a strided view of a buffer (has_buf) that a library can read in place.
 bool view_of(const ir::Graph& g, const std::vector<bool>& has_buf, NodeId n, BlasView* v,
              int depth);
+
+// Operand slots an attention step reads through strided views (attention_plan.cpp): q, k, v,
+// and the gradient's dO; the mask, the log-sum-exp and delta have buffers of their own.
+bool attention_viewed_slot(ir::OpKind op, size_t k);
 
 // Makes one plan (make_plan); not thread-safe, one per call.
 class Planner {
@@ -68,6 +77,27 @@ class Planner {
   void plan_epilogues();
   Stage elementwise_stage(NodeId value, int out_buf);
   void plan_concat(NodeId id);
+
+  // -- Attention read and written in place (attention_plan.cpp). --
+
+  bool attention_node(NodeId id) const;  // attention or its gradient (not a result stand-in)
+  // feeds_attention_: values read only as attention's q, k, v or dO, through layouts (a
+  // reshape among them then leaves its operand without a buffer of its own).
+  void mark_attention_chains();
+  bool attention_view(NodeId operand, BlasView* v) const;
+  // At an attention node: reads `operand` in place, giving the buffer its layouts read
+  // (false: the operand needs a copy).
+  bool attention_input(NodeId operand);
+  // `operand` gets a buffer, filled by a kernel through its layouts.
+  void copy_layout(NodeId operand);
+  // Gives buffers to what the layouts under n read from memory; true when it gave one.
+  bool read_layouts(NodeId n);
+  void settle_attention_inputs();
+  // Results whose only reader is a chain of layouts (permute, reshape, a concat's piece):
+  // the step writes them where the chain ends.
+  void plan_attention_outputs();
+  bool result_view(NodeId result, const std::vector<NodeId>& chain, BlasView* v) const;
+  void attention_views(NodeId id, Step* st) const;
   void plan_reduce(NodeId id);
   static int64_t column_block(const Stage& s, ir::OpKind op);
   void add_copy(NodeId value, int buf) { add_stage(elementwise_stage(value, buf), false); }
@@ -106,6 +136,10 @@ class Planner {
   std::vector<bool> mergeable_kernel_;
   std::vector<bool> fallback_out_;  // per buffer: a reference fallback step fills it
   std::vector<std::pair<NodeId, int>> output_copies_;
+  std::vector<uint8_t> feeds_attention_;
+  std::map<NodeId, BlasView> out_view_;  // per attention result written into another buffer
+  std::set<NodeId> filled_;              // layouts whose whole buffer an attention step writes
+  std::set<std::pair<NodeId, NodeId>> filled_pieces_;  // {concat, piece} an attention step writes
   Plan plan_;
 };
 

@@ -42,10 +42,11 @@ void Planner::plan_concat(NodeId id) {
   int64_t axis = node.attrs.i, at = 0;
   std::vector<int64_t> st = contiguous_strides(node.type.shape);
   for (const ir::Value& v : node.operands) {
-    Stage s = elementwise_stage(v.node, plan_.buf_of[id]);
-    s.out_strides = st;
     const int64_t offset = at * st[axis];
     at += g_.type(v).shape[axis];
+    if (filled_pieces_.count({id, v.node})) continue;  // an attention step writes it
+    Stage s = elementwise_stage(v.node, plan_.buf_of[id]);
+    s.out_strides = st;
     add_stage(std::move(s), /*mergeable=*/false);  // a kernel of its own
     plan_.kernels.back().out_shift = offset;
   }

@@ -55,8 +55,12 @@ bool step_access(const Program& prog, size_t si, std::vector<int>* reads, std::v
       // A host callback runs on the thread that runs the program (an interpreter's lock may
       // be held around it): such programs run step by step, as collectives do.
       if (prog.graph.node(st.node).op == ir::OpKind::PureCallback) return false;
-      for (const ir::Value& v : prog.graph.node(st.node).operands)
-        reads->push_back(plan.buf_of[v.node]);
+      if (!st.views.empty()) {  // attention: its operands read in place
+        for (const BlasView& v : st.views) reads->push_back(plan.buf_of[v.base]);
+      } else {
+        for (const ir::Value& v : prog.graph.node(st.node).operands)
+          reads->push_back(plan.buf_of[v.node]);
+      }
       *writes = st.outs;
       *tasks = native_tasks(prog, st);
       *pooled = *pooled || *tasks > 1;
