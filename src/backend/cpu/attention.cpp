@@ -16,6 +16,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "backend/cpu/block_gemm.h"
 #include "backend/cpu/one_omp_thread.h"
 #include "backend/cpu/program.h"
 #include "backend/cpu/thread_pool.h"
@@ -34,17 +35,31 @@ constexpr int64_t kBlockQ = 128, kBlockK = 1024, kBackQ = 128, kBackK = 256;
 // more of the square above the diagonal (at T 256, 62.5% of it computed against 75%).
 int64_t forward_rows(bool causal) { return causal ? kBlockQ / 2 : kBlockQ; }
 
-// float32 block products on oneDNN's sgemm (row-major, on the calling thread: split() keeps
-// OpenMP at one thread): 16% faster than OpenBLAS's over the whole step at T 2048.
-void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-          int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+// Block products C = alpha op(A) B + beta C with B read row by row: float32 on AVX-512
+// registers (block_gemm.h), else oneDNN's sgemm (row-major, on the calling thread: split() keeps
+// OpenMP at one thread; 16% faster than OpenBLAS's over the step at T 2048); float64 on
+// OpenBLAS. A product against a transposed block (q k^T, dout v^T) reads it packed (pack_t).
+void mm(bool ta, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+        const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  if (block_gemm_available()) return block_gemm(ta, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  dnnl_sgemm(ta ? 'T' : 'N', 'N', m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
-void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const double* a,
-          int64_t lda, const double* b, int64_t ldb, double beta, double* c, int64_t ldc) {
-  cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-              static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), alpha, a,
-              static_cast<int>(lda), b, static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
+void mm(bool ta, int64_t m, int64_t n, int64_t k, double alpha, const double* a, int64_t lda,
+        const double* b, int64_t ldb, double beta, double* c, int64_t ldc) {
+  cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, CblasNoTrans, static_cast<int>(m),
+              static_cast<int>(n), static_cast<int>(k), alpha, a, static_cast<int>(lda), b,
+              static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
+}
+
+// out[e * ldo + j] = rows[j * ld + e] for rows j < n and columns e < width.
+void pack_t(int64_t n, int64_t width, const float* rows, int64_t ld, float* out, int64_t ldo) {
+  if (block_gemm_available()) return pack_transposed(n, width, rows, ld, out, ldo);
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t e = 0; e < width; ++e) out[e * ldo + j] = rows[j * ld + e];
+}
+void pack_t(int64_t n, int64_t width, const double* rows, int64_t ld, double* out, int64_t ldo) {
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t e = 0; e < width; ++e) out[e * ldo + j] = rows[j * ld + e];
 }
 
 // float32 rows run on GCC's vector types: sixteen lanes where the CPU has AVX-512, eight (one
@@ -397,28 +412,30 @@ void forward(const Program& p, const Step& st, void* const* ptr, int64_t t, int6
   const T inf = std::numeric_limits<T>::infinity();
   split(a.batches * blocks, t, tasks, [&](int64_t lo, int64_t hi) {
     std::vector<T> s(kBlockQ * kBlockK), acc(kBlockQ * a.Ev), m(kBlockQ), l(kBlockQ),
-        alpha(kBlockQ);
+        alpha(kBlockQ), kt(a.E * a.S);
+    int64_t packed = -1;  // the k/v batch whose keys kt holds, transposed
     for (int64_t item = lo; item < hi; ++item) {
       const int64_t b = item / blocks, i0 = (item % blocks) * rows;
       const int64_t bq = std::min(rows, a.L - i0), kb = a.kv_batch(b);
       const T* q = a.q.row(b, i0);
-      const T* k = a.k.row(kb, 0);
       const T* v = a.v.row(kb, 0);
+      if (kb != packed) pack_t(a.S, a.E, a.k.row(kb, 0), a.k.ld, kt.data(), a.S);
+      packed = kb;
       std::fill(m.begin(), m.end(), -inf);
       std::fill(l.begin(), l.end(), T(0));
       std::fill(acc.begin(), acc.end(), T(0));
       const int64_t keys = a.causal ? std::min(a.S, i0 + bq) : a.S;
       for (int64_t j0 = 0; j0 < keys; j0 += kBlockK) {
         const int64_t bk = std::min(kBlockK, keys - j0);
-        gemm(false, true, bq, bk, a.E, a.scale * kUnit<T>, q, a.q.ld, k + j0 * a.k.ld, a.k.ld, T(0),
-             s.data(), bk);
+        mm(false, bq, bk, a.E, a.scale * kUnit<T>, q, a.q.ld, kt.data() + j0, a.S, T(0), s.data(),
+           bk);
         a.mask_block(b, i0, bq, j0, bk, s.data());
         fns.softmax(s.data(), bq, bk, m.data(), l.data(), alpha.data());
         for (int64_t r = 0; r < bq; ++r)
           if (alpha[r] != T(1))
             for (int64_t e = 0; e < a.Ev; ++e) acc[r * a.Ev + e] *= alpha[r];
-        gemm(false, false, bq, a.Ev, bk, T(1), s.data(), bk, v + j0 * a.v.ld, a.v.ld, T(1),
-             acc.data(), a.Ev);
+        mm(false, bq, a.Ev, bk, T(1), s.data(), bk, v + j0 * a.v.ld, a.v.ld, T(1), acc.data(),
+           a.Ev);
       }
       for (int64_t r = 0; r < bq; ++r) {
         T* o = out.row(b, i0 + r);
@@ -447,34 +464,36 @@ void backward(const Program& p, const Step& st, void* const* ptr, int64_t t, int
   const int64_t back_k = a.causal ? kBackK / 2 : kBackK;
   split(kv_batches, t, tasks, [&](int64_t lo, int64_t hi) {
     std::vector<T> s(kBackQ * back_k), dp(kBackQ * back_k), dk_acc(back_k * a.E),
-        dv_acc(back_k * a.Ev);
+        dv_acc(back_k * a.Ev), kt(a.E * back_k), vt(a.Ev * back_k);
     for (int64_t kb = lo; kb < hi; ++kb) {
       const int64_t b0 = (kb / kv_heads) * a.heads + (kb % kv_heads) * a.group;
       for (int64_t b = b0; b < b0 + a.group; ++b)
         for (int64_t i = 0; i < a.L; ++i) std::fill_n(dq.row(b, i), a.E, T(0));
       const T* k = a.k.row(kb, 0);
       const T* v = a.v.row(kb, 0);
-      // Rows i0.. (bq) of batch b against keys j0.. (bk): the five products of a block.
+      // Rows i0.. (bq) of batch b against keys j0.. (bk; kt and vt hold them transposed from
+      // j0 on): the five products of a block.
       auto block = [&](int64_t b, int64_t i0, int64_t bq, int64_t j0, int64_t bk) {
         const T* q = a.q.row(b, i0);
         const T* g = dout.row(b, i0);
         const int64_t row = b * a.L + i0;
-        gemm(false, true, bq, bk, a.E, a.scale * kUnit<T>, q, a.q.ld, k + j0 * a.k.ld, a.k.ld, T(0),
-             s.data(), bk);
+        mm(false, bq, bk, a.E, a.scale * kUnit<T>, q, a.q.ld, kt.data(), back_k, T(0), s.data(),
+           bk);
         a.mask_block(b, i0, bq, j0, bk, s.data());
         fns.probs(s.data(), bq, bk, lse + row);
-        gemm(true, false, bk, a.Ev, bq, T(1), s.data(), bk, g, dout.ld, T(1), dv_acc.data(), a.Ev);
-        gemm(false, true, bq, bk, a.Ev, T(1), g, dout.ld, v + j0 * a.v.ld, a.v.ld, T(0), dp.data(),
-             bk);
+        mm(true, bk, a.Ev, bq, T(1), s.data(), bk, g, dout.ld, T(1), dv_acc.data(), a.Ev);
+        mm(false, bq, bk, a.Ev, T(1), g, dout.ld, vt.data(), back_k, T(0), dp.data(), bk);
         fns.dscores(s.data(), dp.data(), bq, bk, delta + row, a.scale);
-        gemm(false, false, bq, a.E, bk, T(1), dp.data(), bk, k + j0 * a.k.ld, a.k.ld, T(1),
-             dq.row(b, i0), dq.ld);
-        gemm(true, false, bk, a.E, bq, T(1), dp.data(), bk, q, a.q.ld, T(1), dk_acc.data(), a.E);
+        mm(false, bq, a.E, bk, T(1), dp.data(), bk, k + j0 * a.k.ld, a.k.ld, T(1), dq.row(b, i0),
+           dq.ld);
+        mm(true, bk, a.E, bq, T(1), dp.data(), bk, q, a.q.ld, T(1), dk_acc.data(), a.E);
       };
       for (int64_t j0 = 0; j0 < a.S; j0 += back_k) {
         const int64_t bk = std::min(back_k, a.S - j0);
         std::fill(dk_acc.begin(), dk_acc.end(), T(0));
         std::fill(dv_acc.begin(), dv_acc.end(), T(0));
+        pack_t(bk, a.E, k + j0 * a.k.ld, a.k.ld, kt.data(), back_k);
+        pack_t(bk, a.Ev, v + j0 * a.v.ld, a.v.ld, vt.data(), back_k);
         for (int64_t h = 0; h < a.group; ++h) {
           const int64_t b = b0 + h;
           for (int64_t i0 = a.causal ? j0 : 0; i0 < a.L; i0 += kBackQ) {
