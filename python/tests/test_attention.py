@@ -227,7 +227,6 @@ def test_fused_attention_inside_the_tools_equals_the_unrolled_torch_loop(tool):
         torch.testing.assert_close(to_torch(got), want.detach(), rtol=1e-10, atol=1e-10)
 
 
-
 def test_attention_leaves_the_callers_openmp_thread_count_as_it_was():
     """The kernel runs its block products on one OpenMP thread each; the calling thread's
     setting (torch's thread count when torch shares the process) comes back afterwards."""

@@ -31,11 +31,11 @@ bool affine(const Shape& from, const std::vector<int64_t>& strides, const Shape&
     for (size_t d = to.size(); d-- > 0;) {
       const int64_t c = rest % to[d];
       rest /= to[d];
-      if (c + 1 < to[d] && i + step < n) {
+      if (c + 1 < to[d]) {
         // The neighbour along d against the first step along d.
         const int64_t first = address(from, strides, step) - address(from, strides, 0);
         const int64_t here = address(from, strides, i + step) - address(from, strides, i);
-        if (to[d] > 1 && here != first) return false;
+        if (here != first) return false;
       }
       step *= to[d];
     }

@@ -55,12 +55,10 @@ void mm(bool ta, int64_t m, int64_t n, int64_t k, double alpha, const double* a,
 }
 
 // out[e * ldo + j] = rows[j * ld + e] for rows j < n and columns e < width.
-void pack_t(int64_t n, int64_t width, const float* rows, int64_t ld, float* out, int64_t ldo) {
-  if (block_gemm_available()) return pack_transposed(n, width, rows, ld, out, ldo);
-  for (int64_t j = 0; j < n; ++j)
-    for (int64_t e = 0; e < width; ++e) out[e * ldo + j] = rows[j * ld + e];
-}
-void pack_t(int64_t n, int64_t width, const double* rows, int64_t ld, double* out, int64_t ldo) {
+template <class T>
+void pack_t(int64_t n, int64_t width, const T* rows, int64_t ld, T* out, int64_t ldo) {
+  if constexpr (std::is_same_v<T, float>)
+    if (block_gemm_available()) return pack_transposed(n, width, rows, ld, out, ldo);
   for (int64_t j = 0; j < n; ++j)
     for (int64_t e = 0; e < width; ++e) out[e * ldo + j] = rows[j * ld + e];
 }
@@ -270,6 +268,30 @@ const BlockFns<T>& block_fns() {
   return fns;
 }
 
+// Per batch (the dims of `shape` before the last two, row-major) its element offset under
+// `strides`.
+std::vector<int64_t> batch_offsets(const Shape& shape, const std::vector<int64_t>& strides) {
+  const size_t r = shape.size() < 2 ? 0 : shape.size() - 2;
+  int64_t batches = 1;
+  for (size_t d = 0; d < r; ++d) batches *= shape[d];
+  std::vector<int64_t> at(static_cast<size_t>(batches), 0);
+  for (int64_t b = 0; b < batches; ++b) {
+    int64_t rest = b, off = 0;
+    for (size_t d = r; d-- > 0;) {
+      off += (rest % shape[d]) * strides[d];
+      rest /= shape[d];
+    }
+    at[static_cast<size_t>(b)] = off;
+  }
+  return at;
+}
+
+// Where view v of the step's buffers starts.
+template <class T>
+T* view_data(void* const* ptr, const Program& prog, const BlasView& v) {
+  return static_cast<T*>(ptr[prog.plan.buf_of[v.base]]) + v.offset;
+}
+
 // An operand or result as blocks of rows: row i of batch b at p + at[b] + i * ld, the batches
 // being the dims before the last two. The step reads and writes layouts of other buffers in
 // place (Step::views, Step::out_views: the heads of a [B, T, 3C] projection, say).
@@ -278,22 +300,10 @@ struct Rows {
   T* p = nullptr;
   int64_t ld = 0;
   std::vector<int64_t> at;
-  Rows(void* const* ptr, const Program& prog, const BlasView& v, const Shape& shape) {
-    p = static_cast<T*>(ptr[prog.plan.buf_of[v.base]]) + v.offset;
-    const size_t r = shape.size();
-    ld = r >= 2 ? v.strides[r - 2] : 0;
-    int64_t batches = 1;
-    for (size_t d = 0; d + 2 < r; ++d) batches *= shape[d];
-    at.assign(static_cast<size_t>(batches), 0);
-    for (int64_t b = 0; b < batches; ++b) {
-      int64_t rest = b, off = 0;
-      for (size_t d = r < 2 ? 0 : r - 2; d-- > 0;) {
-        off += (rest % shape[d]) * v.strides[d];
-        rest /= shape[d];
-      }
-      at[static_cast<size_t>(b)] = off;
-    }
-  }
+  Rows(void* const* ptr, const Program& prog, const BlasView& v, const Shape& shape)
+      : p(view_data<T>(ptr, prog, v)),
+        ld(shape.size() >= 2 ? v.strides[shape.size() - 2] : 0),
+        at(batch_offsets(shape, v.strides)) {}
   T* row(int64_t b, int64_t i) const { return p + at[static_cast<size_t>(b)] + i * ld; }
 };
 
@@ -341,15 +351,7 @@ struct Attn {
     }
     mask_row = strides[r - 2];
     mask_col = strides[r - 1];
-    mask_base.assign(static_cast<size_t>(batches), 0);
-    for (int64_t b = 0; b < batches; ++b) {
-      int64_t rest = b, off = 0;
-      for (size_t d = r - 2; d-- > 0;) {
-        off += (rest % qs[d]) * strides[d];
-        rest /= qs[d];
-      }
-      mask_base[static_cast<size_t>(b)] = off;
-    }
+    mask_base = batch_offsets(qs, strides);
   }
   static Rows<const T> operand(const Program& p, const Step& st, void* const* ptr, size_t k) {
     return Rows<const T>(ptr, p, st.views[k],
@@ -409,7 +411,7 @@ template <class T>
 void forward(const Program& p, const Step& st, void* const* ptr, int64_t t, int64_t tasks) {
   const Attn<T> a(p, st, ptr, 3);
   const Rows<T> out = result<T>(p, st, ptr, 0);
-  T* lse = result<T>(p, st, ptr, 1).p;
+  T* lse = view_data<T>(ptr, p, st.out_views[1]);
   const BlockFns<T>& fns = block_fns<T>();
   const int64_t rows = forward_rows(a.causal, a.L), blocks = (a.L + rows - 1) / rows;
   const T inf = std::numeric_limits<T>::infinity();
@@ -453,8 +455,8 @@ void forward(const Program& p, const Step& st, void* const* ptr, int64_t t, int6
 template <class T>
 void backward(const Program& p, const Step& st, void* const* ptr, int64_t t, int64_t tasks) {
   const Attn<T> a(p, st, ptr, 6);
-  const T* lse = Attn<T>::operand(p, st, ptr, 3).p;
-  const T* delta = Attn<T>::operand(p, st, ptr, 4).p;
+  const T* lse = view_data<const T>(ptr, p, st.views[3]);
+  const T* delta = view_data<const T>(ptr, p, st.views[4]);
   const Rows<const T> dout = Attn<T>::operand(p, st, ptr, 5);
   const Rows<T> dq = result<T>(p, st, ptr, 0), dk = result<T>(p, st, ptr, 1),
                 dv = result<T>(p, st, ptr, 2);

@@ -31,9 +31,9 @@ bool Planner::attention_node(NodeId id) const {
 
 void Planner::mark_attention_chains() {
   feeds_attention_.assign(n_, 0);
-  bool any = false;
-  for (NodeId id = 0; id < n_ && !any; ++id) any = attention_node(id);
-  if (!any) return;
+  attention_ = false;
+  for (NodeId id = 0; id < n_ && !attention_; ++id) attention_ = attention_node(id);
+  if (!attention_) return;
   build_users();
   std::vector<bool> out(n_, false);  // an output is computed, by a kernel through its layouts
   for (const ir::Value& v : g_.outputs()) out[v.node] = true;
@@ -79,23 +79,8 @@ bool Planner::read_layouts(NodeId n) {
   return changed;
 }
 
-bool Planner::attention_input(NodeId operand) {
-  BlasView v;
-  if (attention_view(operand, &v)) return true;
-  // A layout of a computed value (the projection plus its bias): store the value, whose
-  // product then writes it, and read the layout in place.
-  NodeId base = operand;
-  while (!has_buf_[base] && is_view_op(g_, base)) base = g_.node(base).operands[0].node;
-  if (base != operand && !has_buf_[base]) {
-    has_buf_[base] = true;
-    if (attention_view(operand, &v)) return true;
-    has_buf_[base] = false;
-  }
-  return false;
-}
-
 void Planner::settle_attention_inputs() {
-  if (feeds_attention_.empty()) return;
+  if (!attention_) return;
   // Buffers given after an attention node was seen (a layout stored for another reader, say)
   // may end a view earlier, and a stored layout computes the layouts under it: check both
   // again until nothing changes (each round only adds buffers, so this ends).
@@ -117,17 +102,13 @@ void Planner::settle_attention_inputs() {
 }
 
 void Planner::plan_attention_outputs() {
-  bool any = false;
-  for (NodeId id = 0; id < n_ && !any; ++id) any = attention_node(id);
-  if (!any) return;
+  if (!attention_) return;
   std::vector<bool> out(n_, false);
   for (const ir::Value& v : g_.outputs()) out[v.node] = true;
   for (NodeId id = 0; id < n_; ++id) {
     if (!attention_node(id)) continue;
-    const ir::Node& node = g_.node(id);
-    std::vector<NodeId> rs = {id};
-    if (id < results_.size() && !results_[id].empty()) rs = results_[id];
-    const size_t n_out = node.op == OpKind::Attention ? 1 : 3;  // not the log-sum-exp
+    const std::vector<NodeId> rs = results_of(id);
+    const size_t n_out = g_.node(id).op == OpKind::Attention ? 1 : 3;  // not the log-sum-exp
     for (size_t r = 0; r < n_out && r < rs.size(); ++r) {
       // The chain of layouts that reads only this result: permutes, reshapes, then at most
       // one concat that takes it as one piece.
@@ -199,10 +180,7 @@ void Planner::attention_views(NodeId id, Step* st) const {
     st->views.emplace_back();
     LOOM_ASSERT(view_of(g_, has_buf_, x.node, &st->views.back(), 0));
   }
-  std::vector<NodeId> rs = {id};
-  if (id < results_.size() && !results_[id].empty()) rs = results_[id];
-  st->outs.clear();
-  for (NodeId r : rs) {
+  for (NodeId r : results_of(id)) {
     auto it = out_view_.find(r);
     BlasView v = it != out_view_.end() ? it->second
                                        : BlasView{r, 0, contiguous_strides(g_.node(r).type.shape)};

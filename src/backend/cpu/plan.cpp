@@ -55,28 +55,27 @@ void Planner::decide_buffers() {
     if (ref) {
       for (size_t k = 0; k < node.operands.size(); ++k) {
         const NodeId x = node.operands[k].node;
-        if (has_buf_[x] || !attention_node(id) || !attention_viewed_slot(op, k))
+        if (has_buf_[x] || !attention_node(id) || !attention_viewed_slot(op, k)) {
           has_buf_[x] = true;
-        else if (!attention_input(x))
+        } else if (!read_in_place(x, [&](NodeId y) {
+                     BlasView v;
+                     return attention_view(y, &v);
+                   })) {
           copy_layout(x);
+        }
       }
     } else if (op == OpKind::Reshape && !trivial_reshape(g_, id)) {
       if (!feeds_attention_[id]) has_buf_[node.operands[0].node] = true;
     } else if (op == OpKind::MatMul) {
       for (const ir::Value& v : node.operands) {
-        BlasView bv;
-        if (blas_view(g_, has_buf_, v.node, &bv)) continue;
-        // A layout op over a computed value (the transposed gradient of dW = dY^T X): store
-        // the value, contiguously, and let the library read the layout through strides,
-        // rather than a transposing copy that writes with a stride.
-        NodeId base = v.node;
-        while (!has_buf_[base] && is_view_op(g_, base)) base = g_.node(base).operands[0].node;
-        if (base != v.node && !has_buf_[base]) {
-          has_buf_[base] = true;
-          if (blas_view(g_, has_buf_, v.node, &bv)) continue;
-          has_buf_[base] = false;  // the layout is not a strided matrix: copy it after all
-        }
-        has_buf_[v.node] = true;
+        // A layout op over a computed value (the transposed gradient of dW = dY^T X) reads
+        // the value stored contiguously, rather than a transposing copy that writes with a
+        // stride; a layout that is no strided matrix is copied after all.
+        const bool read = read_in_place(v.node, [&](NodeId x) {
+          BlasView bv;
+          return blas_view(g_, has_buf_, x, &bv);
+        });
+        if (!read) has_buf_[v.node] = true;
       }
     }
     // Transcendentals expand to ~20 instructions: recomputing them costs code and time.
@@ -173,12 +172,11 @@ void Planner::plan_node(NodeId id) {
     Step::Kind kind = ir::has_trait(node.op, ir::kRegion)                      ? Step::Loop
                       : lowering(node.op, node.type.dtype) == Lowering::Native ? Step::Native
                                                                                : Step::Ref;
-    Step st{kind, -1, id, {}, {plan_.buf_of[id]}};
+    Step st{kind, -1, id, {}, {}};
     if (attention_node(id)) {
       attention_views(id, &st);
-    } else if (id < results_.size() && !results_[id].empty()) {
-      st.outs.clear();
-      for (NodeId r : results_[id]) st.outs.push_back(plan_.buf_of[r]);
+    } else {
+      for (NodeId r : results_of(id)) st.outs.push_back(plan_.buf_of[r]);
     }
     for (int b : st.outs) {
       if (b < 0) continue;

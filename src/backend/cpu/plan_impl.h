@@ -48,6 +48,25 @@ class Planner {
   int add_buf(BufferInfo::Kind kind, const TensorType& t, int index);
   void plan_node(NodeId id);
   void plan_product(NodeId id);
+  // Whether a library or kernel reads `operand` in place (fits: the layout it reads suits it),
+  // as it stands or once the value under its layout ops gets a buffer of its own (the product
+  // that computes the value then writes it); false leaves has_buf_ as it was.
+  template <class Fits>
+  bool read_in_place(NodeId operand, const Fits& fits) {
+    if (fits(operand)) return true;
+    NodeId base = operand;
+    while (!has_buf_[base] && is_view_op(g_, base)) base = g_.node(base).operands[0].node;
+    if (base == operand || has_buf_[base]) return false;
+    has_buf_[base] = true;
+    if (fits(operand)) return true;
+    has_buf_[base] = false;
+    return false;
+  }
+  // The nodes holding id's results in order (split_results' stand-ins after the first).
+  std::vector<NodeId> results_of(NodeId id) const {
+    if (id < results_.size() && !results_[id].empty()) return results_[id];
+    return {id};
+  }
   Library product_library(NodeId id, bool a_trans, bool epilogue) const;
 
   // -- Epilogues: elementwise consumers of a oneDNN product folded into it as post-ops. --
@@ -85,9 +104,6 @@ class Planner {
   // reshape among them then leaves its operand without a buffer of its own).
   void mark_attention_chains();
   bool attention_view(NodeId operand, BlasView* v) const;
-  // At an attention node: reads `operand` in place, giving the buffer its layouts read
-  // (false: the operand needs a copy).
-  bool attention_input(NodeId operand);
   // `operand` gets a buffer, filled by a kernel through its layouts.
   void copy_layout(NodeId operand);
   // Gives buffers to what the layouts under n read from memory; true when it gave one.
@@ -136,6 +152,7 @@ class Planner {
   std::vector<bool> mergeable_kernel_;
   std::vector<bool> fallback_out_;  // per buffer: a reference fallback step fills it
   std::vector<std::pair<NodeId, int>> output_copies_;
+  bool attention_ = false;  // the graph holds an attention node (mark_attention_chains)
   std::vector<uint8_t> feeds_attention_;
   std::map<NodeId, BlasView> out_view_;  // per attention result written into another buffer
   std::set<NodeId> filled_;              // layouts whose whole buffer an attention step writes
